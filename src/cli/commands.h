@@ -1,0 +1,14 @@
+// The `trillion` subcommands. Each takes the arguments after its own name (argv[0] is the
+// subcommand name), returns the process exit code and reports user errors by throwing
+// trillion::Error, which main() prints as one line.
+#pragma once
+
+namespace trillion::cli {
+
+int bench_command(int argc, char** argv);
+int plan_command(int argc, char** argv);
+int schedule_command(int argc, char** argv);
+int tokenizer_command(int argc, char** argv);
+int data_command(int argc, char** argv);
+
+}  // namespace trillion::cli

@@ -1,0 +1,56 @@
+// Entry point of the `trillion` command: dispatches to a subcommand and turns a user error into
+// one line on stderr with exit code 2 (internal errors exit 3).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Subcommand {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"bench", trillion::cli::bench_command, "measure GEMM peak, kernels and training steps"},
+    {"plan", trillion::cli::plan_command, "plan a training run: layout, memory, time, cost"},
+    {"schedule", trillion::cli::schedule_command, "generate, simulate and draw pipeline schedules"},
+    {"tokenizer", trillion::cli::tokenizer_command, "train, apply and invert a BPE tokenizer"},
+    {"data", trillion::cli::data_command, "prepare, synthesise and inspect token shards"},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: trillion <command> [args...]\n\ncommands:\n");
+  for (const Subcommand& s : kSubcommands) std::fprintf(out, "  %-10s %s\n", s.name, s.summary);
+  std::fprintf(out, "\nRun 'trillion <command> --help' for a command's options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  std::string_view name = argv[1];
+  for (const Subcommand& s : kSubcommands) {
+    if (name != s.name) continue;
+    try {
+      return s.run(argc - 1, argv + 1);
+    } catch (const trillion::Error& e) {
+      std::fprintf(stderr, "trillion %s: error: %s\n", s.name, e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "trillion %s: internal error: %s\n", s.name, e.what());
+      return 3;
+    }
+  }
+  std::fprintf(stderr, "trillion: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
