@@ -1,0 +1,101 @@
+// The CPU reference backend: OpenBLAS for matrix products, OpenMP loops for everything else.
+// Every kernel is a template instantiated for float and double (double is the reference for
+// finite-difference gradient checks). Reductions whose result feeds parameters (norm and
+// embedding weight gradients) split work by column, never by row, so results are bitwise
+// independent of the thread count.
+#pragma once
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <type_traits>
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace trillion::cpu {
+
+// A tensor seen as a matrix: all leading dims folded into rows; rows may be strided, columns are
+// contiguous.
+struct Matrix {
+  int64_t rows = 0, cols = 0, ld = 0;
+};
+Matrix as_matrix(const Tensor& t);
+
+// Calls f(T{}) with T = float or double matching dtype; other dtypes are an error.
+template <typename F>
+void dispatch(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(float{}); return;
+    case DType::f64: f(double{}); return;
+    default: throw Error(std::string("CPU kernel has no ") + std::string(dtype_name(dtype)) +
+                         " version; use f32 or f64 compute");
+  }
+}
+
+void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
+
+// Row-major BLAS GEMM for float or double.
+template <typename T>
+void blas_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+               int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc) {
+  const auto opa = ta ? CblasTrans : CblasNoTrans;
+  const auto opb = tb ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  } else {
+    cblas_dgemm(CblasRowMajor, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(MemoryTracker& tracker);
+  const char* name() const override { return "cpu"; }
+  int threads() const override { return omp_get_max_threads(); }
+
+  void gemm(Tensor C, bool trans_a, bool trans_b, const Tensor& A, const Tensor& B, double alpha,
+            double beta) override;
+  void gemm_batched(Tensor C, bool trans_a, bool trans_b, const Tensor& A, const Tensor& B,
+                    double alpha, double beta) override;
+  void embedding_forward(Tensor out, const int32_t* tokens, const Tensor& table) override;
+  void embedding_backward_weight(Tensor dtable, const int32_t* tokens,
+                                 const Tensor& dout) override;
+  void rmsnorm_forward(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w,
+                       double eps) override;
+  void rmsnorm_backward_input(Tensor dx, const Tensor& dout, const Tensor& x, const Tensor& w,
+                              const Tensor& rstd) override;
+  void rmsnorm_backward_weight(Tensor dw, const Tensor& dout, const Tensor& x,
+                               const Tensor& rstd) override;
+  void rope_forward(Tensor qkv, const Tensor& cos_sin, const AttentionShape& s) override;
+  void rope_backward(Tensor dqkv, const Tensor& cos_sin, const AttentionShape& s) override;
+  void attention_forward(Tensor out, Tensor probs, const Tensor& qkv,
+                         const AttentionShape& s) override;
+  void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                          const AttentionShape& s) override;
+  void swiglu_forward(Tensor out, const Tensor& gate_up) override;
+  void swiglu_backward(Tensor dgate_up, const Tensor& dout, const Tensor& gate_up) override;
+  void cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& logits,
+                             const int32_t* targets) override;
+  void cross_entropy_backward(Tensor logits, const Tensor& lse, const int32_t* targets,
+                              double scale) override;
+  void adamw_update(Tensor param, const Tensor& grad, Tensor m, Tensor v,
+                    const AdamWParams& p) override;
+  void fill(Tensor x, double value) override;
+  void copy(Tensor dst, const Tensor& src) override;
+  void add(Tensor y, const Tensor& x) override;
+  void scale(Tensor x, double alpha) override;
+  double sum_squares(const Tensor& x) override;
+
+ private:
+  // Scratch of at least `count` elements of `dtype`, accounted as workspace; grows, never
+  // shrinks, so the peak is what the largest call needed.
+  Tensor scratch(DType dtype, int64_t count);
+
+  MemoryTracker& tracker_;
+  Buffer scratch_;
+};
+
+}  // namespace trillion::cpu

@@ -1,0 +1,35 @@
+// ModelConfig: the shape and numerics of a Llama-3-style decoder. Plain data; parsed from the
+// [model] table of a run config (train/run_config.cpp) and validated before any allocation, so a
+// bad value is reported by name instead of failing deep inside a kernel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "plan/transformer_cost.h"
+
+namespace trillion {
+
+struct ModelConfig {
+  int64_t vocab_size = 0;   // V
+  int64_t d_model = 0;      // C
+  int64_t n_layers = 0;     // L
+  int64_t n_heads = 0;      // NH
+  int64_t n_kv_heads = 0;   // KV (0 means = n_heads)
+  int64_t head_dim = 0;     // HD (0 means d_model / n_heads)
+  int64_t ffn_hidden = 0;   // F
+  int64_t seq_len = 0;      // T: the longest sequence the model is built for
+  bool tied_embeddings = false;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+  DType dtype = DType::f32;  // compute and storage dtype of the CPU engine (f32 or f64)
+
+  // Fills the derived defaults (n_kv_heads, head_dim) and throws Error naming the first invalid
+  // field and how to fix it.
+  void validate();
+  plan::DenseShape shape() const;
+};
+
+}  // namespace trillion

@@ -1,0 +1,87 @@
+// Transformer: a Llama-3-style decoder for one micro-batch shape [B, T]. Parameters, gradients,
+// saved activations and workspace each live in one flat Buffer with named views; the parameter
+// layout is the TensorTable (names like "layers.3.attn.wqkv"), shared by gradients, optimizer
+// state and checkpoints. forward is a flat list of layer calls; backward is the same list
+// reversed. backward() runs dgrad and wgrad layer by layer; backward_input() + backward_weight()
+// run all dgrads first and all wgrads after (what zero-bubble schedules do) and give bitwise the
+// same gradients. See model/glossary.h for the dimension letters and accumulation rule.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/tensor_table.h"
+#include "model/block.h"
+#include "model/config.h"
+#include "model/lm_head.h"
+
+namespace trillion {
+
+struct BatchShape {
+  int64_t batch = 1;        // B
+  int64_t seq_len = 0;      // T (<= config.seq_len)
+};
+
+// The parameter table of a config, in layout order: embed, layers.{l}.{attn_norm, attn.wq,
+// attn.wk, attn.wv, attn.wo, mlp_norm, mlp.w_gate, mlp.w_up, mlp.w_down}, final_norm, lm_head.
+TensorTable build_parameter_table(const ModelConfig& config);
+
+class Transformer {
+ public:
+  // Allocates everything up front (so the memory report is the whole story): parameters,
+  // gradients, activations for `batch`, and workspace. `split_backward` keeps one stash per
+  // layer so backward_input() and backward_weight() can run as separate passes.
+  Transformer(const ModelConfig& config, const BatchShape& batch, Backend& backend,
+              MemoryTracker& tracker, bool split_backward = false);
+
+  // Scaled-normal init from Philox keyed by (seed, tensor name, element index): std init_std for
+  // matrices, init_std / sqrt(2L) for the residual output projections (wo, w_down), ones for
+  // norms. Independent of how the parameters are later sharded.
+  void init_parameters(uint64_t seed);
+
+  // tokens, targets: [B*T] row-major. Returns the mean cross-entropy over the B*T positions.
+  double forward(const int32_t* tokens, const int32_t* targets);
+  // Accumulates parameter gradients of grad_scale * sum(losses of the last forward);
+  // grad_scale = 1 / (B*T*accumulation) gives the gradient of the mean loss.
+  void backward(double grad_scale);
+  void backward_input(double grad_scale);  // requires split_backward
+  void backward_weight();                  // after backward_input
+  void zero_grad();
+
+  const ModelConfig& config() const { return config_; }
+  const BatchShape& batch() const { return batch_; }
+  const TensorTable& table() const { return table_; }
+  Buffer& parameters() { return params_; }
+  Buffer& gradients() { return grads_; }
+  const Tensor& losses() const { return losses_; }  // [N] per-position losses of last forward
+  const Tensor& final_hidden() const { return normf_; }  // [N, C] input of the LM head
+  const Tensor& head_weight() const { return head_w_; }  // [V, C]
+  Backend& backend() { return be_; }
+
+ private:
+  BlockWeights block_view(const Buffer& buffer, int64_t layer) const;
+  AttentionShape attention_shape() const;
+
+  ModelConfig config_;
+  BatchShape batch_;
+  Backend& be_;
+  TensorTable table_;
+  Buffer params_, grads_, activations_, workspace_;
+  TransformerBlock block_;
+  std::vector<BlockActivations> acts_;
+  std::vector<BlockStash> stash_;  // one, or one per layer with split_backward
+  BlockScratch scratch_;
+  Tensor embedded_;       // [N, C] embedding output = layer 0 input
+  Tensor normf_, rstdf_;  // [N, C], [N]
+  Tensor lse_, losses_;   // [N], [N]
+  Tensor dres_;           // [N, C] running residual gradient
+  Tensor d_normf_;        // [N, C]
+  Tensor cos_sin_;        // [T, HD]
+  Tensor head_w_, head_dw_;
+  LmHeadLoss head_;
+  std::vector<int32_t> tokens_, targets_;
+  double grad_scale_ = 0;
+};
+
+}  // namespace trillion
