@@ -1,0 +1,170 @@
+// See tokenizer.h. Encoding applies, within each pre-tokenized chunk, the lowest-ranked merge
+// present until none applies (the same greedy order training used), and caches each chunk's
+// ids: natural text repeats its words, so most chunks are cache hits.
+#include "data/tokenizer.h"
+
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/file_io.h"
+#include "data/pretokenize.h"
+
+namespace trillion::data {
+
+namespace {
+constexpr const char* kSpecialNames[kNumSpecialTokens] = {"<|bos|>", "<|eos|>", "<|pad|>"};
+constexpr size_t kMaxCacheEntries = 1 << 20;
+constexpr const char* kFormat = "trillion-bpe";
+constexpr int kFormatVersion = 1;
+
+uint64_t pair_key(int32_t a, int32_t b) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+}
+}  // namespace
+
+const char* special_token_name(int index) {
+  return kSpecialNames[index];
+}
+
+Tokenizer::Tokenizer(std::vector<std::pair<int32_t, int32_t>> merges, const std::string& origin)
+    : merges_(std::move(merges)) {
+  token_bytes_.reserve(256 + merges_.size() + kNumSpecialTokens);
+  for (int b = 0; b < 256; ++b) token_bytes_.emplace_back(1, static_cast<char>(b));
+  for (size_t i = 0; i < merges_.size(); ++i) {
+    auto [a, b] = merges_[i];
+    int32_t id = 256 + static_cast<int32_t>(i);
+    if (a < 0 || b < 0 || a >= id || b >= id) {
+      throw Error(origin + ": merge " + std::to_string(i) + " [" + std::to_string(a) + ", " +
+                  std::to_string(b) + "] refers to an id not defined before it (" +
+                  std::to_string(id) + "); the tokenizer file is corrupt, retrain it");
+    }
+    if (!merge_id_.emplace(pair_key(a, b), id).second) {
+      throw Error(origin + ": merge " + std::to_string(i) + " repeats an earlier pair; the " +
+                  "tokenizer file is corrupt, retrain it");
+    }
+    token_bytes_.push_back(token_bytes_[a] + token_bytes_[b]);
+  }
+  for (const char* name : kSpecialNames) token_bytes_.emplace_back(name);
+}
+
+const std::string& Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw Error("token id " + std::to_string(id) + " is outside the tokenizer's vocabulary [0, " +
+                std::to_string(vocab_size()) + "); was the data made with another tokenizer?");
+  }
+  return token_bytes_[id];
+}
+
+void Tokenizer::encode_chunk(std::string_view chunk, std::vector<int32_t>& out) const {
+  {
+    std::lock_guard<std::mutex> lock(cache_->mutex);
+    auto it = cache_->entries.find(chunk);
+    if (it != cache_->entries.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> symbols(chunk.size());
+  for (size_t i = 0; i < chunk.size(); ++i) symbols[i] = static_cast<unsigned char>(chunk[i]);
+  while (symbols.size() > 1) {
+    int32_t best = std::numeric_limits<int32_t>::max();
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      auto it = merge_id_.find(pair_key(symbols[i], symbols[i + 1]));
+      if (it != merge_id_.end() && it->second < best) best = it->second;
+    }
+    if (best == std::numeric_limits<int32_t>::max()) break;
+    auto [a, b] = merges_[best - 256];
+    size_t write = 0;
+    for (size_t read = 0; read < symbols.size(); ++read) {
+      if (read + 1 < symbols.size() && symbols[read] == a && symbols[read + 1] == b) {
+        symbols[write++] = best;
+        ++read;
+      } else {
+        symbols[write++] = symbols[read];
+      }
+    }
+    symbols.resize(write);
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  std::lock_guard<std::mutex> lock(cache_->mutex);
+  if (cache_->entries.size() >= kMaxCacheEntries) cache_->entries.clear();
+  cache_->entries.emplace(std::string(chunk), std::move(symbols));
+}
+
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
+  pretokenize(text, [&](std::string_view chunk) { encode_chunk(chunk, out); });
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 1);
+  encode_append(text, ids);
+  return ids;
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string text;
+  for (int32_t id : ids) text += token_bytes(id);
+  return text;
+}
+
+void Tokenizer::save(const std::string& path) const {
+  nlohmann::json j;
+  j["format"] = kFormat;
+  j["version"] = kFormatVersion;
+  j["pretokenizer"] = "gpt2-bytes-v1";
+  j["vocab_size"] = vocab_size();
+  nlohmann::json merges = nlohmann::json::array();
+  for (auto [a, b] : merges_) merges.push_back({a, b});
+  j["merges"] = merges;
+  nlohmann::json specials;
+  for (int k = 0; k < kNumSpecialTokens; ++k) specials[kSpecialNames[k]] = special_base() + k;
+  j["special_tokens"] = specials;
+  write_file_atomic(path, {j.dump(1), "\n"});
+}
+
+Tokenizer Tokenizer::load(const std::string& path) {
+  std::string text = read_file(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("tokenizer '" + path + "' is not valid JSON (" + e.what() +
+                "); retrain it with 'trillion tokenizer train'");
+  }
+  auto fail = [&](const std::string& what) -> Error {
+    return Error("tokenizer '" + path + "': " + what +
+                 "; retrain it with 'trillion tokenizer train'");
+  };
+  if (!j.is_object() || j.value("format", "") != kFormat)
+    throw fail("not a trillion-bpe tokenizer");
+  if (j.value("version", 0) != kFormatVersion) {
+    throw fail("format version " + j.value("version", nlohmann::json()).dump() + " is not " +
+               std::to_string(kFormatVersion));
+  }
+  std::vector<std::pair<int32_t, int32_t>> merges;
+  try {
+    for (const auto& m : j.at("merges"))
+      merges.emplace_back(m.at(0).get<int32_t>(), m.at(1).get<int32_t>());
+  } catch (const nlohmann::json::exception& e) {
+    throw fail(std::string("bad 'merges' field (") + e.what() + ")");
+  }
+  Tokenizer tokenizer(std::move(merges), "tokenizer '" + path + "'");
+  if (j.value("vocab_size", -1) != tokenizer.vocab_size()) {
+    throw fail("vocab_size " + j.value("vocab_size", nlohmann::json()).dump() +
+               " does not match its " + std::to_string(tokenizer.merges().size()) + " merges");
+  }
+  return tokenizer;
+}
+
+void check_tokenizer_matches(const Tokenizer& tokenizer, const std::string& tokenizer_path,
+                             int64_t vocab_size, const std::string& other) {
+  if (tokenizer.vocab_size() != vocab_size) {
+    throw Error("vocabulary mismatch: tokenizer '" + tokenizer_path + "' has vocab size " +
+                std::to_string(tokenizer.vocab_size()) + " but " + other + " has vocab size " +
+                std::to_string(vocab_size) + "; use the tokenizer the data was prepared with");
+  }
+}
+
+}  // namespace trillion::data
