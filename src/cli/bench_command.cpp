@@ -1,9 +1,161 @@
-// `trillion bench`: placeholder.
+// `trillion bench`: measured performance, always as a ratio against a reference measured in the
+// same run (never against a datasheet number).
+//   bench gemm  — fp32 GEMM peak of this machine with the engine's BLAS and thread count;
+//   bench step  — forward + backward + optimizer of a config: tokens/s and MFU against that peak.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
-#include "core/error.h"
+#include "core/philox.h"
+#include "core/timer.h"
+#include "plan/transformer_cost.h"
+#include "train/step_runner.h"
 
 namespace trillion::cli {
 
-int bench_command(int, char**) { throw Error("'trillion bench' is not implemented yet"); }
+namespace {
+
+struct GemmPeak {
+  double gflops = 0;
+  int threads = 0;
+  int64_t size = 0;
+};
+
+// Best of `reps` square fp32 GEMMs of `size` after one warm-up.
+GemmPeak measure_gemm_peak(int64_t size, int reps) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  Buffer a(tracker, MemoryCategory::workspace, DType::f32, size * size);
+  Buffer b(tracker, MemoryCategory::workspace, DType::f32, size * size);
+  Buffer c(tracker, MemoryCategory::workspace, DType::f32, size * size);
+  be->fill(a.flat(), 0.5);
+  be->fill(b.flat(), 0.25);
+  double best = 1e30;
+  for (int r = 0; r <= reps; ++r) {
+    Timer t;
+    be->gemm(c.view(0, {size, size}), false, false, a.view(0, {size, size}),
+             b.view(0, {size, size}), 1.0, 0.0);
+    if (r > 0) best = std::min(best, t.seconds());
+  }
+  return {2.0 * size * size * size / best / 1e9, be->threads(), size};
+}
+
+nlohmann::json memory_json(const MemoryTracker& t, bool peak) {
+  nlohmann::json j;
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    j[std::string(memory_category_name(cat))] = peak ? t.peak(cat) : t.current(cat);
+  }
+  return j;
+}
+
+int bench_gemm(int64_t size, int reps, bool json) {
+  const GemmPeak p = measure_gemm_peak(size, reps);
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"gflops", p.gflops}, {"threads", p.threads},
+                                       {"size", p.size}, {"dtype", "f32"}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("fp32 GEMM %lld^3 on %d threads: %.1f GFLOP/s (best of %d)\n",
+                static_cast<long long>(size), p.threads, p.gflops, reps);
+  }
+  return 0;
+}
+
+int bench_step(const std::string& config_path, const std::vector<std::string>& overrides,
+               int steps, int64_t gemm_size, bool json) {
+  const RunConfig cfg = load_run_config(config_path, overrides);
+  const GemmPeak peak = measure_gemm_peak(gemm_size, 3);
+
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  StepRunner runner(cfg, *be, tracker);
+  runner.model().init_parameters(cfg.train.seed);
+  const int64_t vocab = cfg.data.vocab;
+  const Philox rng(cfg.train.seed, "bench:tokens");
+  int64_t counter = 0;
+  auto random_batch = [&](int64_t, int64_t, int32_t* tokens, int32_t* targets) {
+    const int64_t n = cfg.train.micro_batch * cfg.model.seq_len;
+    for (int64_t i = 0; i < n; ++i) {
+      tokens[i] = static_cast<int32_t>(rng.below(counter++, vocab));
+      targets[i] = static_cast<int32_t>(rng.below(counter++, vocab));
+    }
+  };
+  runner.step(0, random_batch);  // warm-up: first touches, thread pools
+  tracker.reset_peaks();
+  double seconds = 0, loss = 0;
+  for (int s = 1; s <= steps; ++s) {
+    const StepStats st = runner.step(s, random_batch);
+    seconds += st.seconds;
+    loss = st.loss;
+    if (!json) {
+      std::fprintf(stderr, "step %d/%d: %.3f s, loss %.4f\n", s, steps, st.seconds, st.loss);
+    }
+  }
+  const double tokens_per_s = static_cast<double>(runner.tokens_per_step()) * steps / seconds;
+  const double flops_per_token =
+      plan::training_flops_per_token(cfg.model.shape(), cfg.model.seq_len);
+  const double mfu = flops_per_token * tokens_per_s / (peak.gflops * 1e9);
+  const plan::ParameterCount params = plan::count_parameters(cfg.model.shape());
+  nlohmann::json j{{"config", config_path},
+                   {"steps", steps},
+                   {"tokens_per_step", runner.tokens_per_step()},
+                   {"seconds_per_step", seconds / steps},
+                   {"tokens_per_s", tokens_per_s},
+                   {"model_flops_per_token", flops_per_token},
+                   {"achieved_gflops", flops_per_token * tokens_per_s / 1e9},
+                   {"peak_gflops", peak.gflops},
+                   {"mfu", mfu},
+                   {"threads", be->threads()},
+                   {"params", params.total},
+                   {"final_loss", loss},
+                   {"memory", memory_json(tracker, true)}};
+  if (json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s: %lld params, %.0f tokens/s, %.2f s/step, %.1f GFLOP/s of %.1f peak: MFU %.1f%%\n",
+                config_path.c_str(), static_cast<long long>(params.total), tokens_per_s,
+                seconds / steps, flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu);
+    for (auto& [k, v] : j["memory"].items()) {
+      std::printf("  memory %-12s %10.2f MiB\n", k.c_str(), v.get<double>() / (1 << 20));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int bench_command(int argc, char** argv) {
+  CLI::App app{"Measure this machine and the engine: GEMM peak, training step throughput and MFU"};
+  app.require_subcommand(1);
+  bool json = false;
+  int64_t size = 2048;
+  int reps = 5;
+  auto* gemm = app.add_subcommand("gemm", "fp32 GEMM peak with the engine's BLAS and threads");
+  gemm->add_option("--size", size, "matrix size (square)")->check(CLI::Range(64, 16384));
+  gemm->add_option("--reps", reps, "timed repetitions (best is reported)")->check(CLI::Range(1, 100));
+  gemm->add_flag("--json", json, "print one JSON object");
+
+  std::string config;
+  std::vector<std::string> overrides;
+  int steps = 3;
+  auto* step = app.add_subcommand("step", "forward + backward + optimizer step: tokens/s and MFU");
+  step->add_option("config", config, "run config (TOML)")->required()->check(CLI::ExistingFile);
+  step->add_option("--steps", steps, "timed steps after one warm-up step")->check(CLI::Range(1, 1000));
+  step->add_option("--set", overrides, "override a config key: section.key=value");
+  step->add_option("--gemm-size", size, "size of the GEMM that measures the peak");
+  step->add_flag("--json", json, "print one JSON object");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (gemm->parsed()) return bench_gemm(size, reps, json);
+  return bench_step(config, overrides, steps, size, json);
+}
 
 }  // namespace trillion::cli

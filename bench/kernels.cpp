@@ -1,0 +1,95 @@
+// Google Benchmark of the CPU backend's kernels at the shapes of configs/bench-d512.toml
+// (N = 2048 tokens, C = 512, F = 1536, V = 8192, T = 256, 8 heads of 64). Reports GFLOP/s or
+// bytes/s so kernels can be compared with `trillion bench gemm`'s peak.
+#include <benchmark/benchmark.h>
+
+#include "backend/backend.h"
+
+using namespace trillion;
+
+namespace {
+
+struct Fixture {
+  MemoryTracker tracker;
+  std::unique_ptr<Backend> be = make_cpu_backend(tracker);
+  Buffer take(int64_t n) {
+    Buffer b(tracker, MemoryCategory::workspace, DType::f32, n);
+    be->fill(b.flat(), 0.01);
+    return b;
+  }
+};
+
+void BM_Gemm(benchmark::State& state) {
+  Fixture f;
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  Buffer a = f.take(M * K), b = f.take(N * K), c = f.take(M * N);
+  for (auto _ : state) {
+    f.be->gemm(c.view(0, {M, N}), false, true, a.view(0, {M, K}), b.view(0, {N, K}), 1.0, 0.0);
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Gemm)->Args({2048, 1536, 512})->Args({2048, 3072, 512})->Args({2048, 512, 1536})
+    ->Args({256, 8192, 512})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Attention(benchmark::State& state) {
+  Fixture f;
+  AttentionShape s{8, state.range(0), 8, 8, 64};
+  const int64_t N = s.B * s.T;
+  Buffer qkv = f.take(N * s.qkv_width()), out = f.take(N * s.NH * s.HD);
+  Buffer probs = f.take(s.B * s.NH * s.T * s.T), dqkv = f.take(N * s.qkv_width());
+  for (auto _ : state) {
+    f.be->attention_forward(out.view(0, {N, s.NH * s.HD}), probs.view(0, {s.B, s.NH, s.T, s.T}),
+                            qkv.view(0, {N, s.qkv_width()}), s);
+    f.be->attention_backward(dqkv.view(0, {N, s.qkv_width()}), out.view(0, {N, s.NH * s.HD}),
+                             qkv.view(0, {N, s.qkv_width()}),
+                             probs.view(0, {s.B, s.NH, s.T, s.T}), s);
+  }
+  // Forward 2 GEMMs + backward 4 of B*NH*T*T*HD each (full square, as computed).
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      12.0 * s.B * s.NH * s.T * s.T * s.HD, benchmark::Counter::kIsIterationInvariantRate,
+      benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_Attention)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_RmsNorm(benchmark::State& state) {
+  Fixture f;
+  const int64_t N = 2048, C = 512;
+  Buffer x = f.take(N * C), out = f.take(N * C), w = f.take(C), rstd = f.take(N);
+  for (auto _ : state) {
+    f.be->rmsnorm_forward(out.view(0, {N, C}), rstd.view(0, {N}), x.view(0, {N, C}),
+                          w.view(0, {C}), 1e-5);
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * N * C * 4);
+}
+BENCHMARK(BM_RmsNorm)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_Swiglu(benchmark::State& state) {
+  Fixture f;
+  const int64_t N = 2048, F = 1536;
+  Buffer gu = f.take(N * 2 * F), out = f.take(N * F), d = f.take(N * 2 * F);
+  for (auto _ : state) {
+    f.be->swiglu_forward(out.view(0, {N, F}), gu.view(0, {N, 2 * F}));
+    f.be->swiglu_backward(d.view(0, {N, 2 * F}), out.view(0, {N, F}), gu.view(0, {N, 2 * F}));
+  }
+  state.SetItemsProcessed(state.iterations() * N * F);
+}
+BENCHMARK(BM_Swiglu)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_CrossEntropy(benchmark::State& state) {
+  Fixture f;
+  const int64_t N = 256, V = 8192;
+  Buffer logits = f.take(N * V), losses = f.take(N), lse = f.take(N);
+  std::vector<int32_t> targets(N, 3);
+  for (auto _ : state) {
+    f.be->cross_entropy_forward(losses.view(0, {N}), lse.view(0, {N}), logits.view(0, {N, V}),
+                                targets.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N * V);
+}
+BENCHMARK(BM_CrossEntropy)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

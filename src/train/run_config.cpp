@@ -1,0 +1,266 @@
+// See run_config.h. The only translation unit that includes toml++ (it is heavy to compile).
+#include "train/run_config.h"
+
+#include <fmt/format.h>
+
+#include <set>
+#include <fstream>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+
+namespace trillion {
+
+namespace {
+
+// Reads typed keys of one [section], remembering which were used so leftovers are reported.
+class SectionReader {
+ public:
+  SectionReader(const toml::table* table, std::string section, std::string source)
+      : table_(table), section_(std::move(section)), source_(std::move(source)) {}
+
+  template <typename T>
+  void read(const char* key, T& out) {
+    used_.insert(key);
+    if (table_ == nullptr) return;
+    const toml::node* node = table_->get(key);
+    if (node == nullptr) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (auto v = node->value<bool>()) return void(out = *v);
+    } else if constexpr (std::is_integral_v<T>) {
+      if (auto v = node->value<int64_t>()) return void(out = static_cast<T>(*v));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      if (auto v = node->value<double>()) return void(out = *v);
+    } else {
+      if (auto v = node->value<std::string>()) return void(out = *v);
+    }
+    throw Error(fmt::format("{}: {}.{} has the wrong type (expected {})", source_, section_, key,
+                            type_name<T>()));
+  }
+
+  void reject_unknown() const {
+    if (table_ == nullptr) return;
+    for (const auto& [key, node] : *table_) {
+      if (!used_.count(std::string(key.str()))) {
+        throw Error(fmt::format("{}: unknown key '{}.{}' (known keys: {})", source_, section_,
+                                key.str(), known()));
+      }
+    }
+  }
+
+ private:
+  template <typename T>
+  static const char* type_name() {
+    if constexpr (std::is_same_v<T, bool>) return "true or false";
+    if constexpr (std::is_integral_v<T>) return "an integer";
+    if constexpr (std::is_floating_point_v<T>) return "a number";
+    return "a string";
+  }
+  std::string known() const {
+    std::string s;
+    for (const auto& k : used_) s += (s.empty() ? "" : ", ") + k;
+    return s;
+  }
+  const toml::table* table_;
+  std::string section_, source_;
+  std::set<std::string> used_;
+};
+
+void apply_override(toml::table& root, const std::string& assignment, const std::string& source) {
+  const size_t eq = assignment.find('=');
+  const size_t dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq) {
+    throw Error(fmt::format("--set '{}': expected section.key=value, e.g. --set train.steps=100",
+                            assignment));
+  }
+  const std::string section = assignment.substr(0, dot);
+  const std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  const std::string value = assignment.substr(eq + 1);
+  toml::table* table = root[section].as_table();
+  if (table == nullptr) {
+    root.insert(section, toml::table{});
+    table = root[section].as_table();
+  }
+  try {
+    toml::table parsed = toml::parse("v = " + value);
+    table->insert_or_assign(key, *parsed.get("v"));
+  } catch (const toml::parse_error&) {
+    table->insert_or_assign(key, value);  // a bare word: take it as a string
+  }
+  (void)source;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& text, const std::string& source,
+                           const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line,
+                            e.source().begin.column, e.description()));
+  }
+  for (const std::string& o : overrides) apply_override(root, o, source);
+  for (const auto& [key, node] : root) {
+    const std::string k(key.str());
+    if (k != "model" && k != "train" && k != "optim" && k != "data") {
+      throw Error(fmt::format("{}: unknown section [{}] (sections: model, train, optim, data)",
+                              source, k));
+    }
+    if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
+  }
+  RunConfig rc;
+  rc.source = source;
+
+  SectionReader m(root["model"].as_table(), "model", source);
+  ModelConfig& mc = rc.model;
+  std::string dtype = std::string(dtype_name(mc.dtype));
+  m.read("vocab_size", mc.vocab_size);
+  m.read("d_model", mc.d_model);
+  m.read("n_layers", mc.n_layers);
+  m.read("n_heads", mc.n_heads);
+  m.read("n_kv_heads", mc.n_kv_heads);
+  m.read("head_dim", mc.head_dim);
+  m.read("ffn_hidden", mc.ffn_hidden);
+  m.read("seq_len", mc.seq_len);
+  m.read("tied_embeddings", mc.tied_embeddings);
+  m.read("rope_theta", mc.rope_theta);
+  m.read("norm_eps", mc.norm_eps);
+  m.read("init_std", mc.init_std);
+  m.read("dtype", dtype);
+  m.reject_unknown();
+  mc.dtype = parse_dtype(dtype);
+  try {
+    mc.validate();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
+
+  SectionReader t(root["train"].as_table(), "train", source);
+  TrainConfig& tc = rc.train;
+  t.read("micro_batch", tc.micro_batch);
+  t.read("grad_accum", tc.grad_accum);
+  t.read("steps", tc.steps);
+  t.read("seed", tc.seed);
+  t.read("log_every", tc.log_every);
+  t.read("eval_every", tc.eval_every);
+  t.read("eval_batches", tc.eval_batches);
+  t.read("checkpoint_every", tc.checkpoint_every);
+  t.read("keep_checkpoints", tc.keep_checkpoints);
+  t.reject_unknown();
+  auto at_least = [&](const char* key, int64_t v, int64_t lo) {
+    if (v < lo) throw Error(fmt::format("{}: {} = {} must be >= {}", source, key, v, lo));
+  };
+  at_least("train.micro_batch", tc.micro_batch, 1);
+  at_least("train.grad_accum", tc.grad_accum, 1);
+  at_least("train.steps", tc.steps, 0);
+  at_least("train.log_every", tc.log_every, 1);
+  at_least("train.eval_every", tc.eval_every, 0);
+  at_least("train.eval_batches", tc.eval_batches, 1);
+  at_least("train.checkpoint_every", tc.checkpoint_every, 0);
+  at_least("train.keep_checkpoints", tc.keep_checkpoints, 1);
+
+  SectionReader o(root["optim"].as_table(), "optim", source);
+  OptimConfig& oc = rc.optim;
+  o.read("name", oc.name);
+  o.read("lr", oc.lr);
+  o.read("min_lr", oc.min_lr);
+  o.read("beta1", oc.beta1);
+  o.read("beta2", oc.beta2);
+  o.read("eps", oc.eps);
+  o.read("weight_decay", oc.weight_decay);
+  o.read("grad_clip", oc.grad_clip);
+  o.read("schedule", oc.schedule);
+  o.read("warmup_steps", oc.warmup_steps);
+  o.read("decay_fraction", oc.decay_fraction);
+  o.reject_unknown();
+  if (oc.name != "adamw") {
+    throw Error(fmt::format("{}: optim.name = '{}': supported optimizers: adamw", source, oc.name));
+  }
+  if (!(oc.lr > 0) || oc.min_lr < 0 || oc.min_lr > oc.lr) {
+    throw Error(fmt::format("{}: need 0 <= optim.min_lr <= optim.lr and optim.lr > 0 (got lr {}, "
+                            "min_lr {})", source, oc.lr, oc.min_lr));
+  }
+  if (!(oc.beta1 >= 0 && oc.beta1 < 1 && oc.beta2 >= 0 && oc.beta2 < 1)) {
+    throw Error(fmt::format("{}: optim.beta1/beta2 must be in [0, 1)", source));
+  }
+  at_least("optim.warmup_steps", oc.warmup_steps, 0);
+  if (oc.schedule != "constant" && oc.schedule != "cosine" && oc.schedule != "wsd") {
+    throw Error(fmt::format("{}: optim.schedule = '{}': expected constant, cosine or wsd", source,
+                            oc.schedule));
+  }
+
+  SectionReader d(root["data"].as_table(), "data", source);
+  DataConfig& dc = rc.data;
+  d.read("source", dc.source);
+  d.read("path", dc.path);
+  d.read("order", dc.order);
+  d.read("vocab", dc.vocab);
+  d.read("seed", dc.seed);
+  d.read("tokens", dc.tokens);
+  d.read("val_fraction", dc.val_fraction);
+  d.reject_unknown();
+  if (dc.source != "random" && dc.source != "markov" && dc.source != "shards") {
+    throw Error(fmt::format("{}: data.source = '{}': expected random, markov or shards", source,
+                            dc.source));
+  }
+  if (dc.source == "shards" && dc.path.empty()) {
+    throw Error(fmt::format("{}: data.source = 'shards' needs data.path (the output of 'trillion "
+                            "data prepare')", source));
+  }
+  if (dc.vocab == 0) dc.vocab = mc.vocab_size;
+  if (dc.vocab > mc.vocab_size) {
+    throw Error(fmt::format("{}: data.vocab = {} exceeds model.vocab_size = {}", source, dc.vocab,
+                            mc.vocab_size));
+  }
+  return rc;
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("cannot read config file '{}'", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_run_config(ss.str(), path, overrides);
+}
+
+std::string to_toml(const RunConfig& c) {
+  const ModelConfig& m = c.model;
+  toml::table model{{"vocab_size", m.vocab_size}, {"d_model", m.d_model},
+                    {"n_layers", m.n_layers},     {"n_heads", m.n_heads},
+                    {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim},
+                    {"ffn_hidden", m.ffn_hidden}, {"seq_len", m.seq_len},
+                    {"tied_embeddings", m.tied_embeddings}, {"rope_theta", m.rope_theta},
+                    {"norm_eps", m.norm_eps},     {"init_std", m.init_std},
+                    {"dtype", std::string(dtype_name(m.dtype))}};
+  const TrainConfig& t = c.train;
+  toml::table train{{"micro_batch", t.micro_batch},
+                    {"grad_accum", t.grad_accum},
+                    {"steps", t.steps},
+                    {"seed", static_cast<int64_t>(t.seed)},
+                    {"log_every", t.log_every},
+                    {"eval_every", t.eval_every},
+                    {"eval_batches", t.eval_batches},
+                    {"checkpoint_every", t.checkpoint_every},
+                    {"keep_checkpoints", t.keep_checkpoints}};
+  const OptimConfig& o = c.optim;
+  toml::table optim{{"name", o.name},         {"lr", o.lr},
+                    {"min_lr", o.min_lr},     {"beta1", o.beta1},
+                    {"beta2", o.beta2},       {"eps", o.eps},
+                    {"weight_decay", o.weight_decay}, {"grad_clip", o.grad_clip},
+                    {"schedule", o.schedule}, {"warmup_steps", o.warmup_steps},
+                    {"decay_fraction", o.decay_fraction}};
+  const DataConfig& d = c.data;
+  toml::table data{{"source", d.source}, {"path", d.path},
+                   {"order", d.order},   {"vocab", d.vocab},
+                   {"seed", static_cast<int64_t>(d.seed)}, {"tokens", d.tokens},
+                   {"val_fraction", d.val_fraction}};
+  toml::table root{{"model", model}, {"train", train}, {"optim", optim}, {"data", data}};
+  std::stringstream ss;
+  ss << root << "\n";
+  return ss.str();
+}
+
+}  // namespace trillion

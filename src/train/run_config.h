@@ -1,0 +1,66 @@
+// RunConfig: everything a run is configured by, parsed from a TOML file plus `--set
+// section.key=value` overrides, validated before anything is allocated. Unknown sections and
+// keys are errors (a typo must not silently fall back to a default). to_toml() writes the fully
+// resolved config, which is what a run directory records and what --resume reads back.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace trillion {
+
+struct TrainConfig {
+  int64_t micro_batch = 8;     // B: sequences per micro-batch
+  int64_t grad_accum = 1;      // micro-batches per optimizer step
+  int64_t steps = 100;         // optimizer steps
+  uint64_t seed = 1234;        // parameter init and data order
+  int64_t log_every = 10;      // steps between progress lines
+  int64_t eval_every = 0;      // steps between validation passes (0: only at the end)
+  int64_t eval_batches = 8;    // micro-batches per validation pass
+  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
+  int64_t keep_checkpoints = 2;  // newest checkpoints kept on disk
+};
+
+struct OptimConfig {
+  std::string name = "adamw";
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;        // global norm; 0 disables
+  std::string schedule = "cosine";  // constant | cosine | wsd
+  int64_t warmup_steps = 0;
+  double decay_fraction = 0.2;   // wsd: fraction of steps in the final decay
+};
+
+struct DataConfig {
+  std::string source = "random";  // random | markov | shards
+  std::string path;               // shards: directory or file prefix written by `data prepare`
+  int64_t order = 1;              // markov: context length K
+  int64_t vocab = 0;              // markov/random: token range (0: model.vocab_size)
+  uint64_t seed = 1;              // markov: chain seed
+  int64_t tokens = 1'000'000;     // markov: stream length
+  double val_fraction = 0.05;     // markov: tail of the stream held out for validation
+};
+
+struct RunConfig {
+  ModelConfig model;
+  TrainConfig train;
+  OptimConfig optim;
+  DataConfig data;
+  std::string source;  // where it came from, for messages
+};
+
+// Parses `path`, applies `overrides` ("section.key=value"; the value is read as TOML, or as a
+// string if it does not parse), validates. Throws Error naming the file, key and fix.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+// The same from TOML text (tests; `source` names it in messages).
+RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
+                           const std::vector<std::string>& overrides);
+// The fully resolved config as TOML.
+std::string to_toml(const RunConfig& config);
+
+}  // namespace trillion
