@@ -1,9 +1,126 @@
-// `trillion schedule`: placeholder until its issue lands; replaced by the real command.
+// `trillion schedule`: generate a pipeline schedule, validate it, simulate it with the given op
+// costs and show it as a rank x time grid, an SVG timeline and/or JSON (bubble fraction, peak
+// in-flight activations per rank and the per-rank action lists in their 2F0 text form).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "schedule/generators.h"
+#include "schedule/render.h"
+#include "schedule/simulator.h"
 
 namespace trillion::cli {
+namespace {
 
-int schedule_command(int, char**) { throw Error("'trillion schedule' is not implemented yet"); }
+schedule::OpCosts parse_costs(const std::string& text) {
+  std::vector<double> v;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    try {
+      size_t used = 0;
+      v.push_back(std::stod(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw Error(fmt::format("--costs '{}': '{}' is not a number; use F,B,W or F,B,W,COMM, "
+                              "e.g. 1,1,1 or 1,1.2,0.8,0.05",
+                              text, item));
+    }
+  }
+  if (v.size() != 3 && v.size() != 4)
+    throw Error(fmt::format("--costs '{}' has {} values; use F,B,W or F,B,W,COMM", text,
+                            v.size()));
+  return {v[0], v[1], v[2], v.size() == 4 ? v[3] : 0.0};
+}
+
+}  // namespace
+
+int schedule_command(int argc, char** argv) {
+  CLI::App app{"Generate, validate, simulate and draw a pipeline schedule.", "trillion schedule"};
+  std::string kind_name, costs_text = "1,1,1", svg_path;
+  int stages = 4, microbatches = 8, chunks = 0;
+  bool json = false, show_actions = false;
+  app.add_option("--kind", kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipe")
+      ->required();
+  app.add_option("--stages", stages, "pipeline ranks P")->capture_default_str();
+  app.add_option("--microbatches", microbatches, "micro-batches per step M")
+      ->capture_default_str();
+  app.add_option("--chunks", chunks, "model chunks per rank V (interleaved; default 2)");
+  app.add_option("--costs", costs_text,
+                 "op times F,B,W[,COMM] of one full stage (B = input grad, W = weight grad)")
+      ->capture_default_str();
+  app.add_option("--svg", svg_path, "write an SVG timeline to this file");
+  app.add_flag("--json", json, "print JSON (bubble_fraction, peak_inflight, actions, ...)");
+  app.add_flag("--actions", show_actions, "also print each rank's action list");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const schedule::ScheduleKind kind = schedule::parse_schedule_kind(kind_name);
+  if (chunks == 0)
+    chunks = kind == schedule::ScheduleKind::kInterleaved || kind == schedule::ScheduleKind::kDualPipe
+                 ? 2
+                 : 1;
+  const schedule::OpCosts costs = parse_costs(costs_text);
+  const schedule::Schedule s =
+      schedule::generate_schedule(kind, stages, microbatches, chunks, costs);
+  const auto problems = schedule::validate(s);
+  if (!problems.empty())
+    throw Error(fmt::format("internal: generated schedule is invalid: {}", problems.front()));
+  const schedule::Simulation sim = schedule::simulate(s, costs);
+  if (!svg_path.empty()) {
+    std::ofstream out(svg_path);
+    if (!out) throw Error(fmt::format("--svg {}: cannot open the file for writing", svg_path));
+    out << schedule::render_svg(s, sim);
+  }
+  if (json) {
+    nlohmann::json j;
+    j["kind"] = std::string(schedule::schedule_kind_name(kind));
+    j["stages"] = stages;
+    j["microbatches"] = microbatches;
+    j["chunks"] = s.num_chunks;
+    j["costs"] = {{"forward", costs.forward},
+                  {"backward_input", costs.backward_input},
+                  {"backward_weight", costs.backward_weight},
+                  {"comm", costs.comm}};
+    j["makespan"] = sim.makespan;
+    j["bubble_fraction"] = sim.bubble_fraction;
+    j["peak_inflight"] = sim.peak_inflight;
+    j["busy"] = sim.busy;
+    nlohmann::json actions = nlohmann::json::array();
+    for (const auto& list : s.actions) {
+      nlohmann::json row = nlohmann::json::array();
+      for (const schedule::Action& a : list) row.push_back(schedule::to_string(a));
+      actions.push_back(row);
+    }
+    j["actions"] = actions;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("{} schedule: {} stages, {} micro-batches, {} chunk(s) per rank; "
+                           "costs F={} B={} W={} comm={}\n\n",
+                           schedule::schedule_kind_name(kind), stages, microbatches,
+                           s.num_chunks, costs.forward, costs.backward_input,
+                           costs.backward_weight, costs.comm);
+  std::cout << schedule::render_grid(s, sim);
+  std::cout << fmt::format("\nmakespan {:.3f} (time units of the costs); bubble {:.2f}% of rank "
+                           "time\npeak in-flight activations per rank (micro-batches of one "
+                           "stage):",
+                           sim.makespan, 100.0 * sim.bubble_fraction);
+  for (double p : sim.peak_inflight) std::cout << fmt::format(" {:g}", p);
+  std::cout << "\n";
+  if (show_actions) std::cout << "\n" << s.to_text();
+  if (!svg_path.empty()) std::cout << "SVG timeline written to " << svg_path << "\n";
+  return 0;
+}
 
 }  // namespace trillion::cli
