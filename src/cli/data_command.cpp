@@ -1,9 +1,216 @@
-// `trillion data`: placeholder until its issue lands; replaced by the real command.
+// `trillion data prepare|synth|inspect`: text files -> token shards with a train/validation
+// split, synthetic Markov shards with their exact entropy rate, and a look inside a shard.
+// Every output directory holds train.bin and val.bin (see data/shard.h for the layout).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/philox.h"
+#include "core/timer.h"
+#include "data/file_io.h"
+#include "data/markov.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
 
 namespace trillion::cli {
 
-int data_command(int, char**) { throw Error("'trillion data' is not implemented yet"); }
+namespace {
+
+void make_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create output directory '" + dir + "': " + ec.message());
+}
+
+// Splits text into documents at `separator`; empty documents are dropped.
+std::vector<std::string_view> split_documents(std::string_view text, std::string_view separator) {
+  std::vector<std::string_view> docs;
+  while (!text.empty()) {
+    size_t end = separator.empty() ? std::string_view::npos : text.find(separator);
+    std::string_view doc = text.substr(0, end);
+    if (!doc.empty()) docs.push_back(doc);
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + separator.size());
+  }
+  return docs;
+}
+
+int prepare(const std::string& tokenizer_path, const std::string& out,
+            const std::vector<std::string>& inputs, double val_fraction, uint64_t seed,
+            const std::string& separator) {
+  if (!(val_fraction >= 0 && val_fraction < 1)) {
+    throw Error("--val-fraction " + std::to_string(val_fraction) + " must be in [0, 1)");
+  }
+  Timer timer;
+  data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
+  std::vector<int32_t> train, val;
+  int64_t docs = 0, val_docs = 0, bytes = 0;
+  Philox split_rng(seed, "data.prepare.split");
+  std::vector<std::vector<int32_t>> last_doc_tokens;  // to move one document if val is empty
+  for (const std::string& path : inputs) {
+    std::string text = data::read_file(path);
+    bytes += static_cast<int64_t>(text.size());
+    for (std::string_view doc : split_documents(text, separator)) {
+      bool to_val = split_rng.uniform(static_cast<uint64_t>(docs)) < val_fraction;
+      std::vector<int32_t>& dest = to_val ? val : train;
+      size_t start = dest.size();
+      tokenizer.encode_append(doc, dest);
+      dest.push_back(tokenizer.eos_id());  // documents end with <|eos|>
+      if (!to_val && val_fraction > 0 && val.empty()) {
+        last_doc_tokens.assign(1, std::vector<int32_t>(dest.begin() + start, dest.end()));
+      }
+      ++docs;
+      val_docs += to_val;
+    }
+  }
+  if (docs == 0) throw Error("the input files contain no text; pass non-empty text files");
+  if (val_fraction > 0 && val.empty() && docs >= 2 && !last_doc_tokens.empty()) {
+    // Too few documents for the fraction to pick one: the last training document becomes val.
+    val = last_doc_tokens[0];
+    train.resize(train.size() - val.size());
+    val_docs = 1;
+  }
+  make_directory(out);
+  nlohmann::json meta = {
+      {"source", "text"},  {"inputs", inputs},          {"tokenizer", tokenizer_path},
+      {"documents", docs}, {"val_documents", val_docs}, {"val_fraction", val_fraction},
+      {"seed", seed},      {"input_bytes", bytes},      {"created_by", "trillion data prepare"}};
+  meta["split"] = "train";
+  data::write_shard(data::shard_path(out, data::Split::kTrain), train, tokenizer.vocab_size(),
+                    meta);
+  meta["split"] = "val";
+  data::write_shard(data::shard_path(out, data::Split::kValidation), val, tokenizer.vocab_size(),
+                    meta);
+  std::printf(
+      "prepared %lld documents (%lld bytes) in %.2f s: train %zu tokens, val %zu tokens "
+      "(%lld documents), %.3f bytes/token, vocab %d\nwrote %s and %s\n",
+      static_cast<long long>(docs), static_cast<long long>(bytes), timer.seconds(), train.size(),
+      val.size(), static_cast<long long>(val_docs),
+      static_cast<double>(bytes) / std::max<size_t>(1, train.size() + val.size()),
+      tokenizer.vocab_size(), data::shard_path(out, data::Split::kTrain).c_str(),
+      data::shard_path(out, data::Split::kValidation).c_str());
+  return 0;
+}
+
+int synth(const std::string& kind, const data::MarkovSpec& spec, const std::string& out) {
+  if (kind != "markov") throw Error("--kind " + kind + " is unknown; the only kind is markov");
+  data::validate(spec);
+  Timer timer;
+  data::MarkovChain chain(spec.order, spec.vocab, spec.seed, spec.sharpness);
+  make_directory(out);
+  nlohmann::json meta = {{"source", "markov"},
+                         {"markov",
+                          {{"order", spec.order},
+                           {"vocab", spec.vocab},
+                           {"seed", spec.seed},
+                           {"sharpness", spec.sharpness},
+                           {"tokens", spec.tokens},
+                           {"val_tokens", spec.val_tokens}}},
+                         {"entropy_rate", chain.entropy_rate()},
+                         {"entropy_rate_unit", "nats/token"},
+                         {"created_by", "trillion data synth"}};
+  for (data::Split split : {data::Split::kTrain, data::Split::kValidation}) {
+    meta["split"] = data::split_name(split);
+    int64_t count = split == data::Split::kTrain ? spec.tokens : spec.val_tokens;
+    data::write_shard(data::shard_path(out, split), chain.generate(count, data::split_name(split)),
+                      spec.vocab, meta);
+  }
+  std::printf(
+      "markov order %d vocab %d seed %llu: entropy rate %.6f nats/token (log V = %.6f)\n"
+      "wrote %lld train + %lld val tokens to %s in %.2f s\n",
+      spec.order, spec.vocab, static_cast<unsigned long long>(spec.seed), chain.entropy_rate(),
+      std::log(static_cast<double>(spec.vocab)), static_cast<long long>(spec.tokens),
+      static_cast<long long>(spec.val_tokens), out.c_str(), timer.seconds());
+  return 0;
+}
+
+int inspect(const std::string& path, const std::string& tokenizer_path, int64_t offset, int count) {
+  data::ShardDataset dataset({path});  // verifies checksums and token range
+  std::optional<data::Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) {
+    tokenizer.emplace(data::Tokenizer::load(tokenizer_path));
+    data::check_tokenizer_matches(*tokenizer, tokenizer_path, dataset.vocab_size(),
+                                  "shard '" + path + "'");
+  }
+  const data::ShardInfo& info = dataset.shards()[0];
+  std::printf(
+      "shard        %s\nformat       version %u, %u-byte tokens (uint%u)\n"
+      "vocab size   %lld\ntokens       %lld\nchecksum     %016llx (verified)\n"
+      "metadata     %s\n",
+      path.c_str(), info.version, info.token_bytes, info.token_bytes * 8,
+      static_cast<long long>(info.vocab_size), static_cast<long long>(info.num_tokens),
+      static_cast<unsigned long long>(info.token_checksum), info.metadata.dump().c_str());
+  if (info.num_tokens == 0) return 0;
+  offset = std::clamp<int64_t>(offset, 0, info.num_tokens - 1);
+  int64_t n = std::min<int64_t>(count, info.num_tokens - offset);
+  std::vector<int32_t> sample(n);
+  dataset.read_tokens(0, offset, n, sample.data());
+  std::string ids;
+  for (int32_t id : sample) ids += std::to_string(id) + " ";
+  std::printf("tokens[%lld:%lld] %s\n", static_cast<long long>(offset),
+              static_cast<long long>(offset + n), ids.c_str());
+  if (tokenizer) {
+    std::printf("decoded      %s\n",
+                nlohmann::json(tokenizer->decode(sample))
+                    .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                    .c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int data_command(int argc, char** argv) {
+  CLI::App app{"Prepare, synthesise and inspect token shards", "trillion data"};
+  app.require_subcommand(1);
+
+  auto* prep = app.add_subcommand("prepare", "tokenize text files into train/val shards");
+  std::string tokenizer_path, out, separator = "\n\n";
+  std::vector<std::string> inputs;
+  double val_fraction = 0.05;
+  uint64_t seed = 0;
+  prep->add_option("--tokenizer", tokenizer_path, "tokenizer JSON")->required();
+  prep->add_option("--out", out, "output directory (train.bin, val.bin)")->required();
+  prep->add_option("--val-fraction", val_fraction, "fraction of documents held out")
+      ->capture_default_str();
+  prep->add_option("--seed", seed, "seed of the document split")->capture_default_str();
+  prep->add_option("--doc-separator", separator, "documents are separated by this string")
+      ->capture_default_str();
+  prep->add_option("inputs", inputs, "text files (.gz allowed)")->required();
+
+  auto* syn = app.add_subcommand("synth", "write shards from a random Markov chain");
+  std::string kind = "markov";
+  data::MarkovSpec spec;
+  syn->add_option("--kind", kind, "source kind (markov)")->capture_default_str();
+  syn->add_option("--order", spec.order, "Markov order K")->capture_default_str();
+  syn->add_option("--vocab", spec.vocab, "vocabulary size V")->capture_default_str();
+  syn->add_option("--tokens", spec.tokens, "train tokens")->capture_default_str();
+  syn->add_option("--val-tokens", spec.val_tokens, "validation tokens")->capture_default_str();
+  syn->add_option("--seed", spec.seed, "seed of the chain and streams")->capture_default_str();
+  syn->add_option("--sharpness", spec.sharpness, "row peakedness (larger: lower entropy)")
+      ->capture_default_str();
+  syn->add_option("--out", out, "output directory (train.bin, val.bin)")->required();
+
+  auto* ins = app.add_subcommand("inspect", "print a shard's header and a decoded sample");
+  std::string shard;
+  int64_t offset = 0;
+  int count = 64;
+  ins->add_option("shard", shard, "shard file")->required();
+  ins->add_option("--tokenizer", tokenizer_path, "tokenizer JSON, to decode the sample");
+  ins->add_option("--offset", offset, "first token of the sample")->capture_default_str();
+  ins->add_option("--count", count, "tokens in the sample")->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (*prep) return prepare(tokenizer_path, out, inputs, val_fraction, seed, separator);
+  if (*syn) return synth(kind, spec, out);
+  return inspect(shard, tokenizer_path, offset, count);
+}
 
 }  // namespace trillion::cli

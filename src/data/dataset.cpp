@@ -39,6 +39,13 @@ void TokenDataset::read_window(int64_t sample, int seq_len, int32_t* window) con
   TRILLION_CHECK(false, "sample " + std::to_string(sample) + " out of range for " + describe());
 }
 
+void TokenDataset::read_tokens(int64_t piece, int64_t offset, int64_t count, int32_t* out) const {
+  TRILLION_CHECK(piece >= 0 && piece < num_pieces() && offset >= 0 && count >= 0 &&
+                     offset + count <= piece_tokens_[piece],
+                 "token range out of bounds for " + describe());
+  copy_tokens(piece, offset, count, out);
+}
+
 InMemoryDataset::InMemoryDataset(std::vector<int32_t> tokens, int64_t vocab_size,
                                  std::string description, std::optional<double> entropy_rate)
     : tokens_(std::move(tokens)),

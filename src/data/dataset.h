@@ -33,6 +33,8 @@ class TokenDataset {
   int64_t num_samples(int seq_len) const;
   // Copies the seq_len+1 tokens of sample `sample` (0 <= sample < num_samples) into window.
   void read_window(int64_t sample, int seq_len, int32_t* window) const;
+  // Copies tokens [offset, offset+count) of piece `piece` (bounds-checked).
+  void read_tokens(int64_t piece, int64_t offset, int64_t count, int32_t* out) const;
 
  protected:
   // Copies tokens [offset, offset+count) of piece `piece` into out.

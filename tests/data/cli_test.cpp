@@ -1,0 +1,167 @@
+// The `trillion tokenizer` and `trillion data` commands end to end (through the built binary):
+// synth shards equal the in-memory source token for token, prepare/inspect/encode/decode agree,
+// and bad inputs exit non-zero with a clear message while existing outputs stay intact.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "data/file_io.h"
+#include "data/loader.h"
+#include "data/markov.h"
+#include "data/shard.h"
+#include "data/source.h"
+#include "data/tokenizer.h"
+
+using namespace trillion;
+using namespace trillion::data;
+namespace fs = std::filesystem;
+
+namespace {
+struct Result {
+  int status;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  std::string command = std::string(TRILLION_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  Result result{-1, ""};
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
+  int raw = ::pclose(pipe);
+  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return result;
+}
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("trillion_cli_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string p(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+}  // namespace
+
+TEST_F(CliTest, SynthShardsEqualTheInMemorySource) {
+  Result r =
+      run("data synth --kind markov --order 2 --vocab 16 --tokens 20000 --val-tokens 3000 "
+          "--seed 9 --out " +
+          p("mk"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  MarkovSpec spec{.order = 2, .vocab = 16, .seed = 9, .tokens = 20000, .val_tokens = 3000};
+  EXPECT_TRUE(has(r.output, std::to_string(MarkovChain(2, 16, 9).entropy_rate()).substr(0, 6)))
+      << r.output;
+  for (Split split : {Split::kTrain, Split::kValidation}) {
+    DataSpec shards, markov;
+    shards.source = "shards";
+    shards.path = p("mk");
+    markov.markov = spec;
+    auto from_file = open_dataset(shards, split);
+    auto in_memory = open_dataset(markov, split);
+    ASSERT_EQ(from_file->num_tokens(), in_memory->num_tokens());
+    EXPECT_EQ(from_file->entropy_rate().value(), in_memory->entropy_rate().value());
+    DataLoader a(from_file, 32, 4), b(in_memory, 32, 4);
+    std::vector<int32_t> xa(32 * 8), ya(32 * 8), xb(32 * 8), yb(32 * 8);
+    a.batch(100, 8, xa.data(), ya.data());
+    b.batch(100, 8, xb.data(), yb.data());
+    EXPECT_EQ(xa, xb);
+    EXPECT_EQ(ya, yb);
+  }
+  Result inspect = run("data inspect " + p("mk/train.bin") + " --count 5");
+  EXPECT_EQ(inspect.status, 0);
+  EXPECT_TRUE(has(inspect.output, "tokens       20000") && has(inspect.output, "entropy_rate"))
+      << inspect.output;
+}
+
+TEST_F(CliTest, TokenizerAndPrepareEndToEnd) {
+  {
+    std::ofstream a(p("a.txt")), b(p("b.txt"));
+    for (int i = 0; i < 200; ++i)
+      a << "The quick brown fox jumps over the lazy dog " << i << ".\n\n";
+    b << "Another document, with <|eos|> in it and caf\xc3\xa9.\n";
+  }
+  Result r = run("tokenizer train --vocab 300 --out " + p("tok.json") + " " + p("a.txt") + " " +
+                 p("b.txt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  Tokenizer tok = Tokenizer::load(p("tok.json"));
+  EXPECT_EQ(tok.vocab_size(), 300);
+  r = run("tokenizer encode --tokenizer " + p("tok.json") + " --bos --text 'the fox'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output.substr(0, r.output.find(' ')), std::to_string(tok.bos_id()));
+  Result d = run("tokenizer decode --tokenizer " + p("tok.json") + " " + r.output);
+  EXPECT_EQ(d.output, "<|bos|>the fox");
+
+  r = run("data prepare --tokenizer " + p("tok.json") + " --val-fraction 0.1 --out " + p("ds") +
+          " " + p("a.txt") + " " + p("b.txt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  auto train = open_shard_dataset(p("ds"), Split::kTrain);
+  auto val = open_shard_dataset(p("ds"), Split::kValidation);
+  EXPECT_EQ(train->vocab_size(), 300);
+  EXPECT_GT(val->num_tokens(), 0);
+  // Every document ends with <|eos|>; decoding all tokens gives back the documents' text.
+  std::vector<int32_t> ids(train->num_tokens());
+  train->read_tokens(0, 0, train->num_tokens(), ids.data());
+  EXPECT_EQ(ids.back(), tok.eos_id());
+  EXPECT_TRUE(has(tok.decode(ids), " lazy dog 17.<|eos|>The quick") ||
+              has(tok.decode(ids), " lazy dog 18.<|eos|>The quick"));
+  Result inspect = run("data inspect " + p("ds/val.bin") + " --tokenizer " + p("tok.json"));
+  EXPECT_EQ(inspect.status, 0) << inspect.output;
+  EXPECT_TRUE(has(inspect.output, "decoded")) << inspect.output;
+}
+
+TEST_F(CliTest, BadInputsFailClearlyAndLeaveFilesIntact) {
+  ASSERT_EQ(run("data synth --order 1 --vocab 8 --tokens 1000 --out " + p("mk")).status, 0);
+  std::string before = slurp(p("mk/train.bin"));
+
+  Result r = run("data synth --order 1 --vocab 1 --tokens 1000 --out " + p("mk"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "vocab = 1")) << r.output;
+  r = run("data inspect " + p("missing.bin"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "missing.bin")) << r.output;
+  r = run("data prepare --tokenizer " + p("no_tok.json") + " --out " + p("mk") + " " + p("x.txt"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "no_tok.json")) << r.output;
+
+  // A truncated copy is reported; the original is untouched by all of the above.
+  std::string truncated = before.substr(0, before.size() / 2);
+  std::ofstream(p("t.bin"), std::ios::binary) << truncated;
+  r = run("data inspect " + p("t.bin"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "truncated")) << r.output;
+  EXPECT_EQ(slurp(p("mk/train.bin")), before);
+
+  // Tokenizer/data vocab mismatch.
+  { std::ofstream(p("a.txt")) << "some text for a tokenizer, some text again\n"; }
+  ASSERT_EQ(run("tokenizer train --vocab 270 --out " + p("tok.json") + " " + p("a.txt")).status, 0);
+  r = run("data inspect " + p("mk/train.bin") + " --tokenizer " + p("tok.json"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "vocabulary mismatch")) << r.output;
+  const int vocab = Tokenizer::load(p("tok.json")).vocab_size();  // <= 270: tiny corpus
+  r = run("tokenizer decode --tokenizer " + p("tok.json") + " 5 9999");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "token id 9999")) << r.output;
+  r = run("tokenizer train --vocab 100 --out " + p("tok.json") + " " + p("a.txt"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(Tokenizer::load(p("tok.json")).vocab_size(), vocab);  // the old file is intact
+}
