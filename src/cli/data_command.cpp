@@ -48,29 +48,34 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
   data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
   std::vector<int32_t> train, val;
   int64_t docs = 0, val_docs = 0, bytes = 0;
+  int64_t split_bytes[2] = {0, 0};  // text bytes of the documents in train, val
   Philox split_rng(seed, "data.prepare.split");
-  std::vector<std::vector<int32_t>> last_doc_tokens;  // to move one document if val is empty
+  size_t last_train_start = 0;  // where the last training document's tokens begin
+  int64_t last_train_bytes = 0;
   for (const std::string& path : inputs) {
     std::string text = data::read_file(path);
     bytes += static_cast<int64_t>(text.size());
     for (std::string_view doc : split_documents(text, separator)) {
       bool to_val = split_rng.uniform(static_cast<uint64_t>(docs)) < val_fraction;
       std::vector<int32_t>& dest = to_val ? val : train;
-      size_t start = dest.size();
+      if (!to_val) {
+        last_train_start = dest.size();
+        last_train_bytes = static_cast<int64_t>(doc.size());
+      }
       tokenizer.encode_append(doc, dest);
       dest.push_back(tokenizer.eos_id());  // documents end with <|eos|>
-      if (!to_val && val_fraction > 0 && val.empty()) {
-        last_doc_tokens.assign(1, std::vector<int32_t>(dest.begin() + start, dest.end()));
-      }
+      split_bytes[to_val] += static_cast<int64_t>(doc.size());
       ++docs;
       val_docs += to_val;
     }
   }
   if (docs == 0) throw Error("the input files contain no text; pass non-empty text files");
-  if (val_fraction > 0 && val.empty() && docs >= 2 && !last_doc_tokens.empty()) {
+  if (val_fraction > 0 && val.empty() && docs >= 2) {
     // Too few documents for the fraction to pick one: the last training document becomes val.
-    val = last_doc_tokens[0];
-    train.resize(train.size() - val.size());
+    val.assign(train.begin() + static_cast<int64_t>(last_train_start), train.end());
+    train.resize(last_train_start);
+    split_bytes[0] -= last_train_bytes;
+    split_bytes[1] = last_train_bytes;
     val_docs = 1;
   }
   make_directory(out);
@@ -79,9 +84,11 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
       {"documents", docs}, {"val_documents", val_docs}, {"val_fraction", val_fraction},
       {"seed", seed},      {"input_bytes", bytes},      {"created_by", "trillion data prepare"}};
   meta["split"] = "train";
+  meta["text_bytes"] = split_bytes[0];
   data::write_shard(data::shard_path(out, data::Split::kTrain), train, tokenizer.vocab_size(),
                     meta);
   meta["split"] = "val";
+  meta["text_bytes"] = split_bytes[1];
   data::write_shard(data::shard_path(out, data::Split::kValidation), val, tokenizer.vocab_size(),
                     meta);
   std::printf(

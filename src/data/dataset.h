@@ -24,6 +24,9 @@ class TokenDataset {
   virtual int64_t vocab_size() const = 0;
   // Exact entropy rate of the generating process in nats/token, when it is known (synthetic).
   virtual std::optional<double> entropy_rate() const { return std::nullopt; }
+  // Bytes of source text per token (tokenized text), to turn nats/token into bits/byte:
+  // bits/byte = loss / (bytes_per_token * ln 2).
+  virtual std::optional<double> bytes_per_token() const { return std::nullopt; }
   // One line saying where the tokens come from, for logs and error messages.
   virtual std::string describe() const = 0;
 

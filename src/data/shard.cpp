@@ -230,6 +230,16 @@ ShardDataset::~ShardDataset() {
   }
 }
 
+std::optional<double> ShardDataset::bytes_per_token() const {
+  int64_t bytes = 0;
+  for (const ShardInfo& info : shards_) {
+    if (!info.metadata.contains("text_bytes")) return std::nullopt;
+    bytes += info.metadata["text_bytes"].get<int64_t>();
+  }
+  return num_tokens() > 0 ? std::optional<double>(static_cast<double>(bytes) / num_tokens())
+                          : std::nullopt;
+}
+
 std::string ShardDataset::describe() const {
   std::string text = "shard '" + shards_[0].path + "'";
   if (shards_.size() > 1) text += " and " + std::to_string(shards_.size() - 1) + " more";

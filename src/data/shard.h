@@ -60,6 +60,7 @@ class ShardDataset : public TokenDataset {
 
   int64_t vocab_size() const override { return vocab_size_; }
   std::optional<double> entropy_rate() const override { return entropy_rate_; }
+  std::optional<double> bytes_per_token() const override;
   std::string describe() const override;
   const std::vector<ShardInfo>& shards() const { return shards_; }
 

@@ -118,6 +118,9 @@ TEST_F(CliTest, TokenizerAndPrepareEndToEnd) {
   auto val = open_shard_dataset(p("ds"), Split::kValidation);
   EXPECT_EQ(train->vocab_size(), 300);
   EXPECT_GT(val->num_tokens(), 0);
+  ASSERT_TRUE(train->bytes_per_token().has_value());
+  EXPECT_GT(*train->bytes_per_token(), 1.0);  // BPE merged something
+  EXPECT_LT(*train->bytes_per_token(), 10.0);
   // Every document ends with <|eos|>; decoding all tokens gives back the documents' text.
   std::vector<int32_t> ids(train->num_tokens());
   train->read_tokens(0, 0, train->num_tokens(), ids.data());
