@@ -114,6 +114,10 @@ int open_or_throw(const std::string& path, int64_t& size) {
     ::close(fd);
     throw Error("cannot stat shard '" + path + "': " + std::strerror(errno));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error("shard '" + path + "' is not a regular file; pass a .bin shard file");
+  }
   size = st.st_size;
   return fd;
 }
@@ -184,44 +188,42 @@ ShardDataset::ShardDataset(std::vector<std::string> paths) {
 }
 
 void ShardDataset::open_one(const std::string& path) {
-  {
-    int64_t size = 0;
-    int fd = open_or_throw(path, size);
-    void* address = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
-    ::close(fd);
-    if (address == MAP_FAILED) {
-      throw Error("cannot memory-map shard '" + path + "': " + std::strerror(errno));
-    }
-    mappings_.push_back({address, static_cast<size_t>(size)});
-    const char* bytes = static_cast<const char*>(address);
-    // parse_header reads only within the file: it checks the size before the metadata.
-    ShardInfo info = parse_header(path, bytes, size, size);
-    const char* data = bytes + info.data_offset;
-    size_t data_bytes = static_cast<size_t>(info.num_tokens) * info.token_bytes;
-    if (XXH64(data, data_bytes, 0) != info.token_checksum) {
-      corrupt(path, "token checksum mismatch");
-    }
-    for (int64_t i = 0; i < info.num_tokens; ++i) {
-      int64_t id =
-          info.token_bytes == 2 ? load<uint16_t>(data + 2 * i) : load<uint32_t>(data + 4 * i);
-      if (id >= info.vocab_size) {
-        throw Error("shard '" + path + "': token " + std::to_string(i) + " has id " +
-                    std::to_string(id) + " >= vocab size " + std::to_string(info.vocab_size) +
-                    "; the shard was written with a wrong vocab size, regenerate it");
-      }
-    }
-    if (!shards_.empty() && info.vocab_size != vocab_size_) {
-      throw Error("vocabulary mismatch: shard '" + path + "' has vocab size " +
-                  std::to_string(info.vocab_size) + " but '" + shards_[0].path + "' has " +
-                  std::to_string(vocab_size_) + "; use shards made with one tokenizer");
-    }
-    vocab_size_ = info.vocab_size;
-    std::optional<double> rate;
-    if (info.metadata.contains("entropy_rate")) rate = info.metadata["entropy_rate"].get<double>();
-    entropy_rate_ = shards_.empty() || rate == entropy_rate_ ? rate : std::nullopt;
-    piece_tokens_.push_back(info.num_tokens);
-    shards_.push_back(std::move(info));
+  int64_t size = 0;
+  int fd = open_or_throw(path, size);
+  void* address = size > 0 ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  ::close(fd);
+  if (address == MAP_FAILED) {
+    throw Error("cannot memory-map shard '" + path + "': " + std::strerror(errno));
   }
+  mappings_.push_back({address, static_cast<size_t>(size)});
+  const char* bytes = static_cast<const char*>(address);
+  // parse_header reads only within the file: it checks the size before the metadata.
+  ShardInfo info = parse_header(path, bytes, size, size);
+  const char* data = bytes + info.data_offset;
+  size_t data_bytes = static_cast<size_t>(info.num_tokens) * info.token_bytes;
+  if (XXH64(data, data_bytes, 0) != info.token_checksum) {
+    corrupt(path, "token checksum mismatch");
+  }
+  for (int64_t i = 0; i < info.num_tokens; ++i) {
+    int64_t id =
+        info.token_bytes == 2 ? load<uint16_t>(data + 2 * i) : load<uint32_t>(data + 4 * i);
+    if (id >= info.vocab_size) {
+      throw Error("shard '" + path + "': token " + std::to_string(i) + " has id " +
+                  std::to_string(id) + " >= vocab size " + std::to_string(info.vocab_size) +
+                  "; the shard was written with a wrong vocab size, regenerate it");
+    }
+  }
+  if (!shards_.empty() && info.vocab_size != vocab_size_) {
+    throw Error("vocabulary mismatch: shard '" + path + "' has vocab size " +
+                std::to_string(info.vocab_size) + " but '" + shards_[0].path + "' has " +
+                std::to_string(vocab_size_) + "; use shards made with one tokenizer");
+  }
+  vocab_size_ = info.vocab_size;
+  std::optional<double> rate;
+  if (info.metadata.contains("entropy_rate")) rate = info.metadata["entropy_rate"].get<double>();
+  entropy_rate_ = shards_.empty() || rate == entropy_rate_ ? rate : std::nullopt;
+  piece_tokens_.push_back(info.num_tokens);
+  shards_.push_back(std::move(info));
 }
 
 ShardDataset::~ShardDataset() {
