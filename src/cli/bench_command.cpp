@@ -11,36 +11,12 @@
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/transformer_cost.h"
+#include "train/gemm_peak.h"
 #include "train/step_runner.h"
 
 namespace trillion::cli {
 
 namespace {
-
-struct GemmPeak {
-  double gflops = 0;
-  int threads = 0;
-  int64_t size = 0;
-};
-
-// Best of `reps` square fp32 GEMMs of `size` after one warm-up.
-GemmPeak measure_gemm_peak(int64_t size, int reps) {
-  MemoryTracker tracker;
-  auto be = make_cpu_backend(tracker);
-  Buffer a(tracker, MemoryCategory::workspace, DType::f32, size * size);
-  Buffer b(tracker, MemoryCategory::workspace, DType::f32, size * size);
-  Buffer c(tracker, MemoryCategory::workspace, DType::f32, size * size);
-  be->fill(a.flat(), 0.5);
-  be->fill(b.flat(), 0.25);
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {
-    Timer t;
-    be->gemm(c.view(0, {size, size}), false, false, a.view(0, {size, size}),
-             b.view(0, {size, size}), 1.0, 0.0);
-    if (r > 0) best = std::min(best, t.seconds());
-  }
-  return {2.0 * size * size * size / best / 1e9, be->threads(), size};
-}
 
 nlohmann::json memory_json(const MemoryTracker& t, bool peak) {
   nlohmann::json j;

@@ -5,6 +5,9 @@
 
 namespace trillion::cli {
 
+int train_command(int argc, char** argv);
+int generate_command(int argc, char** argv);
+int compare_command(int argc, char** argv);
 int bench_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int schedule_command(int argc, char** argv);

@@ -17,6 +17,9 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
+    {"train", trillion::cli::train_command, "train a model from a TOML run config"},
+    {"generate", trillion::cli::generate_command, "sample text from a checkpoint"},
+    {"compare", trillion::cli::compare_command, "compare the losses and weights of two runs"},
     {"bench", trillion::cli::bench_command, "measure GEMM peak, kernels and training steps"},
     {"plan", trillion::cli::plan_command, "plan a training run: layout, memory, time, cost"},
     {"schedule", trillion::cli::schedule_command, "generate, simulate and draw pipeline schedules"},

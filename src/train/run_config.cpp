@@ -200,7 +200,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   d.read("vocab", dc.vocab);
   d.read("seed", dc.seed);
   d.read("tokens", dc.tokens);
-  d.read("val_fraction", dc.val_fraction);
+  d.read("val_tokens", dc.val_tokens);
+  d.read("sharpness", dc.sharpness);
   d.reject_unknown();
   if (dc.source != "random" && dc.source != "markov" && dc.source != "shards") {
     throw Error(fmt::format("{}: data.source = '{}': expected random, markov or shards", source,
@@ -256,7 +257,7 @@ std::string to_toml(const RunConfig& c) {
   toml::table data{{"source", d.source}, {"path", d.path},
                    {"order", d.order},   {"vocab", d.vocab},
                    {"seed", static_cast<int64_t>(d.seed)}, {"tokens", d.tokens},
-                   {"val_fraction", d.val_fraction}};
+                   {"val_tokens", d.val_tokens}, {"sharpness", d.sharpness}};
   toml::table root{{"model", model}, {"train", train}, {"optim", optim}, {"data", data}};
   std::stringstream ss;
   ss << root << "\n";

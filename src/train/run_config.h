@@ -42,8 +42,9 @@ struct DataConfig {
   int64_t order = 1;              // markov: context length K
   int64_t vocab = 0;              // markov/random: token range (0: model.vocab_size)
   uint64_t seed = 1;              // markov: chain seed
-  int64_t tokens = 1'000'000;     // markov: stream length
-  double val_fraction = 0.05;     // markov: tail of the stream held out for validation
+  int64_t tokens = 1 << 20;       // markov/random: training stream length
+  int64_t val_tokens = 1 << 16;   // markov/random: validation stream length
+  double sharpness = 2.0;         // markov: peakiness of transition rows (see data/markov.h)
 };
 
 struct RunConfig {

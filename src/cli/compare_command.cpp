@@ -1,0 +1,119 @@
+// `trillion compare RUN_A RUN_B [--tol X]`: the acceptance test of "same math, any layout".
+// Prints per-step loss differences and the largest absolute difference of the final weights
+// (newest checkpoint of each run); exits 0 iff every difference is <= X (X = 0: bitwise), 1 if
+// not, 2 on a user error (missing run, different models).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/checkpoint.h"
+
+namespace trillion::cli {
+
+namespace {
+
+std::map<int64_t, double> read_losses(const std::string& run_dir) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("'{}' has no metrics.jsonl: is it a run directory?", run_dir));
+  std::map<int64_t, double> losses;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+  }
+  return losses;
+}
+
+struct FinalWeights {
+  std::string bytes;
+  int dtype_bytes = 4;  // f32 or f64, from the checkpoint's state.json
+};
+
+FinalWeights read_params(const std::string& run_dir) {
+  for (const std::string& dir : list_checkpoints(run_dir)) {
+    if (verify_checkpoint(dir)) continue;
+    std::ifstream in(dir + "/params.bin", std::ios::binary);
+    std::ifstream state(dir + "/state.json");
+    return {std::string(std::istreambuf_iterator<char>(in), {}),
+            nlohmann::json::parse(state).value("dtype_bytes", 4)};
+  }
+  throw Error(fmt::format("'{}' has no valid checkpoint to compare weights from", run_dir));
+}
+
+}  // namespace
+
+int compare_command(int argc, char** argv) {
+  CLI::App app{"Compare two runs: per-step losses and final weights"};
+  std::string a, b;
+  double tol = 0;
+  app.add_option("run_a", a, "first run directory")->required();
+  app.add_option("run_b", b, "second run directory")->required();
+  app.add_option("--tol", tol, "largest allowed absolute difference (0: bitwise)")
+      ->check(CLI::NonNegativeNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const auto la = read_losses(a), lb = read_losses(b);
+  bool ok = la.size() == lb.size();
+  double max_loss_diff = 0;
+  std::printf("%8s %14s %14s %12s\n", "step", "loss A", "loss B", "|diff|");
+  for (const auto& [step, loss_a] : la) {
+    auto it = lb.find(step);
+    if (it == lb.end()) {
+      std::printf("%8lld %14.8f %14s\n", static_cast<long long>(step), loss_a, "missing");
+      ok = false;
+      continue;
+    }
+    const double diff = std::abs(loss_a - it->second);
+    max_loss_diff = std::max(max_loss_diff, diff);
+    if (!(diff <= tol)) ok = false;
+    std::printf("%8lld %14.8f %14.8f %12.3e\n", static_cast<long long>(step), loss_a, it->second,
+                diff);
+  }
+  if (la.size() != lb.size()) {
+    std::printf("runs have %zu and %zu logged steps\n", la.size(), lb.size());
+  }
+  const FinalWeights wa = read_params(a), wb = read_params(b);
+  const std::string& pa = wa.bytes;
+  const std::string& pb = wb.bytes;
+  if (pa.size() != pb.size() || wa.dtype_bytes != wb.dtype_bytes) {
+    throw Error(fmt::format("final weights differ in size ({} vs {} bytes): different models",
+                            pa.size(), pb.size()));
+  }
+  double max_weight_diff = 0;
+  const bool bitwise_equal = pa == pb;
+  auto max_diff = [&](auto tag) {
+    using T = decltype(tag);
+    const auto* fa = reinterpret_cast<const T*>(pa.data());
+    const auto* fb = reinterpret_cast<const T*>(pb.data());
+    for (size_t i = 0; i < pa.size() / sizeof(T); ++i) {
+      const double d = std::abs(static_cast<double>(fa[i]) - static_cast<double>(fb[i]));
+      max_weight_diff = std::isnan(d) ? INFINITY : std::max(max_weight_diff, d);
+    }
+  };
+  if (!bitwise_equal) {
+    if (wa.dtype_bytes == 8) {
+      max_diff(double{});
+    } else {
+      max_diff(float{});
+    }
+  }
+  if (!(max_weight_diff <= tol) || (tol == 0 && !bitwise_equal)) ok = false;
+  std::printf("max |loss diff| %.3e, max |weight diff| %.3e%s, tolerance %.3e: %s\n",
+              max_loss_diff, max_weight_diff, bitwise_equal ? " (bitwise equal)" : "", tol,
+              ok ? "MATCH" : "DIFFER");
+  return ok ? 0 : 1;
+}
+
+}  // namespace trillion::cli

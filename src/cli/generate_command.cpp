@@ -1,0 +1,192 @@
+// `trillion generate --checkpoint DIR --prompt TEXT`: samples a continuation from a checkpoint
+// (greedy at temperature 0, else temperature / top-k / top-p sampling with a seeded Philox
+// stream, so a seed always gives the same text). The context window is the model's seq_len; the
+// whole window is recomputed per token (no KV cache: fine for the small models this runs on).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <optional>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/philox.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace trillion::cli {
+
+namespace {
+
+struct SamplingOptions {
+  double temperature = 0.8;
+  int top_k = 0;       // 0: off
+  double top_p = 1.0;  // 1: off
+};
+
+int32_t sample_token(const std::vector<double>& logits, const SamplingOptions& o, double u) {
+  const int64_t V = static_cast<int64_t>(logits.size());
+  if (o.temperature <= 0) {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  std::vector<int32_t> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  int64_t keep = o.top_k > 0 ? std::min<int64_t>(o.top_k, V) : V;
+  std::vector<double> p(keep);
+  const double mx = logits[order[0]];
+  double sum = 0;
+  for (int64_t i = 0; i < keep; ++i) sum += p[i] = std::exp((logits[order[i]] - mx) / o.temperature);
+  // Nucleus: the smallest prefix whose probability reaches top_p.
+  double cum = 0;
+  int64_t cut = keep;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += p[i] / sum;
+    if (cum >= o.top_p) {
+      cut = i + 1;
+      break;
+    }
+  }
+  const double total = std::accumulate(p.begin(), p.begin() + cut, 0.0);
+  double r = u * total;
+  for (int64_t i = 0; i < cut; ++i) {
+    if ((r -= p[i]) <= 0) return order[i];
+  }
+  return order[cut - 1];
+}
+
+std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  int64_t id;
+  while (ss >> id) {
+    if (id < 0 || id >= vocab) {
+      throw Error(fmt::format("--prompt-ids: token {} is outside the model vocabulary [0, {})", id,
+                              vocab));
+    }
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  if (ids.empty()) throw Error("--prompt-ids is empty: give space-separated token ids");
+  return ids;
+}
+
+std::string default_tokenizer(const RunConfig& cfg) {
+  if (cfg.data.source != "shards") return "";
+  try {
+    const auto info = data::read_shard_info(data::shard_path(cfg.data.path, data::Split::kTrain));
+    return info.metadata.value("tokenizer", std::string());
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+}  // namespace
+
+int generate_command(int argc, char** argv) {
+  CLI::App app{"Generate text from a checkpoint"};
+  std::string checkpoint, prompt, prompt_ids, tokenizer_path;
+  int64_t max_tokens = 100;
+  uint64_t seed = 0;
+  int samples = 1;
+  SamplingOptions so;
+  app.add_option("--checkpoint", checkpoint,
+                 "checkpoint directory, or a run directory (its newest valid checkpoint)")
+      ->required();
+  app.add_option("--prompt", prompt, "prompt text (needs a tokenizer)");
+  app.add_option("--prompt-ids", prompt_ids, "prompt as space-separated token ids");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "tokenizer JSON (default: the one the run's shards were prepared with)");
+  app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(1, 100000));
+  app.add_option("--temperature", so.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", so.top_p, "nucleus sampling mass (1: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", seed, "sampling seed");
+  app.add_option("--samples", samples, "independent samples to draw")->check(CLI::Range(1, 100));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  std::string dir = checkpoint;
+  if (!std::filesystem::exists(dir + "/manifest.json")) {
+    std::optional<std::string> found;
+    for (const std::string& c : list_checkpoints(dir)) {
+      if (!verify_checkpoint(c)) {
+        found = c;
+        break;
+      }
+    }
+    if (!found) throw Error(fmt::format("'{}' is neither a checkpoint nor a run directory with a "
+                                        "valid checkpoint", checkpoint));
+    dir = *found;
+  }
+  const RunConfig cfg = parse_run_config(read_checkpoint_config(dir), dir + "/config.toml", {});
+  if (tokenizer_path.empty()) tokenizer_path = default_tokenizer(cfg);
+  std::optional<data::Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) tokenizer.emplace(data::Tokenizer::load(tokenizer_path));
+  if (tokenizer && tokenizer->vocab_size() > cfg.model.vocab_size) {
+    throw Error(fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}",
+                            tokenizer_path, tokenizer->vocab_size(), cfg.model.vocab_size));
+  }
+  std::vector<int32_t> context;
+  if (!prompt_ids.empty()) {
+    context = parse_ids(prompt_ids, cfg.model.vocab_size);
+  } else {
+    if (!tokenizer) {
+      throw Error("no tokenizer for --prompt: pass --tokenizer FILE, or --prompt-ids for a model "
+                  "trained on synthetic tokens");
+    }
+    context.push_back(tokenizer->bos_id());
+    tokenizer->encode_append(prompt, context);
+  }
+
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const int64_t T = cfg.model.seq_len, V = cfg.model.vocab_size;
+  Transformer model(cfg.model, {1, T}, *be, tracker);
+  load_checkpoint(dir, model.parameters(), nullptr, nullptr);
+
+  std::vector<int32_t> window(T), targets(T, 0);
+  std::vector<double> logits(V);
+  Buffer row(tracker, MemoryCategory::workspace, cfg.model.dtype, V);
+  const Philox rng(seed, "generate");
+  for (int s = 0; s < samples; ++s) {
+    std::vector<int32_t> seq = context;
+    const size_t prompt_len = seq.size();
+    for (int64_t i = 0; i < max_tokens; ++i) {
+      const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(seq.size()) - T);
+      const int64_t len = static_cast<int64_t>(seq.size()) - start;
+      std::fill(window.begin(), window.end(), 0);
+      std::copy(seq.begin() + start, seq.end(), window.begin());
+      model.forward(window.data(), targets.data());
+      be->gemm(row.view(0, {1, V}), false, true, model.final_hidden().rows(len - 1, len),
+               model.head_weight(), 1.0, 0.0);
+      be->copy(Tensor(logits.data(), DType::f64, {V}), row.flat());
+      const int32_t next = sample_token(logits, so, rng.uniform(static_cast<uint64_t>(s) << 32 | i));
+      if (tokenizer && next == tokenizer->eos_id()) break;
+      seq.push_back(next);
+    }
+    std::vector<int32_t> continuation(seq.begin() + prompt_len, seq.end());
+    if (samples > 1) std::printf("--- sample %d ---\n", s + 1);
+    if (tokenizer) {
+      std::printf("%s%s\n", prompt.c_str(), tokenizer->decode(continuation).c_str());
+    } else {
+      std::string ids;
+      for (int32_t id : continuation) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+      std::printf("%s\n", ids.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace trillion::cli

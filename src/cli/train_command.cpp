@@ -1,0 +1,42 @@
+// `trillion train CONFIG.toml --run-dir DIR [--set section.key=value ...] [--resume]`.
+// SIGINT/SIGTERM ask the trainer to finish the current step, checkpoint and stop cleanly.
+#include <CLI/CLI.hpp>
+
+#include <csignal>
+
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace trillion::cli {
+
+namespace {
+extern "C" void request_stop(int) { g_stop_requested.store(true); }
+}  // namespace
+
+int train_command(int argc, char** argv) {
+  CLI::App app{"Train a model from a TOML run config"};
+  std::string config_path;
+  std::vector<std::string> overrides;
+  TrainOptions opt;
+  app.add_option("config", config_path, "run config (TOML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--run-dir", opt.run_dir, "run directory (created if missing)")->required();
+  app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
+  app.add_flag("--resume", opt.resume, "continue from the newest valid checkpoint in --run-dir");
+  app.add_option("--stop-after", opt.stop_after_step,
+                 "checkpoint and stop once this step completes (resume later with --resume)");
+  app.add_option("--max-minutes", opt.max_minutes,
+                 "checkpoint and stop when this much wall time is spent");
+  app.add_flag("--quiet", opt.quiet, "no progress output");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  const RunConfig config = load_run_config(config_path, overrides);
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
+  train(config, opt);
+  return 0;
+}
+
+}  // namespace trillion::cli
