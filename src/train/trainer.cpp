@@ -240,6 +240,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                          {"gemm_peak_gflops", peak.gflops},
                          {"memory", memory_json(tracker)}};
   if (auto h = datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
+  if (auto bpt = datasets.validation->bytes_per_token()) {
+    summary["val_bits_per_byte"] = val_loss / std::log(2.0) / *bpt;
+  }
   if (std::isnan(last_loss)) summary["final_train_loss"] = nullptr;
   const std::string text = summary.dump(2) + "\n";
   data::write_file_atomic((dir / "summary.json").string(), {text});
