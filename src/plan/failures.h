@@ -1,0 +1,43 @@
+// The failure model of a run: expected interruptions from a per-GPU failure rate, the optimal
+// checkpoint interval (Young 1974; Daly 2006's higher-order form) from the checkpoint write time
+// and the cluster's MTBF, and goodput (useful time over wall-clock time) once checkpoint writes,
+// lost work and restarts are paid.
+//
+// Invariants: failures are a Poisson process with rate gpus x per-GPU rate (a GPU's share of
+// host, network and software failures included, as Llama 3 reports them); times are seconds,
+// rates per hour where named so.
+#pragma once
+
+namespace trillion::plan {
+
+// gpus x rate x hours.
+double expected_interruptions(long gpus, double failures_per_gpu_hour, double hours);
+
+// Young: sqrt(2 delta M). Daly (2006, eq. 37): sqrt(2 delta M)(1 + sqrt(delta/(2M))/3 +
+// delta/(18 M)) - delta when delta < 2M, else M.
+double young_interval(double checkpoint_seconds, double mtbf_seconds);
+double daly_interval(double checkpoint_seconds, double mtbf_seconds);
+
+struct FailureInputs {
+  long gpus = 0;
+  double failures_per_gpu_hour = 0;
+  double checkpoint_seconds = 0;  // blocking time to write one checkpoint
+  double restart_seconds = 600;   // detect, relaunch, re-initialise, load the checkpoint
+  double ideal_seconds = 0;       // the run without failures or checkpoints
+};
+
+struct FailureEstimate {
+  double mtbf_seconds = 0;          // of the whole cluster
+  double checkpoint_interval = 0;   // seconds of training between checkpoints (Daly)
+  double wall_seconds = 0;          // with checkpoints, lost work and restarts
+  double expected_interruptions = 0;
+  double goodput = 0;               // ideal_seconds / wall_seconds
+  double checkpoint_overhead = 0, rework_overhead = 0, restart_overhead = 0;  // seconds
+};
+
+// First-order accounting (Daly 2006 §3): every interval tau of work costs a write delta; each
+// failure loses on average half an interval plus its write and a restart R. So
+// wall = ideal (1 + delta/tau) / (1 - (R + (tau + delta)/2) / M).
+FailureEstimate estimate_failures(const FailureInputs& in);
+
+}  // namespace trillion::plan

@@ -1,0 +1,161 @@
+// See model_spec.h. Catalog dimensions are quoted from each model's paper or released config.
+#include "plan/model_spec.h"
+
+#include <cmath>
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace trillion::plan {
+
+ModelCounts count_model(const ModelSpec& m) {
+  ModelCounts c;
+  const int64_t C = m.d_model, NH = m.n_heads;
+  if (m.is_mla()) {
+    // DeepSeek-V2 §2.1: queries through a low-rank q_lora (or directly), keys/values through a
+    // shared kv_lora latent plus a decoupled RoPE key; each latent has its own RMSNorm.
+    const int64_t q = m.q_lora_rank > 0
+                          ? C * m.q_lora_rank + m.q_lora_rank * NH * m.qk_dim() + m.q_lora_rank
+                          : C * NH * m.qk_dim();
+    const int64_t kv = C * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank +
+                       m.kv_lora_rank * NH * (m.qk_nope_dim + m.v_head_dim);
+    c.attention = q + kv + NH * m.v_head_dim * C;
+  } else {
+    c.attention = C * NH * m.head_dim + 2 * C * m.n_kv_heads * m.head_dim + NH * m.head_dim * C;
+  }
+  c.norms = 2 * C;
+  c.dense_mlp = m.mlp_matrices * C * m.ffn_hidden;
+  c.expert = 3 * C * m.expert_ffn;
+  c.router = m.is_moe() ? C * m.n_routed_experts : 0;
+  c.embedding = m.vocab * C;
+  c.head = (m.tied_embeddings ? 0 : m.vocab * C) + C;
+  const int64_t per_dense = c.attention + c.norms + c.dense_mlp;
+  const int64_t per_moe_shared = c.attention + c.norms + c.router + m.n_shared_experts * c.expert;
+  c.routed_total = m.moe_layers() * m.n_routed_experts * c.expert;
+  c.dense_total = m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding +
+                  c.head;
+  c.total = c.dense_total + c.routed_total;
+  c.activated = c.dense_total + m.moe_layers() * m.top_k * c.expert;
+  // Norm weights and the embedding lookup do no matmul; a tied head still multiplies.
+  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C + m.vocab * C *
+                    (m.tied_embeddings ? 1 : 0);
+  if (m.is_mla()) c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
+  return c;
+}
+
+double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len, bool causal) {
+  return 6.0 * m.n_heads * (m.qk_dim() + m.v_dim()) * seq_len * (causal ? 0.5 : 1.0);
+}
+
+double model_flops_per_token(const ModelSpec& m, int64_t seq_len, bool causal) {
+  return 6.0 * count_model(m).matmul_active +
+         m.n_layers * attention_flops_per_token_layer(m, seq_len, causal);
+}
+
+DenseShape dense_shape(const ModelSpec& m) {
+  if (m.is_moe() || m.is_mla() || m.mlp_matrices != 3)
+    throw Error(fmt::format("model '{}' is not a dense SwiGLU/GQA model", m.name));
+  return {m.vocab,    m.d_model,  m.n_layers,       m.n_heads, m.n_kv_heads,
+          m.head_dim, m.ffn_hidden, m.tied_embeddings};
+}
+
+namespace {
+
+ModelSpec llama(std::string name, int64_t C, int64_t L, int64_t NH, int64_t F) {
+  ModelSpec m;
+  m.name = std::move(name);
+  m.source = "Llama 3 (Grattafiori et al. 2407.21783, Table 3)";
+  m.vocab = 128256;
+  m.d_model = C;
+  m.n_layers = L;
+  m.n_heads = NH;
+  m.n_kv_heads = 8;
+  m.head_dim = C / NH;
+  m.ffn_hidden = F;
+  m.default_seq = 8192;
+  return m;
+}
+
+std::vector<ModelSpec> build_catalog() {
+  std::vector<ModelSpec> out;
+  out.push_back(llama("llama3-8b", 4096, 32, 32, 14336));
+  out.push_back(llama("llama3-70b", 8192, 80, 64, 28672));
+  out.push_back(llama("llama3-405b", 16384, 126, 128, 53248));
+  ModelSpec gpt3;  // Brown et al. 2005.14165 Table 2.1: GELU MLP of 4h, tied embeddings
+  gpt3.name = "gpt3-175b";
+  gpt3.source = "GPT-3 (Brown et al. 2005.14165, Table 2.1)";
+  gpt3.vocab = 50257;
+  gpt3.d_model = 12288;
+  gpt3.n_layers = 96;
+  gpt3.n_heads = gpt3.n_kv_heads = 96;
+  gpt3.head_dim = 128;
+  gpt3.ffn_hidden = 4 * 12288;
+  gpt3.mlp_matrices = 2;
+  gpt3.tied_embeddings = true;
+  gpt3.default_seq = 2048;
+  out.push_back(gpt3);
+  ModelSpec ds;  // DeepSeek-V3 2412.19437 §4.2 and its released config (MTP module excluded)
+  ds.name = "deepseek-v3";
+  ds.source = "DeepSeek-V3 (2412.19437 §4.2): 671B total, 37B activated";
+  ds.vocab = 129280;
+  ds.d_model = 7168;
+  ds.n_layers = 61;
+  ds.n_heads = ds.n_kv_heads = 128;
+  ds.head_dim = 128;
+  ds.ffn_hidden = 18432;
+  ds.n_dense_layers = 3;
+  ds.n_routed_experts = 256;
+  ds.n_shared_experts = 1;
+  ds.top_k = 8;
+  ds.expert_ffn = 2048;
+  ds.q_lora_rank = 1536;
+  ds.kv_lora_rank = 512;
+  ds.qk_nope_dim = 128;
+  ds.qk_rope_dim = 64;
+  ds.v_head_dim = 128;
+  ds.default_seq = 4096;
+  out.push_back(ds);
+  // Our 2T design: DeepSeek-V3's recipe (1 shared + 256 routed, top-8, first layers dense)
+  // scaled to 96 layers of width 8192 with GQA (64 heads, 8 KV heads), expert width 3328:
+  // 1.99T total, 86B activated per token.
+  ModelSpec big;
+  big.name = "moe-2t";
+  big.source = "trillion's own 2T MoE design (DeepSeek-V3 recipe scaled up)";
+  big.vocab = 128256;
+  big.d_model = 8192;
+  big.n_layers = 96;
+  big.n_heads = 64;
+  big.n_kv_heads = 8;
+  big.head_dim = 128;
+  big.ffn_hidden = 28672;
+  big.n_dense_layers = 2;
+  big.n_routed_experts = 256;
+  big.n_shared_experts = 1;
+  big.top_k = 8;
+  big.expert_ffn = 3328;
+  big.default_seq = 4096;
+  out.push_back(big);
+  return out;
+}
+
+}  // namespace
+
+const std::vector<ModelSpec>& model_catalog() {
+  static const std::vector<ModelSpec> catalog = build_catalog();
+  return catalog;
+}
+
+const ModelSpec& find_model(const std::string& name) {
+  std::string names;
+  for (const ModelSpec& m : model_catalog()) {
+    if (m.name == name) return m;
+    names += (names.empty() ? "" : ", ") + m.name;
+  }
+  throw Error(fmt::format("unknown model '{}': use one of {} or a model TOML file", name, names));
+}
+
+double chinchilla_tokens(double params) {
+  return 20.2e9 * std::pow(params / 1e9, 1.00706);
+}
+
+}  // namespace trillion::plan
