@@ -30,12 +30,12 @@ fi
 # Size the run to the time budget so the learning-rate schedule completes: measure a step first.
 echo "== measuring step time"
 step_s=$($bin bench step configs/brown.toml --steps 2 --json | sed -E 's/.*"seconds_per_step":([0-9.eE+-]+).*/\1/')
-steps=$(awk -v m="$minutes" -v s="$step_s" 'BEGIN { n = int(m * 60 * 0.9 / s); print (n < 10 ? 10 : n) }')
+steps=$(awk -v m="$minutes" -v s="$step_s" 'BEGIN { n = int(m * 60 * 0.8 / s); print (n < 10 ? 10 : n) }')
 echo "== training configs/brown.toml for $steps steps (~$minutes min at ${step_s}s/step) in $run_dir"
 rm -rf "$run_dir"
 $bin train configs/brown.toml --run-dir "$run_dir" --set train.steps="$steps" \
   --set train.eval_every=$(( steps / 4 > 0 ? steps / 4 : 1 )) --set train.checkpoint_every=0 \
-  --max-minutes "$(awk -v m="$minutes" 'BEGIN { print m * 1.1 }')"
+  --max-minutes "$(awk -v m="$minutes" 'BEGIN { print m * 1.5 }')"
 
 echo "== result"
 cat "$run_dir/summary.json"
