@@ -1,9 +1,95 @@
-// `trillion plan`: placeholder until its issue lands; replaced by the real command.
+// `trillion plan`: find (or evaluate) the parallel layout of a training run and answer how long
+// it takes, what it costs and how often it fails; prints a table, JSON (--json) and/or an HTML
+// report (--html FILE).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+
 #include "cli/commands.h"
+#include "cli/plan_model_file.h"
 #include "core/error.h"
+#include "plan/report.h"
 
 namespace trillion::cli {
 
-int plan_command(int, char**) { throw Error("'trillion plan' is not implemented yet"); }
+int plan_command(int argc, char** argv) {
+  CLI::App app{"Plan a training run: parallel layout, memory, step time, MFU, days, dollars and "
+               "failures.",
+               "trillion plan"};
+  std::string model_name, cluster, tokens_text, batch_text, layout_text, precision = "bf16",
+                                                                           html_path;
+  long gpus = 0;
+  int64_t seq = 0;
+  int top = 5;
+  double restart_minutes = 10, checkpoint_gbps = 0.4, price = 0, failure_rate = -1;
+  bool json = false;
+  app.add_option("--model", model_name,
+                 "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t or a model "
+                 "TOML file")
+      ->required();
+  app.add_option("--cluster", cluster, "h100, h800, h200, b200, gb200-nvl72 or a100")->required();
+  app.add_option("--gpus", gpus, "number of GPUs")->required();
+  app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
+  app.add_option("--seq", seq, "sequence length (default: the model's)");
+  app.add_option("--batch-tokens", batch_text, "tokens per step, e.g. 16M (default 16M = 2^24)");
+  app.add_option("--layout", layout_text,
+                 "evaluate this layout, e.g. tp=8,pp=16,cp=1,dp=64; fields left out are searched");
+  app.add_option("--precision", precision, "bf16, fp8, fp4 or any (searched)")
+      ->capture_default_str();
+  app.add_option("--top", top, "runners-up to show")->capture_default_str();
+  app.add_option("--restart-minutes", restart_minutes, "cost of one interruption")
+      ->capture_default_str();
+  app.add_option("--checkpoint-gbps", checkpoint_gbps, "checkpoint write GB/s per GPU")
+      ->capture_default_str();
+  app.add_option("--price", price, "USD per GPU-hour (default: the catalog's)");
+  app.add_option("--failures-per-1000-gpu-days", failure_rate,
+                 "failure rate (default: the catalog's; Llama 3 observed 0.47)");
+  app.add_option("--html", html_path, "write an HTML report to this file");
+  app.add_flag("--json", json, "print the plan as JSON");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  plan::PlanInputs in;
+  const bool is_file = model_name.find(".toml") != std::string::npos ||
+                       model_name.find('/') != std::string::npos;
+  in.model = is_file ? read_model_file(model_name) : plan::find_model(model_name);
+  in.gpu = plan::find_gpu(cluster);
+  if (price > 0) in.gpu.usd_per_gpu_hour = price;
+  if (failure_rate >= 0) in.gpu.failures_per_gpu_hour = failure_rate / 1000 / 24;
+  in.gpus = gpus;
+  in.seq_len = seq;
+  if (!tokens_text.empty()) in.tokens = parse_count(tokens_text, "--tokens");
+  if (!batch_text.empty()) in.batch_tokens = parse_count(batch_text, "--batch-tokens");
+  if (top < 1) throw Error(fmt::format("--top {} must be >= 1", top));
+  in.search.keep = top;
+  if (!layout_text.empty()) in.search.fixed = plan::parse_layout(layout_text, &in.search.fields);
+  if (precision == "any") {
+    in.search.precisions = {plan::Precision::kBf16, plan::Precision::kFp8,
+                            plan::Precision::kFp4};
+  } else {
+    in.search.precisions = {plan::parse_precision(precision)};
+  }
+  if (restart_minutes < 0) throw Error("--restart-minutes must be >= 0");
+  if (!(checkpoint_gbps > 0)) throw Error("--checkpoint-gbps must be > 0");
+  in.restart_seconds = restart_minutes * 60;
+  in.checkpoint_bytes_per_second = checkpoint_gbps * 1e9;
+  const plan::Plan p = plan::make_plan(in);
+  if (!html_path.empty()) {
+    std::ofstream out(html_path);
+    if (!out) throw Error(fmt::format("--html {}: cannot open the file for writing", html_path));
+    out << plan::format_plan_html(p);
+  }
+  if (json) {
+    std::cout << plan_to_json(p).dump(2) << "\n";
+  } else {
+    std::cout << plan::format_plan_text(p);
+    if (!html_path.empty()) std::cout << "HTML report written to " << html_path << "\n";
+  }
+  return 0;
+}
 
 }  // namespace trillion::cli

@@ -73,6 +73,7 @@ ModelSpec llama(std::string name, int64_t C, int64_t L, int64_t NH, int64_t F) {
   m.head_dim = C / NH;
   m.ffn_hidden = F;
   m.default_seq = 8192;
+  m.default_batch_tokens = 16.0 * 1024 * 1024;  // 2048 sequences of 8192 (Table 4)
   return m;
 }
 
@@ -93,6 +94,7 @@ std::vector<ModelSpec> build_catalog() {
   gpt3.mlp_matrices = 2;
   gpt3.tied_embeddings = true;
   gpt3.default_seq = 2048;
+  gpt3.default_batch_tokens = 1536.0 * 2048;  // 3.2M tokens (Table 2.1)
   out.push_back(gpt3);
   ModelSpec ds;  // DeepSeek-V3 2412.19437 §4.2 and its released config (MTP module excluded)
   ds.name = "deepseek-v3";
@@ -114,6 +116,7 @@ std::vector<ModelSpec> build_catalog() {
   ds.qk_rope_dim = 64;
   ds.v_head_dim = 128;
   ds.default_seq = 4096;
+  ds.default_batch_tokens = 15360.0 * 4096;  // final batch of 15,360 sequences (§4.2)
   out.push_back(ds);
   // Our 2T design: DeepSeek-V3's recipe (1 shared + 256 routed, top-8, first layers dense)
   // scaled to 96 layers of width 8192 with GQA (64 heads, 8 KV heads), expert width 3328:
@@ -134,6 +137,7 @@ std::vector<ModelSpec> build_catalog() {
   big.top_k = 8;
   big.expert_ffn = 3328;
   big.default_seq = 4096;
+  big.default_batch_tokens = 16384.0 * 4096;  // 64M tokens, DeepSeek-V3's batch scale
   out.push_back(big);
   return out;
 }

@@ -30,6 +30,7 @@ struct ModelSpec {
   // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means ordinary GQA.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int64_t default_seq = 4096;
+  double default_batch_tokens = 0;  // tokens per step the model was trained with (0: unknown)
 
   bool is_moe() const { return n_routed_experts > 0; }
   bool is_mla() const { return kv_lora_rank > 0; }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -44,6 +45,7 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
   const long before = schedule_simulations_run();
   SearchResult result;
   std::vector<Candidate> all;
+  std::vector<double> best_times;  // the `keep` fastest step times so far, ascending
   const std::vector<Precision> precisions =
       f.precision ? std::vector<Precision>{fx.precision} : o.precisions;
   for (int tp : pick(f.tp, fx.tp, tps))
@@ -98,7 +100,18 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                     const MemoryBreakdown mem = memory_per_gpu(m, l, seq, micro);
                     if (mem.total() > gpu.hbm_bytes) continue;
                     ++result.fitting;
-                    all.push_back({l, model_step(m, gpu, l, seq, batch_tokens, o.efficiency)});
+                    // Only a layout that can still enter the top `keep` is simulated.
+                    const double bar = static_cast<int>(best_times.size()) < o.keep
+                                           ? INFINITY
+                                           : best_times.back();
+                    StepBreakdown sb = model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
+                    if (sb.step < bar) {
+                      best_times.insert(
+                          std::upper_bound(best_times.begin(), best_times.end(), sb.step),
+                          sb.step);
+                      if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
+                      all.push_back({l, std::move(sb)});
+                    }
                     placed = true;
                     break;
                   }

@@ -17,24 +17,24 @@ namespace {
 
 long g_simulations = 0;
 
-// Pipeline makespan in units of the stage forward time, from the simulator, cached by
-// (kind, p, m, v, B/F, W/F, comm/F) with the ratios rounded to 2 significant decimals so that
-// the search reuses simulations across layouts with near-identical cost shapes.
-double pipeline_makespan_in_f(schedule::ScheduleKind kind, int p, int m, int v, double b_over_f,
-                              double w_over_f, double c_over_f) {
+// Bubble fraction (idle over total, all ranks) of a schedule from the simulator, cached by
+// (kind, p, m, v, B/F, W/F, comm/F) with the ratios rounded (B, W to 0.05 F, comm to 0.005 F) so
+// that the search reuses simulations across layouts with near-identical cost shapes.
+double simulated_bubble(schedule::ScheduleKind kind, int p, int m, int v, double b_over_f,
+                        double w_over_f, double c_over_f) {
   using Key = std::tuple<int, int, int, int, long, long, long>;
   static std::map<Key, double> cache;
-  const long bq = std::lround(b_over_f * 20), wq = std::lround(w_over_f * 20),
+  const long bq = std::max(1L, std::lround(b_over_f * 20)), wq = std::lround(w_over_f * 20),
              cq = std::lround(c_over_f * 200);
   const Key key{static_cast<int>(kind), p, m, v, bq, wq, cq};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   const schedule::OpCosts costs{1.0, bq / 20.0, wq / 20.0, cq / 200.0};
   const schedule::Schedule s = schedule::generate_schedule(kind, p, m, v, costs);
-  const double makespan = schedule::simulate(s, costs).makespan;
+  const double bubble = schedule::simulate(s, costs, false).bubble_fraction;
   ++g_simulations;
-  cache.emplace(key, makespan);
-  return makespan;
+  cache.emplace(key, bubble);
+  return bubble;
 }
 
 double ring_time(double bytes, int n, double bandwidth) {
@@ -63,7 +63,7 @@ int microbatches_for(const Layout& l, int64_t seq_len, double batch_tokens) {
 }
 
 StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, int64_t seq,
-                         double batch_tokens, const Efficiency& eff) {
+                         double batch_tokens, const Efficiency& eff, double give_up_above) {
   StepBreakdown r;
   const double peak = gpu.peak(l.precision), peak_bf16 = gpu.bf16_flops;
   if (peak <= 0)
@@ -150,6 +150,10 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double stage_layers = dual ? st.layers_per_stage : st.layers_per_rank;
   const double sf = f * stage_layers, sb = b * stage_layers, sw = w * stage_layers;
   const double p2p = l.pp > 1 ? tokens * m.d_model * e / l.tp / network : 0.0;
+  if (give_up_above < INFINITY && mb * (sf + sb + sw) >= give_up_above) {
+    r.step = INFINITY;
+    return r;
+  }
   double pipeline = 0;
   if (l.pp == 1) {
     pipeline = mb * (sf + sb + sw);
@@ -157,12 +161,19 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
     const int v = l.schedule == schedule::ScheduleKind::kInterleaved ? l.chunks
                   : dual                                            ? 2
                                                                     : 1;
-    pipeline = sf * pipeline_makespan_in_f(l.schedule, l.pp, mb, v, sb / sf, sw / sf, p2p / sf);
+    // Every rank does the same work, so the step's pipeline time is that work over the share
+    // of time the schedule keeps a rank busy.
+    pipeline = mb * (sf + sb + sw) /
+               (1 - simulated_bubble(l.schedule, l.pp, mb, v, sb / sf, sw / sf, p2p / sf));
   }
   const double busy = mb * (sf + sb + sw);
   r.layer_forward = f;
   r.layer_backward_input = b;
   r.layer_backward_weight = w;
+  r.stage_forward = sf;
+  r.stage_backward_input = sb;
+  r.stage_backward_weight = sw;
+  r.p2p = p2p;
   r.bubble = pipeline - busy;
   r.bubble_fraction = r.bubble / pipeline;
   const double per_step = stage_layers * mb;  // layer-passes per step on this rank

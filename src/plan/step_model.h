@@ -13,6 +13,7 @@
 // peak for every precision; mfu_palm counts the full s x s attention (PaLM's 12 L h s).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "plan/hardware.h"
@@ -46,6 +47,9 @@ struct StepBreakdown {
   double layer_forward = 0;         // seconds, one average layer, one micro-batch, incl. comm
   double layer_backward_input = 0;  // B (+ recompute)
   double layer_backward_weight = 0; // W
+  // One schedule action's costs (a full stage of the rank; the simulator scales chunks) and the
+  // p2p latency between stages: what the schedule was simulated with.
+  double stage_forward = 0, stage_backward_input = 0, stage_backward_weight = 0, p2p = 0;
   // Seconds per step on the busiest rank:
   double compute = 0;      // GEMM + attention + elementwise (incl. recompute) for all micro-batches
   double recompute = 0;    // the part of compute spent recomputing
@@ -63,8 +67,12 @@ struct StepBreakdown {
 
 // Throws trillion::Error when the batch does not split into whole micro-batches for this
 // layout or the schedule cannot run with that many (e.g. interleaved needs m % pp == 0).
+// give_up_above: when the step's lower bound (work + DP + optimizer, no bubble) already
+// exceeds it, return early with step = infinity without simulating the schedule (the search's
+// pruning).
 StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, int64_t seq_len,
-                         double batch_tokens, const Efficiency& eff = {});
+                         double batch_tokens, const Efficiency& eff = {},
+                         double give_up_above = INFINITY);
 
 // Number of micro-batches per pipeline per step; 0 if the batch does not divide.
 int microbatches_for(const Layout& l, int64_t seq_len, double batch_tokens);

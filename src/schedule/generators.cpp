@@ -28,11 +28,9 @@ struct RankWriter {
   std::vector<Action>& out;
   int rank;
   std::vector<std::vector<char>>* fused = nullptr;  // marks Bs whose W is fused to them
+  const std::vector<std::vector<int>>* stage_of = nullptr;  // [path][rank * v + chunk]
   void add(K kind, int mb, int chunk) {
-    int stage = -1;
-    const auto& path = s.path(mb);
-    for (int i = 0; i < static_cast<int>(path.size()); ++i)
-      if (path[i].rank == rank && path[i].chunk == chunk) stage = i;
+    const int stage = (*stage_of)[s.path_of[mb]][rank * s.num_chunks + chunk];
     TRILLION_CHECK(stage >= 0, "micro-batch path does not visit this rank/chunk");
     out.push_back({rank, kind, mb, chunk, stage});
     if (fused) (*fused)[rank].push_back(0);
@@ -48,6 +46,19 @@ struct RankWriter {
   }
 };
 
+// Per-schedule context of the generators: the grouping marks they write and, per path, the stage
+// index of (rank, chunk) (-1: not on the path).
+struct Ctx {
+  Fused fused;
+  std::vector<std::vector<int>> lookup;
+  explicit Ctx(const Schedule& s) : fused(s.num_ranks) {
+    lookup.assign(s.paths.size(), std::vector<int>(s.num_ranks * s.num_chunks, -1));
+    for (size_t d = 0; d < s.paths.size(); ++d)
+      for (size_t i = 0; i < s.paths[d].size(); ++i)
+        lookup[d][s.paths[d][i].rank * s.num_chunks + s.paths[d][i].chunk] = static_cast<int>(i);
+  }
+};
+
 void single_path(Schedule& s, int v) {
   s.paths.assign(1, {});
   for (int c = 0; c < v; ++c)
@@ -55,18 +66,18 @@ void single_path(Schedule& s, int v) {
   s.path_of.assign(s.num_microbatches, 0);
 }
 
-void gpipe(Schedule& s, Fused& fused) {
+void gpipe(Schedule& s, Ctx& ctx) {
   for (int r = 0; r < s.num_ranks; ++r) {
-    RankWriter w{s, s.actions[r], r, &fused};
+    RankWriter w{s, s.actions[r], r, &ctx.fused, &ctx.lookup};
     for (int mb = 0; mb < s.num_microbatches; ++mb) w.add(K::kForward, mb, 0);
     for (int mb = 0; mb < s.num_microbatches; ++mb) w.backward(mb, 0);
   }
 }
 
-void one_f_one_b(Schedule& s, Fused& fused) {
+void one_f_one_b(Schedule& s, Ctx& ctx) {
   const int p = s.num_ranks, m = s.num_microbatches;
   for (int r = 0; r < p; ++r) {
-    RankWriter w{s, s.actions[r], r, &fused};
+    RankWriter w{s, s.actions[r], r, &ctx.fused, &ctx.lookup};
     const int warmup = std::min(p - r - 1, m);
     for (int mb = 0; mb < warmup; ++mb) w.add(K::kForward, mb, 0);
     for (int i = 0; i < m - warmup; ++i) {
@@ -80,7 +91,7 @@ void one_f_one_b(Schedule& s, Fused& fused) {
 // Megatron's interleaved order: the k-th forward on a rank is micro-batch group k/(p v) * p + k%p
 // of chunk (k/p)%v; backwards walk the chunks in reverse. Rank r warms up with
 // 2(p-r-1) + (v-1)p forwards so that the first backward's gradient has arrived.
-void interleaved(Schedule& s, Fused& fused) {
+void interleaved(Schedule& s, Ctx& ctx) {
   const int p = s.num_ranks, m = s.num_microbatches, v = s.num_chunks, n = m * v;
   auto mb_of = [&](int k) { return (k / (p * v)) * p + k % p; };
   auto chunk_of = [&](int k, bool forward) {
@@ -88,7 +99,7 @@ void interleaved(Schedule& s, Fused& fused) {
     return forward ? c : v - 1 - c;
   };
   for (int r = 0; r < p; ++r) {
-    RankWriter w{s, s.actions[r], r, &fused};
+    RankWriter w{s, s.actions[r], r, &ctx.fused, &ctx.lookup};
     const int warmup = std::min(2 * (p - r - 1) + (v - 1) * p, n);
     for (int k = 0; k < warmup; ++k) w.add(K::kForward, mb_of(k), chunk_of(k, true));
     for (int i = 0; i < n - warmup; ++i) {
@@ -107,7 +118,7 @@ void interleaved(Schedule& s, Fused& fused) {
 // cap 2p-1. Known limit: this greedy ZB-H2 holds ZB-H2's memory but only reaches ZB-H1's bubble
 // (p-1)(T_F+T_B-T_W), not the paper's (p-1)(T_F+T_B-2T_W); the paper's H2 also reorders W in
 // the steady state, which this generator does not.
-void zero_bubble(Schedule& s, const OpCosts& c, bool h2, Fused& fused) {
+void zero_bubble(Schedule& s, const OpCosts& c, bool h2, Ctx& ctx) {
   const int p = s.num_ranks, m = s.num_microbatches;
   constexpr double kNever = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> f_end(p, std::vector<double>(m, kNever));
@@ -135,7 +146,7 @@ void zero_bubble(Schedule& s, const OpCosts& c, bool h2, Fused& fused) {
   while (true) {
     bool all_done = true;
     for (int r = 0; r < p; ++r) {
-      RankWriter w{s, s.actions[r], r, &fused};
+      RankWriter w{s, s.actions[r], r, &ctx.fused, &ctx.lookup};
       const int cap = h2 ? 2 * p - 1 : p;
       while (free_at[r] <= now && done_w[r] < m) {
         const bool has_next = next[r] < order[r].size();
@@ -180,10 +191,10 @@ void zero_bubble(Schedule& s, const OpCosts& c, bool h2, Fused& fused) {
 // stage is on this rank's half of the pipeline. The eight phases below follow the published
 // schedule; an overlapped "F&B" pair is written as F then B, marked so that both receive before
 // and send after the pair (the simulator runs the two in turn, i.e. F&B = F + B).
-void dualpipe(Schedule& s, Fused& fused) {
+void dualpipe(Schedule& s, Ctx& ctx) {
   const int p = s.num_ranks, m = s.num_microbatches, half = p / 2, half_m = m / 2;
   for (int r = 0; r < p; ++r) {
-    RankWriter w{s, s.actions[r], r, &fused};
+    RankWriter w{s, s.actions[r], r, &ctx.fused, &ctx.lookup};
     const int hr = std::min(r, p - 1 - r);
     const int flip = r >= half ? 1 : 0;
     int next_f[2] = {0, 0}, next_b[2] = {0, 0};
@@ -317,16 +328,16 @@ Schedule generate_schedule(ScheduleKind kind, int p, int m, int v, const OpCosts
   } else {
     single_path(s, v);
   }
-  Fused fused(p);
+  Ctx ctx(s);
   switch (kind) {
-    case ScheduleKind::kGPipe: gpipe(s, fused); break;
-    case ScheduleKind::k1F1B: one_f_one_b(s, fused); break;
-    case ScheduleKind::kInterleaved: interleaved(s, fused); break;
-    case ScheduleKind::kZbH1: zero_bubble(s, costs, false, fused); break;
-    case ScheduleKind::kZbH2: zero_bubble(s, costs, true, fused); break;
-    case ScheduleKind::kDualPipe: dualpipe(s, fused); break;
+    case ScheduleKind::kGPipe: gpipe(s, ctx); break;
+    case ScheduleKind::k1F1B: one_f_one_b(s, ctx); break;
+    case ScheduleKind::kInterleaved: interleaved(s, ctx); break;
+    case ScheduleKind::kZbH1: zero_bubble(s, costs, false, ctx); break;
+    case ScheduleKind::kZbH2: zero_bubble(s, costs, true, ctx); break;
+    case ScheduleKind::kDualPipe: dualpipe(s, ctx); break;
   }
-  insert_communication(s, fused);
+  insert_communication(s, ctx.fused);
   return s;
 }
 

@@ -75,7 +75,7 @@ double cost_of(const Schedule& s, const OpCosts& c, K kind) {
 
 }  // namespace
 
-Simulation simulate(const Schedule& s, const OpCosts& costs) {
+Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timeline) {
   const int p = s.num_ranks;
   Tables tab(s);
   Simulation sim;
@@ -96,7 +96,7 @@ Simulation simulate(const Schedule& s, const OpCosts& costs) {
         const double start = std::max(clock[r], ready);
         const double end = start + cost_of(s, costs, a.kind);
         tab.at(a.kind, a.microbatch, a.stage) = end;
-        sim.timeline[r].push_back({a, start, end});
+        if (record_timeline) sim.timeline[r].push_back({a, start, end});
         if (is_compute(a.kind)) sim.busy[r] += end - start;
         if (a.kind == K::kForward) inflight[r] += s.chunk_fraction;
         if (a.kind == K::kBackwardWeight) inflight[r] -= s.chunk_fraction;

@@ -32,7 +32,8 @@ struct Simulation {
   std::vector<double> peak_inflight;
 };
 
-Simulation simulate(const Schedule& schedule, const OpCosts& costs);
+// record_timeline = false leaves timeline empty (faster: the planner needs only the numbers).
+Simulation simulate(const Schedule& schedule, const OpCosts& costs, bool record_timeline = true);
 
 // Every problem found, one sentence each; empty when the schedule is valid: each (micro-batch,
 // stage) has exactly one F, B and W on the stage's rank, in that order; every SEND has its RECV

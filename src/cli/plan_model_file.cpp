@@ -1,0 +1,168 @@
+// See plan_model_file.h.
+#include "cli/plan_model_file.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <toml++/toml.h>
+
+#include "core/error.h"
+
+namespace trillion::cli {
+
+plan::ModelSpec read_model_file(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(fmt::format("{}: cannot read the model file: {}", path, e.description()));
+  }
+  const toml::table* model = root["model"].as_table();
+  if (!model) throw Error(fmt::format("{}: no [model] table; see configs/models/*.toml", path));
+  auto integer = [&](const char* key, bool required, int64_t fallback) -> int64_t {
+    const toml::node* node = model->get(key);
+    if (!node) {
+      if (required)
+        throw Error(fmt::format("{}: [model] lacks {}; add e.g. {} = 4096", path, key, key));
+      return fallback;
+    }
+    auto v = node->value<int64_t>();
+    if (!v || *v < 0)
+      throw Error(fmt::format("{}: model.{} must be a non-negative integer", path, key));
+    return *v;
+  };
+  plan::ModelSpec m;
+  m.name = path;
+  m.source = "model file " + path;
+  m.vocab = integer("vocab_size", true, 0);
+  m.d_model = integer("d_model", true, 0);
+  m.n_layers = integer("n_layers", true, 0);
+  m.n_heads = integer("n_heads", true, 0);
+  m.n_kv_heads = integer("n_kv_heads", false, m.n_heads);
+  m.ffn_hidden = integer("ffn_hidden", true, 0);
+  m.default_seq = integer("seq_len", true, 0);
+  if (m.n_heads == 0 || m.d_model == 0 || m.n_layers == 0 || m.vocab == 0 || m.default_seq == 0)
+    throw Error(fmt::format("{}: vocab_size, d_model, n_layers, n_heads and seq_len must be > 0",
+                            path));
+  m.head_dim = integer("head_dim", false, m.d_model / m.n_heads);
+  if (const toml::node* tied = model->get("tied_embeddings")) {
+    auto v = tied->value<bool>();
+    if (!v) throw Error(fmt::format("{}: model.tied_embeddings must be true or false", path));
+    m.tied_embeddings = *v;
+  }
+  m.n_routed_experts = integer("n_routed_experts", false, 0);
+  if (m.n_routed_experts > 0) {
+    m.n_dense_layers = integer("n_dense_layers", false, 0);
+    m.n_shared_experts = integer("n_shared_experts", false, 0);
+    m.top_k = integer("top_k", true, 0);
+    m.expert_ffn = integer("expert_ffn", true, 0);
+    if (m.n_dense_layers > m.n_layers || m.top_k > m.n_routed_experts)
+      throw Error(fmt::format("{}: need n_dense_layers <= n_layers and top_k <= n_routed_experts",
+                              path));
+  }
+  return m;
+}
+
+double parse_count(const std::string& text, const std::string& option) {
+  if (text.empty()) throw Error(fmt::format("{} is empty", option));
+  double scale = 1;
+  std::string number = text;
+  switch (text.back()) {
+    case 'K': case 'k': scale = 1e3; break;
+    case 'M': scale = 1e6; break;
+    case 'B': case 'G': scale = 1e9; break;
+    case 'T': scale = 1e12; break;
+    default: break;
+  }
+  if (scale != 1) number.pop_back();
+  try {
+    size_t used = 0;
+    const double v = std::stod(number, &used);
+    if (used != number.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument(text);
+    return v * scale;
+  } catch (const std::exception&) {
+    throw Error(fmt::format("{} '{}' is not a positive count (e.g. 16777216, 16M, 15.6T)", option,
+                            text));
+  }
+}
+
+nlohmann::json plan_to_json(const plan::Plan& p) {
+  using nlohmann::json;
+  auto layout_json = [](const plan::Layout& l) {
+    return json{{"tp", l.tp},
+                {"pp", l.pp},
+                {"cp", l.cp},
+                {"ep", l.ep},
+                {"dp", l.dp},
+                {"zero", l.zero},
+                {"schedule", l.pp > 1 ? std::string(schedule::schedule_kind_name(l.schedule))
+                                      : std::string("none")},
+                {"chunks", l.chunks},
+                {"recompute", plan::recompute_name(l.recompute)},
+                {"micro_batch", l.micro_batch},
+                {"precision", plan::precision_name(l.precision)}};
+  };
+  auto step_json = [](const plan::StepBreakdown& s) {
+    return json{{"step_seconds", s.step},         {"microbatches", s.microbatches},
+                {"compute_seconds", s.compute},   {"recompute_seconds", s.recompute},
+                {"tp_comm_seconds", s.tp_comm},   {"cp_comm_seconds", s.cp_comm},
+                {"ep_comm_seconds", s.ep_comm},   {"bubble_seconds", s.bubble},
+                {"bubble_fraction", s.bubble_fraction}, {"dp_comm_seconds", s.dp_comm},
+                {"optimizer_seconds", s.optimizer}, {"mfu", s.mfu},
+                {"mfu_palm", s.mfu_palm},         {"hfu", s.hfu},
+                {"tokens_per_second", s.tokens_per_second}};
+  };
+  const plan::Candidate& best = p.best();
+  const plan::MemoryBreakdown& mem = best.step.memory;
+  const plan::RunEstimate& r = p.run;
+  const plan::ModelCounts c = plan::count_model(p.inputs.model);
+  json j;
+  j["model"] = {{"name", p.inputs.model.name},
+                {"parameters", c.total},
+                {"activated_parameters", c.activated}};
+  j["cluster"] = {{"name", p.inputs.gpu.name}, {"gpu", p.inputs.gpu.model},
+                  {"gpus", p.inputs.gpus}};
+  j["seq_len"] = p.inputs.seq_len;
+  j["batch_tokens"] = p.inputs.batch_tokens;
+  j["layout"] = layout_json(best.layout);
+  j["mfu"] = best.step.mfu;
+  j["mfu_palm"] = best.step.mfu_palm;
+  j["hfu"] = best.step.hfu;
+  j["memory_per_gpu_bytes"] = mem.total();
+  j["memory"] = {{"weights", mem.weights},         {"gradients", mem.gradients},
+                 {"optimizer", mem.optimizer},     {"activations", mem.activations},
+                 {"temporary", mem.temporary},     {"overhead", mem.overhead},
+                 {"hbm", p.inputs.gpu.hbm_bytes}};
+  j["step_seconds"] = best.step.step;
+  j["step"] = step_json(best.step);
+  j["tokens"] = r.tokens;
+  j["chinchilla_tokens"] = r.chinchilla_tokens;
+  j["flops_6nd"] = r.flops_6nd;
+  j["flops_exact"] = r.flops_exact;
+  j["ideal_days"] = r.ideal_days;
+  j["days"] = r.days;
+  j["gpu_hours"] = r.gpu_hours;
+  j["cost_usd"] = r.cost_usd;
+  j["expected_interruptions"] = r.failures.expected_interruptions;
+  j["goodput"] = r.failures.goodput;
+  j["mtbf_hours"] = r.failures.mtbf_seconds / 3600;
+  j["checkpoint_interval_seconds"] = r.failures.checkpoint_interval;
+  j["checkpoint_bytes_per_gpu"] = r.checkpoint_bytes_per_gpu;
+  json runners = json::array();
+  for (const plan::Candidate& cand : p.search.ranked)
+    runners.push_back({{"layout", layout_json(cand.layout)},
+                       {"step_seconds", cand.step.step},
+                       {"mfu", cand.step.mfu},
+                       {"memory_per_gpu_bytes", cand.step.memory.total()},
+                       {"bubble_fraction", cand.step.bubble_fraction}});
+  j["ranked"] = runners;
+  j["search"] = {{"layouts", p.search.shapes},
+                 {"fitting", p.search.fitting},
+                 {"schedule_simulations", p.search.simulations}};
+  json assumptions = json::object();
+  for (const auto& [name, how] : p.assumptions) assumptions[name] = how;
+  j["assumptions"] = assumptions;
+  return j;
+}
+
+}  // namespace trillion::cli

@@ -1,0 +1,120 @@
+// Memory model: the ZeRO paper's 7.5B / 64-GPU example exactly, Korthikanti's Table 2 from the
+// per-tensor derivation of the GPT block, our block's terms, and the pipeline in-flight counts
+// shared with the schedule simulator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "plan/memory.h"
+#include "schedule/generators.h"
+#include "schedule/simulator.h"
+
+namespace trillion::plan {
+namespace {
+
+// ZeRO 1910.02054 §3.1 / Figure 1: Psi = 7.5B, N_d = 64, K = 12.
+TEST(Zero, ReproducesThePapersExample) {
+  const double psi = 7.5e9;
+  EXPECT_DOUBLE_EQ(zero_model_states(psi, 0, 64).total(), 120e9);
+  EXPECT_DOUBLE_EQ(zero_model_states(psi, 1, 64).total(), 31.40625e9);
+  EXPECT_DOUBLE_EQ(zero_model_states(psi, 2, 64).total(), 16.640625e9);
+  EXPECT_DOUBLE_EQ(zero_model_states(psi, 3, 64).total(), 1.875e9);
+  // As the paper prints them, to 0.1 GB: 120 / 31.4 / 16.6 / 1.9.
+  const double printed[] = {120.0, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage)
+    EXPECT_DOUBLE_EQ(std::round(zero_model_states(psi, stage, 64).total() / 1e8) / 10,
+                     printed[stage]);
+  // Stage 1 shards only the optimizer, stage 2 also gradients, stage 3 also parameters.
+  const ModelStates s2 = zero_model_states(psi, 2, 64);
+  EXPECT_DOUBLE_EQ(s2.parameters, 2 * psi);
+  EXPECT_DOUBLE_EQ(s2.gradients, 2 * psi / 64);
+  EXPECT_DOUBLE_EQ(s2.optimizer, 12 * psi / 64);
+}
+
+// Summing Korthikanti §4.1's stored tensors reproduces every row of Table 2.
+TEST(Activations, GptBlockTermsReproduceKorthikantiTable2) {
+  for (double s : {2048.0, 4096.0})
+    for (double h : {4096.0, 12288.0})
+      for (double a : {32.0, 96.0})
+        for (int t : {1, 2, 8}) {
+          const auto terms = gpt_block_terms(s, h, a);
+          const double b = 1, sbh = s * b * h;
+          auto ours = [&](bool sp, Recompute r) {
+            return s * b * layer_bytes_per_token(terms, t, sp, r, 2 * h);
+          };
+          EXPECT_DOUBLE_EQ(ours(false, Recompute::kNone),
+                           sbh * (10 + 24.0 / t + 5 * a * s / (h * t)));
+          EXPECT_DOUBLE_EQ(ours(true, Recompute::kNone), sbh * (34.0 / t + 5 * a * s / (h * t)));
+          EXPECT_DOUBLE_EQ(ours(false, Recompute::kSelective), sbh * (10 + 24.0 / t));
+          EXPECT_DOUBLE_EQ(ours(true, Recompute::kSelective), 34 * sbh / t);
+          EXPECT_DOUBLE_EQ(ours(false, Recompute::kFull), 2 * sbh);
+          for (bool sp : {false, true})
+            for (Recompute r : {Recompute::kNone, Recompute::kSelective})
+              EXPECT_DOUBLE_EQ(ours(sp, r), korthikanti_layer_bytes(s, b, h, a, t, sp, r));
+        }
+  // No parallelism: sbh(34 + 5as/h).
+  EXPECT_DOUBLE_EQ(korthikanti_layer_bytes(2048, 1, 4096, 32, 1, false, Recompute::kNone),
+                   2048.0 * 4096 * (34 + 5 * 32 * 2048.0 / 4096));
+}
+
+// Our block (RMSNorm, GQA, RoPE, FlashAttention, SwiGLU), per token and layer:
+// none e(6h + 2 KV HD + 3F) + 4 NH + 8; selective e(4h + 2 KV HD + 2F) + 4 NH + 8;
+// full e h (the layer input). Everything divides by t under TP + SP.
+TEST(Activations, OurBlockTerms) {
+  const ModelSpec& m = find_model("llama3-405b");
+  const double h = 16384, kv = 8, hd = 128, f = 53248, nh = 128;
+  for (double e : {4.0, 2.0, 1.0}) {
+    const auto terms = block_terms(m, false, e);
+    EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, Recompute::kNone, e * h),
+                     e * (6 * h + 2 * kv * hd + 3 * f) + 4 * nh + 8);
+    EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, Recompute::kSelective, e * h),
+                     e * (4 * h + 2 * kv * hd + 2 * f) + 4 * nh + 8);
+    EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 8, true, Recompute::kNone, e * h),
+                     (e * (6 * h + 2 * kv * hd + 3 * f) + 4 * nh + 8) / 8);
+    EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 8, true, Recompute::kFull, e * h), e * h / 8);
+    // Without SP the four norm/residual tensors and 1/rms stay whole on every TP rank.
+    EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 8, false, Recompute::kNone, e * h),
+                     (e * (2 * h + 2 * kv * hd + 3 * f) + 4 * nh) / 8 + e * 4 * h + 8);
+  }
+  // A MoE layer stores each token's top-k dispatched copies and expert activations.
+  const ModelSpec& ds = find_model("deepseek-v3");
+  EXPECT_GT(layer_bytes_per_token(block_terms(ds, true, 2), 1, false, Recompute::kNone, 2 * 7168),
+            layer_bytes_per_token(block_terms(ds, false, 2), 1, false, Recompute::kNone, 2 * 7168));
+}
+
+// The memory model's in-flight micro-batches are the schedule simulator's peak.
+TEST(Activations, InflightMatchesTheSimulator) {
+  using schedule::ScheduleKind;
+  for (int p : {2, 4, 8, 16}) {
+    const int m = 4 * p;
+    for (auto [kind, v] : {std::pair{ScheduleKind::k1F1B, 1}, std::pair{ScheduleKind::kZbH1, 1},
+                           std::pair{ScheduleKind::kInterleaved, 2},
+                           std::pair{ScheduleKind::kInterleaved, 4},
+                           std::pair{ScheduleKind::kDualPipe, 2}, std::pair{ScheduleKind::kGPipe, 1}}) {
+      Layout l;
+      l.pp = p, l.schedule = kind, l.chunks = v;
+      const auto peak = schedule::simulate(schedule::generate_schedule(kind, p, m, v), {}).peak_inflight;
+      EXPECT_NEAR(inflight_microbatches(l, m), *std::max_element(peak.begin(), peak.end()), 1e-12)
+          << schedule::schedule_kind_name(kind) << " p=" << p;
+    }
+  }
+}
+
+TEST(Memory, ShardingShrinksWhatItShards) {
+  const ModelSpec& m = find_model("moe-2t");
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 256, l.ep = 8, l.schedule = schedule::ScheduleKind::k1F1B;
+  const MemoryBreakdown a = memory_per_gpu(m, l, 4096, 16);
+  l.ep = 64;
+  const MemoryBreakdown b = memory_per_gpu(m, l, 4096, 16);
+  EXPECT_LT(b.weights, a.weights / 4);  // experts dominate and shard 8x more
+  EXPECT_DOUBLE_EQ(a.activations, b.activations);
+  l.recompute = Recompute::kFull;
+  EXPECT_LT(memory_per_gpu(m, l, 4096, 16).activations, b.activations / 10);
+  l.zero = 3;
+  // Experts shard over dp/ep = 4 replicas, the rest over 256.
+  EXPECT_LT(memory_per_gpu(m, l, 4096, 16).weights, b.weights / 3.5);
+}
+
+}  // namespace
+}  // namespace trillion::plan
