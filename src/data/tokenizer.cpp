@@ -137,7 +137,9 @@ Tokenizer Tokenizer::load(const std::string& path) {
     return Error("tokenizer '" + path + "': " + what +
                  "; retrain it with 'trillion tokenizer train'");
   };
-  if (!j.is_object() || j.value("format", "") != kFormat)
+  const auto format = j.is_object() ? j.find("format") : j.end();
+  if (!j.is_object() || format == j.end() || !format->is_string() ||
+      format->get<std::string>() != kFormat)
     throw fail("not a trillion-bpe tokenizer");
   if (j.value("version", 0) != kFormatVersion) {
     throw fail("format version " + j.value("version", nlohmann::json()).dump() + " is not " +
