@@ -1,9 +1,9 @@
 // `trillion plan`: find (or evaluate) the parallel layout of a training run and answer how long
 // it takes, what it costs and how often it fails; prints a table, JSON (--json) and/or an HTML
 // report (--html FILE).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
 
@@ -15,11 +15,12 @@
 namespace trillion::cli {
 
 int plan_command(int argc, char** argv) {
-  CLI::App app{"Plan a training run: parallel layout, memory, step time, MFU, days, dollars and "
-               "failures.",
-               "trillion plan"};
+  CLI::App app{
+      "Plan a training run: parallel layout, memory, step time, MFU, days, dollars and "
+      "failures.",
+      "trillion plan"};
   std::string model_name, cluster, tokens_text, batch_text, layout_text, precision = "bf16",
-                                                                           html_path;
+                                                                         html_path;
   long gpus = 0;
   int64_t seq = 0;
   int top = 5;
@@ -54,8 +55,8 @@ int plan_command(int argc, char** argv) {
     return app.exit(e);
   }
   plan::PlanInputs in;
-  const bool is_file = model_name.find(".toml") != std::string::npos ||
-                       model_name.find('/') != std::string::npos;
+  const bool is_file =
+      model_name.find(".toml") != std::string::npos || model_name.find('/') != std::string::npos;
   in.model = is_file ? read_model_file(model_name) : plan::find_model(model_name);
   in.gpu = plan::find_gpu(cluster);
   if (price > 0) in.gpu.usd_per_gpu_hour = price;
@@ -68,8 +69,7 @@ int plan_command(int argc, char** argv) {
   in.search.keep = top;
   if (!layout_text.empty()) in.search.fixed = plan::parse_layout(layout_text, &in.search.fields);
   if (precision == "any") {
-    in.search.precisions = {plan::Precision::kBf16, plan::Precision::kFp8,
-                            plan::Precision::kFp4};
+    in.search.precisions = {plan::Precision::kBf16, plan::Precision::kFp8, plan::Precision::kFp4};
   } else {
     in.search.precisions = {plan::parse_precision(precision)};
   }

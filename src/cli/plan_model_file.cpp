@@ -2,9 +2,9 @@
 #include "cli/plan_model_file.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <cmath>
-#include <toml++/toml.h>
 
 #include "core/error.h"
 
@@ -42,8 +42,8 @@ plan::ModelSpec read_model_file(const std::string& path) {
   m.ffn_hidden = integer("ffn_hidden", true, 0);
   m.default_seq = integer("seq_len", true, 0);
   if (m.n_heads == 0 || m.d_model == 0 || m.n_layers == 0 || m.vocab == 0 || m.default_seq == 0)
-    throw Error(fmt::format("{}: vocab_size, d_model, n_layers, n_heads and seq_len must be > 0",
-                            path));
+    throw Error(
+        fmt::format("{}: vocab_size, d_model, n_layers, n_heads and seq_len must be > 0", path));
   m.head_dim = integer("head_dim", false, m.d_model / m.n_heads);
   if (const toml::node* tied = model->get("tied_embeddings")) {
     auto v = tied->value<bool>();
@@ -57,8 +57,8 @@ plan::ModelSpec read_model_file(const std::string& path) {
     m.top_k = integer("top_k", true, 0);
     m.expert_ffn = integer("expert_ffn", true, 0);
     if (m.n_dense_layers > m.n_layers || m.top_k > m.n_routed_experts)
-      throw Error(fmt::format("{}: need n_dense_layers <= n_layers and top_k <= n_routed_experts",
-                              path));
+      throw Error(
+          fmt::format("{}: need n_dense_layers <= n_layers and top_k <= n_routed_experts", path));
   }
   return m;
 }
@@ -68,11 +68,22 @@ double parse_count(const std::string& text, const std::string& option) {
   double scale = 1;
   std::string number = text;
   switch (text.back()) {
-    case 'K': case 'k': scale = 1e3; break;
-    case 'M': scale = 1e6; break;
-    case 'B': case 'G': scale = 1e9; break;
-    case 'T': scale = 1e12; break;
-    default: break;
+    case 'K':
+    case 'k':
+      scale = 1e3;
+      break;
+    case 'M':
+      scale = 1e6;
+      break;
+    case 'B':
+    case 'G':
+      scale = 1e9;
+      break;
+    case 'T':
+      scale = 1e12;
+      break;
+    default:
+      break;
   }
   if (scale != 1) number.pop_back();
   try {
@@ -81,8 +92,8 @@ double parse_count(const std::string& text, const std::string& option) {
     if (used != number.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument(text);
     return v * scale;
   } catch (const std::exception&) {
-    throw Error(fmt::format("{} '{}' is not a positive count (e.g. 16777216, 16M, 15.6T)", option,
-                            text));
+    throw Error(
+        fmt::format("{} '{}' is not a positive count (e.g. 16777216, 16M, 15.6T)", option, text));
   }
 }
 
@@ -103,13 +114,20 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"precision", plan::precision_name(l.precision)}};
   };
   auto step_json = [](const plan::StepBreakdown& s) {
-    return json{{"step_seconds", s.step},         {"microbatches", s.microbatches},
-                {"compute_seconds", s.compute},   {"recompute_seconds", s.recompute},
-                {"tp_comm_seconds", s.tp_comm},   {"cp_comm_seconds", s.cp_comm},
-                {"ep_comm_seconds", s.ep_comm},   {"bubble_seconds", s.bubble},
-                {"bubble_fraction", s.bubble_fraction}, {"dp_comm_seconds", s.dp_comm},
-                {"optimizer_seconds", s.optimizer}, {"mfu", s.mfu},
-                {"mfu_palm", s.mfu_palm},         {"hfu", s.hfu},
+    return json{{"step_seconds", s.step},
+                {"microbatches", s.microbatches},
+                {"compute_seconds", s.compute},
+                {"recompute_seconds", s.recompute},
+                {"tp_comm_seconds", s.tp_comm},
+                {"cp_comm_seconds", s.cp_comm},
+                {"ep_comm_seconds", s.ep_comm},
+                {"bubble_seconds", s.bubble},
+                {"bubble_fraction", s.bubble_fraction},
+                {"dp_comm_seconds", s.dp_comm},
+                {"optimizer_seconds", s.optimizer},
+                {"mfu", s.mfu},
+                {"mfu_palm", s.mfu_palm},
+                {"hfu", s.hfu},
                 {"tokens_per_second", s.tokens_per_second}};
   };
   const plan::Candidate& best = p.best();
@@ -120,8 +138,8 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["model"] = {{"name", p.inputs.model.name},
                 {"parameters", c.total},
                 {"activated_parameters", c.activated}};
-  j["cluster"] = {{"name", p.inputs.gpu.name}, {"gpu", p.inputs.gpu.model},
-                  {"gpus", p.inputs.gpus}};
+  j["cluster"] = {
+      {"name", p.inputs.gpu.name}, {"gpu", p.inputs.gpu.model}, {"gpus", p.inputs.gpus}};
   j["seq_len"] = p.inputs.seq_len;
   j["batch_tokens"] = p.inputs.batch_tokens;
   j["layout"] = layout_json(best.layout);
@@ -129,9 +147,9 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["mfu_palm"] = best.step.mfu_palm;
   j["hfu"] = best.step.hfu;
   j["memory_per_gpu_bytes"] = mem.total();
-  j["memory"] = {{"weights", mem.weights},         {"gradients", mem.gradients},
-                 {"optimizer", mem.optimizer},     {"activations", mem.activations},
-                 {"temporary", mem.temporary},     {"overhead", mem.overhead},
+  j["memory"] = {{"weights", mem.weights},       {"gradients", mem.gradients},
+                 {"optimizer", mem.optimizer},   {"activations", mem.activations},
+                 {"temporary", mem.temporary},   {"overhead", mem.overhead},
                  {"hbm", p.inputs.gpu.hbm_bytes}};
   j["step_seconds"] = best.step.step;
   j["step"] = step_json(best.step);

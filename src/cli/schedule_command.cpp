@@ -1,9 +1,9 @@
 // `trillion schedule`: generate a pipeline schedule, validate it, simulate it with the given op
 // costs and show it as a rank x time grid, an SVG timeline and/or JSON (bubble fraction, peak
 // in-flight activations per rank and the per-rank action lists in their 2F0 text form).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -30,14 +30,14 @@ schedule::OpCosts parse_costs(const std::string& text) {
       v.push_back(std::stod(item, &used));
       if (used != item.size()) throw std::invalid_argument(item);
     } catch (const std::exception&) {
-      throw Error(fmt::format("--costs '{}': '{}' is not a number; use F,B,W or F,B,W,COMM, "
-                              "e.g. 1,1,1 or 1,1.2,0.8,0.05",
-                              text, item));
+      throw Error(
+          fmt::format("--costs '{}': '{}' is not a number; use F,B,W or F,B,W,COMM, "
+                      "e.g. 1,1,1 or 1,1.2,0.8,0.05",
+                      text, item));
     }
   }
   if (v.size() != 3 && v.size() != 4)
-    throw Error(fmt::format("--costs '{}' has {} values; use F,B,W or F,B,W,COMM", text,
-                            v.size()));
+    throw Error(fmt::format("--costs '{}' has {} values; use F,B,W or F,B,W,COMM", text, v.size()));
   return {v[0], v[1], v[2], v.size() == 4 ? v[3] : 0.0};
 }
 
@@ -51,8 +51,7 @@ int schedule_command(int argc, char** argv) {
   app.add_option("--kind", kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipe")
       ->required();
   app.add_option("--stages", stages, "pipeline ranks P")->capture_default_str();
-  app.add_option("--microbatches", microbatches, "micro-batches per step M")
-      ->capture_default_str();
+  app.add_option("--microbatches", microbatches, "micro-batches per step M")->capture_default_str();
   app.add_option("--chunks", chunks, "model chunks per rank V (interleaved; default 2)");
   app.add_option("--costs", costs_text,
                  "op times F,B,W[,COMM] of one full stage (B = input grad, W = weight grad)")
@@ -67,9 +66,10 @@ int schedule_command(int argc, char** argv) {
   }
   const schedule::ScheduleKind kind = schedule::parse_schedule_kind(kind_name);
   if (chunks == 0)
-    chunks = kind == schedule::ScheduleKind::kInterleaved || kind == schedule::ScheduleKind::kDualPipe
-                 ? 2
-                 : 1;
+    chunks =
+        kind == schedule::ScheduleKind::kInterleaved || kind == schedule::ScheduleKind::kDualPipe
+            ? 2
+            : 1;
   const schedule::OpCosts costs = parse_costs(costs_text);
   const schedule::Schedule s =
       schedule::generate_schedule(kind, stages, microbatches, chunks, costs);
@@ -106,16 +106,17 @@ int schedule_command(int argc, char** argv) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << fmt::format("{} schedule: {} stages, {} micro-batches, {} chunk(s) per rank; "
-                           "costs F={} B={} W={} comm={}\n\n",
-                           schedule::schedule_kind_name(kind), stages, microbatches,
-                           s.num_chunks, costs.forward, costs.backward_input,
-                           costs.backward_weight, costs.comm);
+  std::cout << fmt::format(
+      "{} schedule: {} stages, {} micro-batches, {} chunk(s) per rank; "
+      "costs F={} B={} W={} comm={}\n\n",
+      schedule::schedule_kind_name(kind), stages, microbatches, s.num_chunks, costs.forward,
+      costs.backward_input, costs.backward_weight, costs.comm);
   std::cout << schedule::render_grid(s, sim);
-  std::cout << fmt::format("\nmakespan {:.3f} (time units of the costs); bubble {:.2f}% of rank "
-                           "time\npeak in-flight activations per rank (micro-batches of one "
-                           "stage):",
-                           sim.makespan, 100.0 * sim.bubble_fraction);
+  std::cout << fmt::format(
+      "\nmakespan {:.3f} (time units of the costs); bubble {:.2f}% of rank "
+      "time\npeak in-flight activations per rank (micro-batches of one "
+      "stage):",
+      sim.makespan, 100.0 * sim.bubble_fraction);
   for (double p : sim.peak_inflight) std::cout << fmt::format(" {:g}", p);
   std::cout << "\n";
   if (show_actions) std::cout << "\n" << s.to_text();

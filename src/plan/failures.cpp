@@ -11,7 +11,9 @@ double expected_interruptions(long gpus, double failures_per_gpu_hour, double ho
   return static_cast<double>(gpus) * failures_per_gpu_hour * hours;
 }
 
-double young_interval(double delta, double mtbf) { return std::sqrt(2 * delta * mtbf); }
+double young_interval(double delta, double mtbf) {
+  return std::sqrt(2 * delta * mtbf);
+}
 
 double daly_interval(double delta, double mtbf) {
   if (delta >= 2 * mtbf) return mtbf;

@@ -27,11 +27,11 @@ struct FailureInputs {
 };
 
 struct FailureEstimate {
-  double mtbf_seconds = 0;          // of the whole cluster
-  double checkpoint_interval = 0;   // seconds of training between checkpoints (Daly)
-  double wall_seconds = 0;          // with checkpoints, lost work and restarts
+  double mtbf_seconds = 0;         // of the whole cluster
+  double checkpoint_interval = 0;  // seconds of training between checkpoints (Daly)
+  double wall_seconds = 0;         // with checkpoints, lost work and restarts
   double expected_interruptions = 0;
-  double goodput = 0;               // ideal_seconds / wall_seconds
+  double goodput = 0;  // ideal_seconds / wall_seconds
   double checkpoint_overhead = 0, rework_overhead = 0, restart_overhead = 0;  // seconds
 };
 

@@ -16,13 +16,13 @@ std::string precision_name(Precision p);
 Precision parse_precision(const std::string& name);  // "bf16", "fp8", "fp4"
 
 struct Gpu {
-  std::string name;    // catalog key, e.g. "h100"
-  std::string model;   // e.g. "H100 SXM"
+  std::string name;                                     // catalog key, e.g. "h100"
+  std::string model;                                    // e.g. "H100 SXM"
   double bf16_flops = 0, fp8_flops = 0, fp4_flops = 0;  // dense peak, FLOP/s
-  double hbm_bytes = 0, hbm_bandwidth = 0;               // bytes, bytes/s
-  int nvlink_domain = 8;                                 // GPUs per NVLink domain
-  double nvlink_bandwidth = 0;   // per GPU, bidirectional (the datasheet figure), bytes/s
-  double scaleout_bandwidth = 0; // per GPU, one direction, bytes/s
+  double hbm_bytes = 0, hbm_bandwidth = 0;              // bytes, bytes/s
+  int nvlink_domain = 8;                                // GPUs per NVLink domain
+  double nvlink_bandwidth = 0;    // per GPU, bidirectional (the datasheet figure), bytes/s
+  double scaleout_bandwidth = 0;  // per GPU, one direction, bytes/s
   double usd_per_gpu_hour = 0;
   double failures_per_gpu_hour = 0;  // unexpected interruptions attributed per GPU
   std::string notes;                 // where price and failure rate come from

@@ -11,9 +11,12 @@ namespace trillion::plan {
 
 std::string recompute_name(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "?";
 }
@@ -56,21 +59,30 @@ Layout parse_layout(const std::string& text, LayoutFields* fields) {
       if (v < min) throw Error(fmt::format("--layout {}={}: must be >= {}", key, value, min));
       return v;
     };
-    if (key == "tp") l.tp = number(1), f.tp = true;
-    else if (key == "pp") l.pp = number(1), f.pp = true;
-    else if (key == "cp") l.cp = number(1), f.cp = true;
-    else if (key == "ep") l.ep = number(1), f.ep = true;
-    else if (key == "dp") l.dp = number(1), f.dp = true;
+    if (key == "tp")
+      l.tp = number(1), f.tp = true;
+    else if (key == "pp")
+      l.pp = number(1), f.pp = true;
+    else if (key == "cp")
+      l.cp = number(1), f.cp = true;
+    else if (key == "ep")
+      l.ep = number(1), f.ep = true;
+    else if (key == "dp")
+      l.dp = number(1), f.dp = true;
     else if (key == "zero") {
       l.zero = number(0), f.zero = true;
       if (l.zero > 3) throw Error(fmt::format("--layout zero={}: ZeRO stages are 0..3", value));
     } else if (key == "schedule") {
       if (value != "none") l.schedule = schedule::parse_schedule_kind(value);
       f.schedule = true;
-    } else if (key == "chunks") l.chunks = number(1), f.chunks = true;
-    else if (key == "recompute") l.recompute = parse_recompute(value), f.recompute = true;
-    else if (key == "micro_batch" || key == "mb") l.micro_batch = number(1), f.micro_batch = true;
-    else if (key == "precision") l.precision = parse_precision(value), f.precision = true;
+    } else if (key == "chunks")
+      l.chunks = number(1), f.chunks = true;
+    else if (key == "recompute")
+      l.recompute = parse_recompute(value), f.recompute = true;
+    else if (key == "micro_batch" || key == "mb")
+      l.micro_batch = number(1), f.micro_batch = true;
+    else if (key == "precision")
+      l.precision = parse_precision(value), f.precision = true;
     else
       throw Error(fmt::format(
           "--layout key '{}' is unknown: use tp, pp, cp, ep, dp, zero, schedule, chunks, "

@@ -21,10 +21,13 @@ double korthikanti_layer_bytes(double s, double b, double h, double a, int t, bo
                                Recompute recompute) {
   const double sbh = s * b * h;
   switch (recompute) {
-    case Recompute::kFull: return 2 * sbh;
-    case Recompute::kSelective: return sp ? 34 * sbh / t : sbh * (10 + 24.0 / t);
+    case Recompute::kFull:
+      return 2 * sbh;
+    case Recompute::kSelective:
+      return sp ? 34 * sbh / t : sbh * (10 + 24.0 / t);
     case Recompute::kNone:
-      return sp ? sbh * (34.0 / t + 5 * a * s / (h * t)) : sbh * (10 + 24.0 / t + 5 * a * s / (h * t));
+      return sp ? sbh * (34.0 / t + 5 * a * s / (h * t))
+                : sbh * (10 + 24.0 / t + 5 * a * s / (h * t));
   }
   return 0;
 }
@@ -66,8 +69,8 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double e) 
   };
   if (m.is_mla()) {
     const double latents = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank;
-    t.push_back({"MLA latents and their norm outputs", 2 * e * latents + e * m.qk_rope_dim,
-                 false, true});
+    t.push_back(
+        {"MLA latents and their norm outputs", 2 * e * latents + e * m.qk_rope_dim, false, true});
   }
   if (!moe) {
     const double f = m.ffn_hidden;
@@ -81,8 +84,8 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double e) 
   } else {
     const double k = m.top_k, fe = m.expert_ffn, shared = m.n_shared_experts;
     t.push_back({"router scores (fp32)", 4.0 * m.n_routed_experts, true, true});
-    t.push_back({"dispatched tokens (expert inputs) and expert outputs", 2 * e * k * h, true,
-                 true});
+    t.push_back(
+        {"dispatched tokens (expert inputs) and expert outputs", 2 * e * k * h, true, true});
     t.push_back({"expert gate and up outputs", 2 * e * (k + shared) * fe, true, true});
     t.push_back({"expert SwiGLU products", e * (k + shared) * fe, true, false});
   }
@@ -102,8 +105,8 @@ double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bo
 
 StageShape stage_shape(const ModelSpec& m, const Layout& l) {
   const ModelCounts c = count_model(m);
-  const double layer_params = static_cast<double>(c.matmul_active - m.vocab * m.d_model) /
-                              m.n_layers;
+  const double layer_params =
+      static_cast<double>(c.matmul_active - m.vocab * m.d_model) / m.n_layers;
   const double head_layers = m.vocab * m.d_model / layer_params;
   StageShape s;
   const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
@@ -122,12 +125,17 @@ double inflight_microbatches(const Layout& l, int m) {
   const double p = l.pp;
   if (l.pp == 1) return 1;
   switch (l.schedule) {
-    case schedule::ScheduleKind::kGPipe: return m;
+    case schedule::ScheduleKind::kGPipe:
+      return m;
     case schedule::ScheduleKind::k1F1B:
-    case schedule::ScheduleKind::kZbH1: return std::min<double>(p, m);
-    case schedule::ScheduleKind::kZbH2: return std::min<double>(2 * p - 1, m);
-    case schedule::ScheduleKind::kInterleaved: return p * (1 + (p - 1) / (p * l.chunks));
-    case schedule::ScheduleKind::kDualPipe: return p + 1;
+    case schedule::ScheduleKind::kZbH1:
+      return std::min<double>(p, m);
+    case schedule::ScheduleKind::kZbH2:
+      return std::min<double>(2 * p - 1, m);
+    case schedule::ScheduleKind::kInterleaved:
+      return p * (1 + (p - 1) / (p * l.chunks));
+    case schedule::ScheduleKind::kDualPipe:
+      return p + 1;
   }
   return p;
 }
@@ -169,8 +177,8 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_
   const double e = 2.0;
   const bool sp = l.tp > 1;
   const double tokens = static_cast<double>(l.micro_batch) * seq_len / l.cp;
-  const double dense_tok = layer_bytes_per_token(block_terms(m, false, e), l.tp, sp, l.recompute,
-                                                 e * m.d_model);
+  const double dense_tok =
+      layer_bytes_per_token(block_terms(m, false, e), l.tp, sp, l.recompute, e * m.d_model);
   const double moe_tok = m.is_moe() ? layer_bytes_per_token(block_terms(m, true, e), l.tp, sp,
                                                             l.recompute, e * m.d_model)
                                     : dense_tok;
@@ -186,8 +194,9 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_
     mem.temporary += tokens * layer_bytes_per_token(block_terms(m, m.is_moe(), e), l.tp, sp,
                                                     Recompute::kNone, e * m.d_model);
   if (l.zero == 3)
-    mem.temporary += 2 * 2.0 * (dense_per_layer / l.tp + st.moe_fraction * experts_per_moe_layer /
-                                                            (l.ep * l.tp));
+    mem.temporary +=
+        2 * 2.0 *
+        (dense_per_layer / l.tp + st.moe_fraction * experts_per_moe_layer / (l.ep * l.tp));
   if (m.is_moe()) mem.temporary += 2 * tokens / l.tp * m.top_k * m.d_model * e;
   // CUDA context, NCCL and cuBLAS workspaces (~3 GB measured on Hopper jobs) plus 5% allocator
   // fragmentation of the dynamic part.

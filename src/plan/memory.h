@@ -59,10 +59,10 @@ double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bo
 
 // How a model's layers land on pipeline ranks.
 struct StageShape {
-  int layers_per_rank = 0;      // layers on the busiest rank (both DualPipe copies counted)
-  int layers_per_stage = 0;     // layers of one pipeline stage (one chunk's worth x chunks)
-  double moe_fraction = 0;      // share of those layers that are MoE layers
-  bool holds_head = true;       // the busiest rank also holds the embedding/LM head
+  int layers_per_rank = 0;   // layers on the busiest rank (both DualPipe copies counted)
+  int layers_per_stage = 0;  // layers of one pipeline stage (one chunk's worth x chunks)
+  double moe_fraction = 0;   // share of those layers that are MoE layers
+  bool holds_head = true;    // the busiest rank also holds the embedding/LM head
 };
 // The LM head counts as head_flops/layer_flops layers when balancing (Llama 3 moved one layer
 // off the first and last stages for the same reason).
@@ -83,9 +83,11 @@ LocalParams params_per_gpu(const ModelSpec& m, const Layout& l);
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0;  // model states after ZeRO sharding
   double activations = 0;                            // in-flight micro-batches' stored tensors
-  double temporary = 0;   // logits, recompute working set, ZeRO-3 prefetch, comm buffers
-  double overhead = 0;    // CUDA context, library workspaces, allocator fragmentation
-  double total() const { return weights + gradients + optimizer + activations + temporary + overhead; }
+  double temporary = 0;  // logits, recompute working set, ZeRO-3 prefetch, comm buffers
+  double overhead = 0;   // CUDA context, library workspaces, allocator fragmentation
+  double total() const {
+    return weights + gradients + optimizer + activations + temporary + overhead;
+  }
 };
 
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_len,

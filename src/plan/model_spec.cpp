@@ -1,8 +1,9 @@
 // See model_spec.h. Catalog dimensions are quoted from each model's paper or released config.
 #include "plan/model_spec.h"
 
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "core/error.h"
 
@@ -32,14 +33,15 @@ ModelCounts count_model(const ModelSpec& m) {
   const int64_t per_dense = c.attention + c.norms + c.dense_mlp;
   const int64_t per_moe_shared = c.attention + c.norms + c.router + m.n_shared_experts * c.expert;
   c.routed_total = m.moe_layers() * m.n_routed_experts * c.expert;
-  c.dense_total = m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding +
-                  c.head;
+  c.dense_total =
+      m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding + c.head;
   c.total = c.dense_total + c.routed_total;
   c.activated = c.dense_total + m.moe_layers() * m.top_k * c.expert;
   // Norm weights and the embedding lookup do no matmul; a tied head still multiplies.
-  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C + m.vocab * C *
-                    (m.tied_embeddings ? 1 : 0);
-  if (m.is_mla()) c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
+  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C +
+                    m.vocab * C * (m.tied_embeddings ? 1 : 0);
+  if (m.is_mla())
+    c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
   return c;
 }
 
@@ -55,8 +57,8 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len, bool causal) {
 DenseShape dense_shape(const ModelSpec& m) {
   if (m.is_moe() || m.is_mla() || m.mlp_matrices != 3)
     throw Error(fmt::format("model '{}' is not a dense SwiGLU/GQA model", m.name));
-  return {m.vocab,    m.d_model,  m.n_layers,       m.n_heads, m.n_kv_heads,
-          m.head_dim, m.ffn_hidden, m.tied_embeddings};
+  return {m.vocab,      m.d_model,  m.n_layers,   m.n_heads,
+          m.n_kv_heads, m.head_dim, m.ffn_hidden, m.tied_embeddings};
 }
 
 namespace {

@@ -52,8 +52,8 @@ struct ModelCounts {
   int64_t dense_total = 0;   // everything that is not a routed expert
   int64_t routed_total = 0;  // all routed experts of all layers
   int64_t total = 0;
-  int64_t activated = 0;     // per token: dense_total + top_k routed experts per MoE layer
-  int64_t matmul_active = 0; // weights that multiply per token (activated minus embedding, norms)
+  int64_t activated = 0;      // per token: dense_total + top_k routed experts per MoE layer
+  int64_t matmul_active = 0;  // weights that multiply per token (activated minus embedding, norms)
 };
 
 ModelCounts count_model(const ModelSpec& m);

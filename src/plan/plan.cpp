@@ -24,8 +24,7 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
   // replica writing a disjoint slice: the busiest rank writes 12 x its parameters / n_d.
   const LocalParams lp = params_per_gpu(in.model, c.layout);
   const int n_d = c.layout.dp * c.layout.cp;
-  r.checkpoint_bytes_per_gpu =
-      12.0 * (lp.dense / n_d + lp.expert / std::max(1, n_d / c.layout.ep));
+  r.checkpoint_bytes_per_gpu = 12.0 * (lp.dense / n_d + lp.expert / std::max(1, n_d / c.layout.ep));
   r.checkpoint_seconds = r.checkpoint_bytes_per_gpu / in.checkpoint_bytes_per_second;
   FailureInputs fi;
   fi.gpus = in.gpus;
@@ -46,8 +45,8 @@ Plan make_plan(PlanInputs in) {
   if (in.batch_tokens <= 0) {
     in.batch_tokens = in.model.default_batch_tokens;
     if (in.batch_tokens <= 0 || in.seq_len != in.model.default_seq)
-      in.batch_tokens =
-          std::max(1.0, std::round(16.0 * 1024 * 1024 / in.seq_len)) * static_cast<double>(in.seq_len);
+      in.batch_tokens = std::max(1.0, std::round(16.0 * 1024 * 1024 / in.seq_len)) *
+                        static_cast<double>(in.seq_len);
   }
   const double seqs = in.batch_tokens / in.seq_len;
   if (seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9)
@@ -56,9 +55,9 @@ Plan make_plan(PlanInputs in) {
   const SearchOptions& so = in.search;
   if (so.fields.tp && so.fields.pp && so.fields.cp && so.fields.dp &&
       static_cast<long>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp != in.gpus)
-    throw Error(fmt::format("--layout tp*pp*cp*dp = {} but --gpus is {}; they must match",
-                            static_cast<long>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp,
-                            in.gpus));
+    throw Error(fmt::format(
+        "--layout tp*pp*cp*dp = {} but --gpus is {}; they must match",
+        static_cast<long>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp, in.gpus));
   Plan p;
   p.inputs = in;
   p.search = search_layouts(in.model, in.gpu, in.gpus, in.seq_len, in.batch_tokens, so);

@@ -31,10 +31,10 @@ struct PlanInputs {
 struct RunEstimate {
   double tokens = 0;
   bool chinchilla_tokens = false;
-  double flops_6nd = 0;      // 6 x activated parameters x tokens
-  double flops_exact = 0;    // model FLOPs per token (causal attention) x tokens
-  double ideal_days = 0;     // tokens / throughput, no failures
-  double days = 0;           // with checkpoints, lost work and restarts
+  double flops_6nd = 0;    // 6 x activated parameters x tokens
+  double flops_exact = 0;  // model FLOPs per token (causal attention) x tokens
+  double ideal_days = 0;   // tokens / throughput, no failures
+  double days = 0;         // with checkpoints, lost work and restarts
   double gpu_hours = 0;
   double cost_usd = 0;
   double checkpoint_bytes_per_gpu = 0;

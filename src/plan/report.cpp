@@ -17,24 +17,28 @@ namespace {
 using Parts = std::vector<std::pair<std::string, double>>;
 
 Parts time_parts(const StepBreakdown& s) {
-  return {{"compute", s.compute - s.recompute}, {"recompute", s.recompute},
-          {"TP/SP comm", s.tp_comm},             {"CP comm", s.cp_comm},
-          {"EP all-to-all", s.ep_comm},          {"pipeline bubble", s.bubble},
-          {"DP/ZeRO comm", s.dp_comm},           {"optimizer", s.optimizer}};
+  return {{"compute", s.compute - s.recompute},
+          {"recompute", s.recompute},
+          {"TP/SP comm", s.tp_comm},
+          {"CP comm", s.cp_comm},
+          {"EP all-to-all", s.ep_comm},
+          {"pipeline bubble", s.bubble},
+          {"DP/ZeRO comm", s.dp_comm},
+          {"optimizer", s.optimizer}};
 }
 
 Parts memory_parts(const MemoryBreakdown& m) {
-  return {{"weights", m.weights},         {"gradients", m.gradients},
-          {"optimizer", m.optimizer},     {"activations", m.activations},
-          {"temporary", m.temporary},     {"overhead", m.overhead}};
+  return {{"weights", m.weights},         {"gradients", m.gradients}, {"optimizer", m.optimizer},
+          {"activations", m.activations}, {"temporary", m.temporary}, {"overhead", m.overhead}};
 }
 
 std::string layout_line(const Layout& l) {
-  return fmt::format("tp={} pp={} cp={} ep={} dp={} zero={} schedule={} chunks={} recompute={} "
-                     "micro_batch={} {}",
-                     l.tp, l.pp, l.cp, l.ep, l.dp, l.zero,
-                     l.pp > 1 ? schedule::schedule_kind_name(l.schedule) : "none", l.chunks,
-                     recompute_name(l.recompute), l.micro_batch, precision_name(l.precision));
+  return fmt::format(
+      "tp={} pp={} cp={} ep={} dp={} zero={} schedule={} chunks={} recompute={} "
+      "micro_batch={} {}",
+      l.tp, l.pp, l.cp, l.ep, l.dp, l.zero,
+      l.pp > 1 ? schedule::schedule_kind_name(l.schedule) : "none", l.chunks,
+      recompute_name(l.recompute), l.micro_batch, precision_name(l.precision));
 }
 
 std::string header(const Plan& p) {
@@ -47,10 +51,14 @@ std::string header(const Plan& p) {
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char ch : s) {
-    if (ch == '<') out += "&lt;";
-    else if (ch == '>') out += "&gt;";
-    else if (ch == '&') out += "&amp;";
-    else out += ch;
+    if (ch == '<')
+      out += "&lt;";
+    else if (ch == '>')
+      out += "&gt;";
+    else if (ch == '&')
+      out += "&amp;";
+    else
+      out += ch;
   }
   return out;
 }
@@ -86,8 +94,8 @@ std::string stacked_bar_svg(const Parts& parts, double scale_max, const std::str
         "<line x1=\"{:.1f}\" y1=\"4\" x2=\"{:.1f}\" y2=\"{}\" stroke=\"#000\" "
         "stroke-dasharray=\"4,3\"/><text x=\"{:.1f}\" y=\"{}\" text-anchor=\"end\">limit "
         "{:.0f} {}</text>\n",
-        mx, mx, bar_h + 16, mx - 4, bar_h + 30 + 18 * parts.size() - 4,
-        total_mark / unit_div, unit);
+        mx, mx, bar_h + 16, mx - 4, bar_h + 30 + 18 * parts.size() - 4, total_mark / unit_div,
+        unit);
   }
   return out + "</svg>\n";
 }
@@ -113,7 +121,8 @@ std::string format_plan_text(const Plan& p) {
   out.back() = '\n';
   out += fmt::format("Memory    {:.1f} GB per GPU of {:.0f} GB:", s.memory.total() / 1e9,
                      p.inputs.gpu.hbm_bytes / 1e9);
-  for (const auto& [name, v] : memory_parts(s.memory)) out += fmt::format(" {} {:.1f},", name, v / 1e9);
+  for (const auto& [name, v] : memory_parts(s.memory))
+    out += fmt::format(" {} {:.1f},", name, v / 1e9);
   out.back() = '\n';
   out += fmt::format(
       "Run       {:.3g} FLOPs (6ND {:.3g}); {:.1f} days ideal, {:.1f} days with failures; "
@@ -130,10 +139,9 @@ std::string format_plan_text(const Plan& p) {
                      "vs #1", "MFU", "mem GB", "bubble");
   for (size_t i = 0; i < p.search.ranked.size(); ++i) {
     const Candidate& c = p.search.ranked[i];
-    out += fmt::format("  {:>2}  {:<100} {:>8.2f} {:>+6.1f}% {:>5.1f}% {:>7.1f} {:>6.1f}%\n",
-                       i + 1, layout_line(c.layout), c.step.step,
-                       100 * (c.step.step / s.step - 1), 100 * c.step.mfu,
-                       c.step.memory.total() / 1e9, 100 * c.step.bubble_fraction);
+    out += fmt::format("  {:>2}  {:<100} {:>8.2f} {:>+6.1f}% {:>5.1f}% {:>7.1f} {:>6.1f}%\n", i + 1,
+                       layout_line(c.layout), c.step.step, 100 * (c.step.step / s.step - 1),
+                       100 * c.step.mfu, c.step.memory.total() / 1e9, 100 * c.step.bubble_fraction);
   }
   out += "\nAssumptions:\n";
   for (const auto& [name, how] : p.assumptions) out += fmt::format("  {}: {}\n", name, how);
@@ -153,8 +161,9 @@ std::string format_plan_html(const Plan& p) {
       "font-size:13px}th{background:#eee}code{font-size:13px}</style></head><body>\n";
   out += fmt::format("<h1>trillion plan</h1>\n<p>{}</p>\n", html_escape(header(p)));
   out += fmt::format("<h2>Layout</h2>\n<p><code>{}</code></p>\n", layout_line(best.layout));
-  out += "<table><tr><th>step</th><th>MFU</th><th>HFU</th><th>memory / GPU</th><th>days</th>"
-         "<th>GPU-hours</th><th>cost</th><th>interruptions</th><th>goodput</th></tr>\n";
+  out +=
+      "<table><tr><th>step</th><th>MFU</th><th>HFU</th><th>memory / GPU</th><th>days</th>"
+      "<th>GPU-hours</th><th>cost</th><th>interruptions</th><th>goodput</th></tr>\n";
   out += fmt::format(
       "<tr><td>{:.2f} s</td><td>{:.1f}%</td><td>{:.1f}%</td><td>{:.1f} GB</td><td>{:.1f}</td>"
       "<td>{:.3g}</td><td>${:.3g}</td><td>{:.0f}</td><td>{:.1f}%</td></tr></table>\n",
@@ -169,7 +178,7 @@ std::string format_plan_html(const Plan& p) {
     // The chosen schedule with this plan's stage costs. Long steps are drawn with fewer
     // micro-batches (same p, v and costs) so the page stays small; the caption says so.
     const int v = best.layout.schedule == schedule::ScheduleKind::kInterleaved ? best.layout.chunks
-                  : best.layout.schedule == schedule::ScheduleKind::kDualPipe ? 2
+                  : best.layout.schedule == schedule::ScheduleKind::kDualPipe  ? 2
                                                                                : 1;
     int m = s.microbatches;
     const int cap = std::max(4 * best.layout.pp, 16);
@@ -187,13 +196,15 @@ std::string format_plan_html(const Plan& p) {
     const schedule::Simulation sim = schedule::simulate(sched, costs);
     out += "<h2>Timeline of one step (pipeline ranks; time in seconds x scale)</h2>\n";
     if (reduced)
-      out += fmt::format("<p>Drawn with {} of the step's {} micro-batches; the bubble of the "
-                         "full step is {:.1f}%.</p>\n",
-                         m, s.microbatches, 100 * s.bubble_fraction);
+      out += fmt::format(
+          "<p>Drawn with {} of the step's {} micro-batches; the bubble of the "
+          "full step is {:.1f}%.</p>\n",
+          m, s.microbatches, 100 * s.bubble_fraction);
     out += schedule::render_svg(sched, sim);
   }
-  out += "<h2>Runners-up</h2>\n<table><tr><th>#</th><th>layout</th><th>step s</th><th>MFU</th>"
-         "<th>memory GB</th><th>bubble</th><th>TP s</th><th>EP s</th><th>DP s</th></tr>\n";
+  out +=
+      "<h2>Runners-up</h2>\n<table><tr><th>#</th><th>layout</th><th>step s</th><th>MFU</th>"
+      "<th>memory GB</th><th>bubble</th><th>TP s</th><th>EP s</th><th>DP s</th></tr>\n";
   for (size_t i = 0; i < p.search.ranked.size(); ++i) {
     const Candidate& c = p.search.ranked[i];
     out += fmt::format(
@@ -203,11 +214,11 @@ std::string format_plan_html(const Plan& p) {
         100 * c.step.bubble_fraction, c.step.tp_comm, c.step.ep_comm, c.step.dp_comm);
   }
   out += "</table>\n<h2>Run</h2>\n<ul>\n";
-  out += fmt::format("<li>{:.3g} training tokens{}; {:.3g} FLOPs (6ND: {:.3g})</li>\n", r.tokens,
-                     r.chinchilla_tokens ? " (Chinchilla-optimal)" : "", r.flops_exact,
-                     r.flops_6nd);
-  out += fmt::format("<li>{:.1f} days without failures, {:.1f} days with them</li>\n",
-                     r.ideal_days, r.days);
+  out +=
+      fmt::format("<li>{:.3g} training tokens{}; {:.3g} FLOPs (6ND: {:.3g})</li>\n", r.tokens,
+                  r.chinchilla_tokens ? " (Chinchilla-optimal)" : "", r.flops_exact, r.flops_6nd);
+  out += fmt::format("<li>{:.1f} days without failures, {:.1f} days with them</li>\n", r.ideal_days,
+                     r.days);
   out += fmt::format(
       "<li>cluster MTBF {:.2f} h; checkpoint {:.2f} GB per GPU every {:.1f} min; lost to "
       "checkpoints {:.1f} h, to rework {:.1f} h, to restarts {:.1f} h</li>\n</ul>\n",

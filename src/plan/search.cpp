@@ -62,9 +62,8 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
           if (fx.schedule == schedule::ScheduleKind::kInterleaved && !f.chunks)
             for (int v : {2, 4, 8}) schedules.push_back({fx.schedule, v});
           else
-            schedules.push_back({fx.schedule, fx.schedule == schedule::ScheduleKind::kDualPipe
-                                                  ? 2
-                                                  : fx.chunks});
+            schedules.push_back(
+                {fx.schedule, fx.schedule == schedule::ScheduleKind::kDualPipe ? 2 : fx.chunks});
         } else {
           schedules = {{schedule::ScheduleKind::k1F1B, 1},
                        {schedule::ScheduleKind::kZbH1, 1},
@@ -101,14 +100,12 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                     if (mem.total() > gpu.hbm_bytes) continue;
                     ++result.fitting;
                     // Only a layout that can still enter the top `keep` is simulated.
-                    const double bar = static_cast<int>(best_times.size()) < o.keep
-                                           ? INFINITY
-                                           : best_times.back();
+                    const double bar =
+                        static_cast<int>(best_times.size()) < o.keep ? INFINITY : best_times.back();
                     StepBreakdown sb = model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
                     if (sb.step < bar) {
                       best_times.insert(
-                          std::upper_bound(best_times.begin(), best_times.end(), sb.step),
-                          sb.step);
+                          std::upper_bound(best_times.begin(), best_times.end(), sb.step), sb.step);
                       if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
                       all.push_back({l, std::move(sb)});
                     }

@@ -16,10 +16,10 @@
 namespace trillion::plan {
 
 struct SearchOptions {
-  Layout fixed;          // values of the fields marked in `fields`
-  LayoutFields fields;   // which fields are fixed
+  Layout fixed;         // values of the fields marked in `fields`
+  LayoutFields fields;  // which fields are fixed
   std::vector<Precision> precisions = {Precision::kBf16};
-  int keep = 10;         // ranked candidates to return
+  int keep = 10;  // ranked candidates to return
   Efficiency efficiency;
 };
 

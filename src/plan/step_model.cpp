@@ -43,16 +43,21 @@ double ring_time(double bytes, int n, double bandwidth) {
 
 double gemm_fraction(const Efficiency& e, Precision p) {
   switch (p) {
-    case Precision::kBf16: return e.gemm_bf16;
-    case Precision::kFp8: return e.gemm_fp8;
-    case Precision::kFp4: return e.gemm_fp4;
+    case Precision::kBf16:
+      return e.gemm_bf16;
+    case Precision::kFp8:
+      return e.gemm_fp8;
+    case Precision::kFp4:
+      return e.gemm_fp4;
   }
   return e.gemm_bf16;
 }
 
 }  // namespace
 
-long schedule_simulations_run() { return g_simulations; }
+long schedule_simulations_run() {
+  return g_simulations;
+}
 
 int microbatches_for(const Layout& l, int64_t seq_len, double batch_tokens) {
   const double seqs = batch_tokens / seq_len;
@@ -94,7 +99,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double e = 2.0;
   const bool sp = l.tp > 1;
   const double act_tok =
-      st.moe_fraction * layer_bytes_per_token(block_terms(m, true, e), l.tp, sp, Recompute::kNone, 0) +
+      st.moe_fraction *
+          layer_bytes_per_token(block_terms(m, true, e), l.tp, sp, Recompute::kNone, 0) +
       (1 - st.moe_fraction) *
           layer_bytes_per_token(block_terms(m, false, e), l.tp, sp, Recompute::kNone, 0);
   const double t_elem = 3.0 * tokens * act_tok / gpu.hbm_bandwidth;
@@ -125,8 +131,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   if (l.cp > 1) {
     const double kv_heads_per_gpu =
         m.is_mla() ? double(m.n_heads) / l.tp : std::max<double>(1.0, m.n_kv_heads / double(l.tp));
-    const double bytes = static_cast<double>(l.micro_batch) * seq * kv_heads_per_gpu *
-                         (m.qk_dim() + m.v_dim()) * e;
+    const double bytes =
+        static_cast<double>(l.micro_batch) * seq * kv_heads_per_gpu * (m.qk_dim() + m.v_dim()) * e;
     cp_f = cp_b = ring_time(bytes, l.cp, group_bw(static_cast<long>(l.tp) * l.cp));
     f += cp_f;
     b += cp_b;
@@ -158,9 +164,7 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   if (l.pp == 1) {
     pipeline = mb * (sf + sb + sw);
   } else {
-    const int v = l.schedule == schedule::ScheduleKind::kInterleaved ? l.chunks
-                  : dual                                            ? 2
-                                                                    : 1;
+    const int v = l.schedule == schedule::ScheduleKind::kInterleaved ? l.chunks : dual ? 2 : 1;
     // Every rank does the same work, so the step's pipeline time is that work over the share
     // of time the schedule keeps a rank busy.
     pipeline = mb * (sf + sb + sw) /
@@ -193,7 +197,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.memory = mem;
   const LocalParams local = params_per_gpu(m, l);
   const int n_d = l.dp * l.cp, n_e = std::max(1, l.dp * l.cp / l.ep);
-  const double rs = ring_time(local.dense * e, n_d, network) + ring_time(local.expert * e, n_e, network);
+  const double rs =
+      ring_time(local.dense * e, n_d, network) + ring_time(local.expert * e, n_e, network);
   const double ag = rs;
   const double backward_one_mb = (sb + sw) * (dual ? 2 : 1);
   r.dp_comm = std::max(0.0, rs - backward_one_mb) + std::max(0.0, ag - sf);
@@ -203,8 +208,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   if (l.zero == 3) r.dp_comm += mb * std::max(0.0, 2 * ag - 0.9 * (sf + sb + sw));
   // Adam step: read param, grad, two moments and master, write four of them (~32 bytes/param of
   // the local optimizer shard) at HBM bandwidth.
-  const double shard = l.zero >= 1 ? local.dense / n_d + local.expert / n_e
-                                   : local.dense + local.expert;
+  const double shard =
+      l.zero >= 1 ? local.dense / n_d + local.expert / n_e : local.dense + local.expert;
   r.optimizer = 32.0 * shard / gpu.hbm_bandwidth;
   r.step = pipeline + r.dp_comm + r.optimizer;
 
@@ -214,8 +219,9 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.mfu_palm = model_flops_per_token(m, seq, false) * batch_tokens / (n * peak_bf16 * r.step);
   double hardware = r.model_flops;
   if (l.recompute == Recompute::kFull)
-    hardware += (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3) *
-                batch_tokens;
+    hardware +=
+        (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3) *
+        batch_tokens;
   r.hfu = hardware / (n * peak_bf16 * r.step);
   r.tokens_per_second = batch_tokens / r.step;
   return r;

@@ -43,18 +43,18 @@ struct Efficiency {
 };
 
 struct StepBreakdown {
-  int microbatches = 0;             // m, per pipeline per step
-  double layer_forward = 0;         // seconds, one average layer, one micro-batch, incl. comm
-  double layer_backward_input = 0;  // B (+ recompute)
-  double layer_backward_weight = 0; // W
+  int microbatches = 0;              // m, per pipeline per step
+  double layer_forward = 0;          // seconds, one average layer, one micro-batch, incl. comm
+  double layer_backward_input = 0;   // B (+ recompute)
+  double layer_backward_weight = 0;  // W
   // One schedule action's costs (a full stage of the rank; the simulator scales chunks) and the
   // p2p latency between stages: what the schedule was simulated with.
   double stage_forward = 0, stage_backward_input = 0, stage_backward_weight = 0, p2p = 0;
   // Seconds per step on the busiest rank:
-  double compute = 0;      // GEMM + attention + elementwise (incl. recompute) for all micro-batches
-  double recompute = 0;    // the part of compute spent recomputing
+  double compute = 0;    // GEMM + attention + elementwise (incl. recompute) for all micro-batches
+  double recompute = 0;  // the part of compute spent recomputing
   double tp_comm = 0, cp_comm = 0, ep_comm = 0, pp_comm = 0;  // exposed, all micro-batches
-  double bubble = 0;       // idle time of the pipeline schedule
+  double bubble = 0;                                          // idle time of the pipeline schedule
   double bubble_fraction = 0;
   double dp_comm = 0;      // exposed DP/ZeRO communication
   double optimizer = 0;    // the optimizer step (memory bound)

@@ -1,11 +1,11 @@
 // See action.h.
 #include "schedule/action.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cctype>
 #include <charconv>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -29,7 +29,9 @@ int parse_int(std::string_view s, std::string_view whole) {
 
 }  // namespace
 
-std::string_view kind_name(ActionKind kind) { return kKindNames[static_cast<int>(kind)]; }
+std::string_view kind_name(ActionKind kind) {
+  return kKindNames[static_cast<int>(kind)];
+}
 
 bool is_compute(ActionKind kind) {
   return kind == ActionKind::kForward || kind == ActionKind::kBackwardInput ||
@@ -57,9 +59,10 @@ Action parse_action(std::string_view text, int rank) {
     }
   }
   if (!found)
-    throw Error(fmt::format("malformed schedule action '{}': unknown kind '{}' (use F, B, W, "
-                            "SEND_F, RECV_F, SEND_B or RECV_B)",
-                            text, kind));
+    throw Error(
+        fmt::format("malformed schedule action '{}': unknown kind '{}' (use F, B, W, "
+                    "SEND_F, RECV_F, SEND_B or RECV_B)",
+                    text, kind));
   a.microbatch = parse_int(text.substr(j), text);
   return a;
 }

@@ -40,10 +40,10 @@ Action parse_action(std::string_view text, int rank);
 // Time of one full-stage op (the work of 1/p of one model copy on one micro-batch) and of one
 // point-to-point transfer. A chunk's ops cost chunk_fraction times these.
 struct OpCosts {
-  double forward = 1.0;         // T_F
-  double backward_input = 1.0;  // T_B (dgrad)
-  double backward_weight = 1.0; // T_W (wgrad)
-  double comm = 0.0;            // latency of one activation/gradient send between ranks
+  double forward = 1.0;          // T_F
+  double backward_input = 1.0;   // T_B (dgrad)
+  double backward_weight = 1.0;  // T_W (wgrad)
+  double comm = 0.0;             // latency of one activation/gradient send between ranks
 };
 
 enum class ScheduleKind { kGPipe, k1F1B, kInterleaved, kZbH1, kZbH2, kDualPipe };

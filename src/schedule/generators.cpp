@@ -5,11 +5,11 @@
 // DualPipe (DeepSeek-V3 2412.19437 §3.2.1: the eight-phase order of its open schedule).
 #include "schedule/generators.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <deque>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -18,16 +18,16 @@ namespace {
 
 using K = ActionKind;
 using Fused = std::vector<std::vector<char>>;  // per action: one of the marks below
-constexpr char kSplit = 0;          // runs alone
-constexpr char kFusedWithW = 1;     // a B whose W follows it as one fused backward
-constexpr char kPairedWithNext = 2; // an F overlapped with the B after it (DualPipe's F&B)
+constexpr char kSplit = 0;                     // runs alone
+constexpr char kFusedWithW = 1;                // a B whose W follows it as one fused backward
+constexpr char kPairedWithNext = 2;  // an F overlapped with the B after it (DualPipe's F&B)
 
 // Appends compute actions to one rank's list; fills stage from the schedule's paths.
 struct RankWriter {
   const Schedule& s;
   std::vector<Action>& out;
   int rank;
-  std::vector<std::vector<char>>* fused = nullptr;  // marks Bs whose W is fused to them
+  std::vector<std::vector<char>>* fused = nullptr;          // marks Bs whose W is fused to them
   const std::vector<std::vector<int>>* stage_of = nullptr;  // [path][rank * v + chunk]
   void add(K kind, int mb, int chunk) {
     const int stage = (*stage_of)[s.path_of[mb]][rank * s.num_chunks + chunk];
@@ -219,8 +219,8 @@ void dualpipe(Schedule& s, Ctx& ctx) {
       w.add(K::kBackwardWeight, deferred.front().first, deferred.front().second);
       deferred.pop_front();
     };
-    for (int i = 0; i < (half - hr - 1) * 2; ++i) F(0);        // 1: nF0
-    for (int i = 0; i < hr + 1; ++i) F(0), F(1);                // 2: nF0F1
+    for (int i = 0; i < (half - hr - 1) * 2; ++i) F(0);             // 1: nF0
+    for (int i = 0; i < hr + 1; ++i) F(0), F(1);                    // 2: nF0F1
     for (int i = 0; i < half - hr - 1; ++i) B(1, true), W(), F(1);  // 3: nB1W1F1
     auto FB = [&](int f_phase, int b_phase) {  // overlapped forward-and-backward pair
       F(f_phase);
@@ -228,7 +228,7 @@ void dualpipe(Schedule& s, Ctx& ctx) {
       B(b_phase, false);
     };
     for (int i = 0; i < half_m - p + hr + 1; ++i) {  // 4: nF0B1F1B0
-      if (i == 0 && hr == half - 1) {  // middle ranks do not overlap the first pair
+      if (i == 0 && hr == half - 1) {                // middle ranks do not overlap the first pair
         F(0);
         B(1, false);
       } else {
@@ -237,7 +237,7 @@ void dualpipe(Schedule& s, Ctx& ctx) {
       FB(1, 0);
     }
     for (int i = 0; i < half - hr - 1; ++i) B(1, false), FB(1, 0);  // 5: nB1F1B0
-    const int step6 = hr + 1;                                   // 6: nB1B0
+    const int step6 = hr + 1;                                       // 6: nB1B0
     bool zb = false;
     for (int i = 0; i < step6; ++i) {
       if (i == step6 / 2 && hr % 2 == 1) zb = true;
@@ -245,8 +245,8 @@ void dualpipe(Schedule& s, Ctx& ctx) {
       if (i == step6 / 2 && hr % 2 == 0) zb = true;
       B(0, zb);
     }
-    for (int i = 0; i < half - hr - 1; ++i) W(), B(0, true);    // 7: nWB0
-    for (int i = 0; i < hr + 1; ++i) W();                       // 8: nW
+    for (int i = 0; i < half - hr - 1; ++i) W(), B(0, true);  // 7: nWB0
+    for (int i = 0; i < hr + 1; ++i) W();                     // 8: nW
     while (!deferred.empty()) W();
   }
 }
@@ -301,9 +301,10 @@ Schedule generate_schedule(ScheduleKind kind, int p, int m, int v, const OpCosts
           "interleaved needs micro-batches ({}) to be a multiple of stages ({})", m, p));
   } else if (kind == ScheduleKind::kDualPipe) {
     if (p % 2 != 0 || m % 2 != 0 || m < 2 * p)
-      throw Error(fmt::format("dualpipe needs an even number of stages and an even number of "
-                              "micro-batches >= 2 x stages, got stages={} micro-batches={}",
-                              p, m));
+      throw Error(
+          fmt::format("dualpipe needs an even number of stages and an even number of "
+                      "micro-batches >= 2 x stages, got stages={} micro-batches={}",
+                      p, m));
     v = 2;
   } else if (v != 1) {
     throw Error(fmt::format("{} uses one chunk per rank; --chunks {} applies to interleaved only",
@@ -330,12 +331,24 @@ Schedule generate_schedule(ScheduleKind kind, int p, int m, int v, const OpCosts
   }
   Ctx ctx(s);
   switch (kind) {
-    case ScheduleKind::kGPipe: gpipe(s, ctx); break;
-    case ScheduleKind::k1F1B: one_f_one_b(s, ctx); break;
-    case ScheduleKind::kInterleaved: interleaved(s, ctx); break;
-    case ScheduleKind::kZbH1: zero_bubble(s, costs, false, ctx); break;
-    case ScheduleKind::kZbH2: zero_bubble(s, costs, true, ctx); break;
-    case ScheduleKind::kDualPipe: dualpipe(s, ctx); break;
+    case ScheduleKind::kGPipe:
+      gpipe(s, ctx);
+      break;
+    case ScheduleKind::k1F1B:
+      one_f_one_b(s, ctx);
+      break;
+    case ScheduleKind::kInterleaved:
+      interleaved(s, ctx);
+      break;
+    case ScheduleKind::kZbH1:
+      zero_bubble(s, costs, false, ctx);
+      break;
+    case ScheduleKind::kZbH2:
+      zero_bubble(s, costs, true, ctx);
+      break;
+    case ScheduleKind::kDualPipe:
+      dualpipe(s, ctx);
+      break;
   }
   insert_communication(s, ctx.fused);
   return s;

@@ -1,10 +1,11 @@
 // See render.h.
 #include "schedule/render.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <fmt/format.h>
 
 namespace trillion::schedule {
 namespace {
@@ -49,7 +50,8 @@ std::string render_grid(const Schedule& s, const Simulation& sim, int max_cells)
 }
 
 std::string render_svg(const Schedule& s, const Simulation& sim) {
-  const double scale = std::clamp(1600.0 / std::max(sim.makespan, 1e-9), 1.0, 60.0);
+  // About 1600 px wide whatever the time unit (abstract costs or seconds).
+  const double scale = 1600.0 / std::max(sim.makespan, 1e-12);
   const int row = 28, left = 70, top = 30;
   const double width = left + sim.makespan * scale + 20;
   const double height = top + s.num_ranks * row + 50;

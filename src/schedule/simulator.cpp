@@ -3,11 +3,11 @@
 // stops when everything ran or a full sweep made no progress (deadlock).
 #include "schedule/simulator.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <map>
 #include <tuple>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -47,9 +47,12 @@ double ready_time(const Schedule& s, Tables& tab, const Action& a, double comm) 
                                                    : tab.at(K::kRecvB, mb, st);
       return g == kUnknown ? kUnknown : std::max(f, g);
     }
-    case K::kBackwardWeight: return tab.at(K::kBackwardInput, mb, st);
-    case K::kSendF: return tab.at(K::kForward, mb, st);
-    case K::kSendB: return tab.at(K::kBackwardInput, mb, st);
+    case K::kBackwardWeight:
+      return tab.at(K::kBackwardInput, mb, st);
+    case K::kSendF:
+      return tab.at(K::kForward, mb, st);
+    case K::kSendB:
+      return tab.at(K::kBackwardInput, mb, st);
     case K::kRecvF: {
       if (st == 0) return kUnknown;
       const double t = tab.at(K::kSendF, mb, st - 1);
@@ -66,10 +69,14 @@ double ready_time(const Schedule& s, Tables& tab, const Action& a, double comm) 
 
 double cost_of(const Schedule& s, const OpCosts& c, K kind) {
   switch (kind) {
-    case K::kForward: return c.forward * s.chunk_fraction;
-    case K::kBackwardInput: return c.backward_input * s.chunk_fraction;
-    case K::kBackwardWeight: return c.backward_weight * s.chunk_fraction;
-    default: return 0.0;
+    case K::kForward:
+      return c.forward * s.chunk_fraction;
+    case K::kBackwardInput:
+      return c.backward_input * s.chunk_fraction;
+    case K::kBackwardWeight:
+      return c.backward_weight * s.chunk_fraction;
+    default:
+      return 0.0;
   }
 }
 
@@ -126,8 +133,8 @@ Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timelin
 std::vector<std::string> validate(const Schedule& s) {
   std::vector<std::string> problems;
   if (static_cast<int>(s.actions.size()) != s.num_ranks) {
-    problems.push_back(fmt::format("schedule has {} rank lists for {} ranks", s.actions.size(),
-                                   s.num_ranks));
+    problems.push_back(
+        fmt::format("schedule has {} rank lists for {} ranks", s.actions.size(), s.num_ranks));
     return problems;
   }
   // (kind, mb, stage) -> (rank, position in that rank's list)
@@ -166,11 +173,11 @@ std::vector<std::string> validate(const Schedule& s) {
         problems.push_back(
             fmt::format("micro-batch {} stage {} does not run F before B before W", mb, st));
       const bool prev_remote = st > 0 && path[st - 1].rank != path[st].rank;
-      const bool next_remote = st + 1 < static_cast<int>(path.size()) &&
-                               path[st + 1].rank != path[st].rank;
+      const bool next_remote =
+          st + 1 < static_cast<int>(path.size()) && path[st + 1].rank != path[st].rank;
       // Each cross-rank edge needs SEND on the producer after it, RECV on the consumer before it.
-      auto edge = [&](K send, int send_st, const std::pair<int, int>* producer, K recv,
-                      int recv_st, const std::pair<int, int>* consumer, const char* what) {
+      auto edge = [&](K send, int send_st, const std::pair<int, int>* producer, K recv, int recv_st,
+                      const std::pair<int, int>* consumer, const char* what) {
         const auto *sd = find(send, mb, send_st), *rv = find(recv, mb, recv_st);
         const std::string tag =
             fmt::format("{} of micro-batch {} from stage {}", what, mb, send_st);
@@ -186,8 +193,7 @@ std::vector<std::string> validate(const Schedule& s) {
       if (next_remote)
         edge(K::kSendF, st, f, K::kRecvF, st + 1, find(K::kForward, mb, st + 1), "activation");
       if (prev_remote)
-        edge(K::kSendB, st, b, K::kRecvB, st - 1, find(K::kBackwardInput, mb, st - 1),
-             "gradient");
+        edge(K::kSendB, st, b, K::kRecvB, st - 1, find(K::kBackwardInput, mb, st - 1), "gradient");
     }
   }
   if (problems.empty()) {

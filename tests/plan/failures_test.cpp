@@ -1,9 +1,9 @@
 // Failure model: Young's and Daly's checkpoint intervals, and the goodput accounting.
+#include "plan/failures.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "plan/failures.h"
 
 namespace trillion::plan {
 namespace {

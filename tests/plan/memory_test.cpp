@@ -1,11 +1,12 @@
 // Memory model: the ZeRO paper's 7.5B / 64-GPU example exactly, Korthikanti's Table 2 from the
 // per-tensor derivation of the GPT block, our block's terms, and the pipeline in-flight counts
 // shared with the schedule simulator.
+#include "plan/memory.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "plan/memory.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
 
@@ -87,13 +88,14 @@ TEST(Activations, InflightMatchesTheSimulator) {
   using schedule::ScheduleKind;
   for (int p : {2, 4, 8, 16}) {
     const int m = 4 * p;
-    for (auto [kind, v] : {std::pair{ScheduleKind::k1F1B, 1}, std::pair{ScheduleKind::kZbH1, 1},
-                           std::pair{ScheduleKind::kInterleaved, 2},
-                           std::pair{ScheduleKind::kInterleaved, 4},
-                           std::pair{ScheduleKind::kDualPipe, 2}, std::pair{ScheduleKind::kGPipe, 1}}) {
+    for (auto [kind, v] :
+         {std::pair{ScheduleKind::k1F1B, 1}, std::pair{ScheduleKind::kZbH1, 1},
+          std::pair{ScheduleKind::kInterleaved, 2}, std::pair{ScheduleKind::kInterleaved, 4},
+          std::pair{ScheduleKind::kDualPipe, 2}, std::pair{ScheduleKind::kGPipe, 1}}) {
       Layout l;
       l.pp = p, l.schedule = kind, l.chunks = v;
-      const auto peak = schedule::simulate(schedule::generate_schedule(kind, p, m, v), {}).peak_inflight;
+      const auto peak =
+          schedule::simulate(schedule::generate_schedule(kind, p, m, v), {}).peak_inflight;
       EXPECT_NEAR(inflight_microbatches(l, m), *std::max_element(peak.begin(), peak.end()), 1e-12)
           << schedule::schedule_kind_name(kind) << " p=" << p;
     }

@@ -27,9 +27,9 @@ TEST(Models, CatalogMatchesPublishedSizes) {
   auto billions = [](const char* name) { return count_model(find_model(name)).total / 1e9; };
   EXPECT_NEAR(billions("llama3-8b"), 8.0, 0.1);
   EXPECT_NEAR(billions("llama3-70b"), 70.6, 0.1);
-  EXPECT_NEAR(billions("llama3-405b"), 405.9, 0.1);   // "405B"
-  EXPECT_NEAR(billions("gpt3-175b"), 174.6, 0.1);     // "175B"
-  EXPECT_NEAR(billions("deepseek-v3"), 671.0, 1.0);   // 671B total ...
+  EXPECT_NEAR(billions("llama3-405b"), 405.9, 0.1);                                // "405B"
+  EXPECT_NEAR(billions("gpt3-175b"), 174.6, 0.1);                                  // "175B"
+  EXPECT_NEAR(billions("deepseek-v3"), 671.0, 1.0);                                // 671B total ...
   EXPECT_NEAR(count_model(find_model("deepseek-v3")).activated / 1e9, 37.5, 0.6);  // 37B active
   EXPECT_NEAR(billions("moe-2t"), 1994, 1);
   EXPECT_NEAR(count_model(find_model("moe-2t")).activated / 1e9, 87.4, 0.1);
@@ -60,9 +60,10 @@ TEST(Hardware, CatalogHasTheNamedClusters) {
 
 TEST(Layouts, ParseAndPrint) {
   LayoutFields f;
-  const Layout l = parse_layout("tp=8,pp=16,cp=2,dp=64,schedule=interleaved,chunks=4,"
-                                "recompute=selective,precision=fp8,zero=2,mb=2",
-                                &f);
+  const Layout l = parse_layout(
+      "tp=8,pp=16,cp=2,dp=64,schedule=interleaved,chunks=4,"
+      "recompute=selective,precision=fp8,zero=2,mb=2",
+      &f);
   EXPECT_EQ(l.gpus(), 8L * 16 * 2 * 64);
   EXPECT_TRUE(f.tp && f.pp && f.cp && f.dp && f.schedule && f.chunks && f.micro_batch);
   EXPECT_FALSE(f.ep);

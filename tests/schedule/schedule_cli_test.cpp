@@ -25,8 +25,8 @@ std::string run(const std::string& args, int* rc) {
 
 TEST(ScheduleCli, JsonReportsBubbleAndPeak) {
   int rc = 0;
-  const auto j = nlohmann::json::parse(
-      run("schedule --kind 1f1b --stages 4 --microbatches 8 --json", &rc));
+  const auto j =
+      nlohmann::json::parse(run("schedule --kind 1f1b --stages 4 --microbatches 8 --json", &rc));
   ASSERT_EQ(rc, 0);
   EXPECT_NEAR(j["bubble_fraction"].get<double>(), 3.0 / 11.0, 1e-12);
   EXPECT_EQ(j["peak_inflight"], nlohmann::json({4.0, 3.0, 2.0, 1.0}));
@@ -38,8 +38,8 @@ TEST(ScheduleCli, JsonReportsBubbleAndPeak) {
   const auto z = nlohmann::json::parse(
       run("schedule --kind zb-h1 --stages 4 --microbatches 8 --costs 1,1,1 --json", &rc));
   EXPECT_NEAR(z["bubble_fraction"].get<double>(), 3.0 / 27.0, 1e-12);
-  const auto d =
-      nlohmann::json::parse(run("schedule --kind dualpipe --stages 8 --microbatches 16 --json", &rc));
+  const auto d = nlohmann::json::parse(
+      run("schedule --kind dualpipe --stages 8 --microbatches 16 --json", &rc));
   EXPECT_NEAR(d["bubble_fraction"].get<double>(), 6.0 / 54.0, 1e-12);
 }
 

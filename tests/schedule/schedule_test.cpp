@@ -63,8 +63,8 @@ TEST(Bubble, ZeroBubbleH1MatchesQi) {
         const double work = m * (c.forward + c.backward_input + c.backward_weight);
         const double idle = (p - 1) * (c.forward + c.backward_input - c.backward_weight);
         EXPECT_NEAR(bubble(ScheduleKind::kZbH1, p, m, 1, c), idle / (work + idle), 1e-12)
-            << "p=" << p << " m=" << m << " F,B,W=" << c.forward << "," << c.backward_input
-            << "," << c.backward_weight;
+            << "p=" << p << " m=" << m << " F,B,W=" << c.forward << "," << c.backward_input << ","
+            << c.backward_weight;
       }
 }
 
@@ -122,9 +122,9 @@ TEST(Inflight, MatchesPaperMemoryColumns) {
 }
 
 TEST(Validate, EveryGeneratedScheduleIsValid) {
-  const ScheduleKind kinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+  const ScheduleKind kinds[] = {ScheduleKind::kGPipe,       ScheduleKind::k1F1B,
                                 ScheduleKind::kInterleaved, ScheduleKind::kZbH1,
-                                ScheduleKind::kZbH2, ScheduleKind::kDualPipe};
+                                ScheduleKind::kZbH2,        ScheduleKind::kDualPipe};
   for (ScheduleKind k : kinds)
     for (int p : {1, 2, 3, 4, 6, 8})
       for (int m : {1, 2, 4, 8, 12, 16, 24}) {
@@ -133,13 +133,13 @@ TEST(Validate, EveryGeneratedScheduleIsValid) {
         if (k == ScheduleKind::kDualPipe && (p % 2 || m % 2 || m < 2 * p)) continue;
         const Schedule s = generate_schedule(k, p, m, v);
         const auto problems = validate(s);
-        EXPECT_TRUE(problems.empty()) << schedule_kind_name(k) << " p=" << p << " m=" << m
-                                      << ": " << (problems.empty() ? "" : problems[0]);
+        EXPECT_TRUE(problems.empty()) << schedule_kind_name(k) << " p=" << p << " m=" << m << ": "
+                                      << (problems.empty() ? "" : problems[0]);
         size_t computes = 0;
         for (const auto& list : s.actions)
           for (const Action& a : list) computes += is_compute(a.kind);
-        EXPECT_EQ(computes, static_cast<size_t>(3 * m * (k == ScheduleKind::kDualPipe ? 1 : v) *
-                                                p));
+        EXPECT_EQ(computes,
+                  static_cast<size_t>(3 * m * (k == ScheduleKind::kDualPipe ? 1 : v) * p));
       }
 }
 
@@ -164,8 +164,8 @@ Schedule hand_made(const std::vector<std::vector<std::string>>& lists) {
 TEST(Validate, CatchesMissingRecvWrongOrderAndDeadlock) {
   const std::vector<std::string> rank1 = {"1RECV_F0", "1F0", "1B0", "1SEND_B0", "1W0",
                                           "1RECV_F1", "1F1", "1B1", "1SEND_B1", "1W1"};
-  const std::vector<std::string> rank0 = {"0F0",      "0SEND_F0", "0F1", "0SEND_F1", "0RECV_B0",
-                                          "0B0",      "0W0",      "0RECV_B1", "0B1", "0W1"};
+  const std::vector<std::string> rank0 = {"0F0", "0SEND_F0", "0F1",      "0SEND_F1", "0RECV_B0",
+                                          "0B0", "0W0",      "0RECV_B1", "0B1",      "0W1"};
   EXPECT_TRUE(validate(hand_made({rank0, rank1})).empty());
   auto no_recv = rank1;
   no_recv.erase(no_recv.begin());
@@ -175,10 +175,10 @@ TEST(Validate, CatchesMissingRecvWrongOrderAndDeadlock) {
   EXPECT_FALSE(validate(hand_made({w_first, rank1})).empty());
   // Rank 0 waits for mb 0's gradient before sending mb 1; rank 1 wants mb 1 before it
   // computes mb 0's backward: a cycle.
-  const std::vector<std::string> wait0 = {"0F0", "0SEND_F0", "0RECV_B0", "0B0",      "0W0",
-                                          "0F1", "0SEND_F1", "0RECV_B1", "0B1",      "0W1"};
-  const std::vector<std::string> greedy1 = {"1RECV_F0", "1F0", "1RECV_F1", "1F1", "1B0",
-                                            "1SEND_B0", "1W0", "1B1", "1SEND_B1", "1W1"};
+  const std::vector<std::string> wait0 = {"0F0", "0SEND_F0", "0RECV_B0", "0B0", "0W0",
+                                          "0F1", "0SEND_F1", "0RECV_B1", "0B1", "0W1"};
+  const std::vector<std::string> greedy1 = {"1RECV_F0", "1F0", "1RECV_F1", "1F1",      "1B0",
+                                            "1SEND_B0", "1W0", "1B1",      "1SEND_B1", "1W1"};
   const auto problems = validate(hand_made({wait0, greedy1}));
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_NE(problems[0].find("deadlock"), std::string::npos);

@@ -1,0 +1,105 @@
+// `trillion plan` end to end: --json carries the documented fields, a --layout is evaluated
+// (its free fields searched), a model TOML file plans like the catalog entry, --html writes a
+// report with its charts, and user errors exit 2 with one line.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string run(const std::string& args, int* rc) {
+  const std::string cmd = std::string(TRILLION_BINARY) + " " + args + " 2>/dev/null";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
+  const int status = pclose(pipe);
+  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
+}
+
+TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
+  int rc = 0;
+  const auto j = nlohmann::json::parse(
+      run("plan --model llama3-405b --cluster h100 --gpus 8192 --layout tp=8,cp=1,pp=16,dp=64 "
+          "--seq 8192 --batch-tokens 16777216 --tokens 15.6T --json",
+          &rc));
+  ASSERT_EQ(rc, 0);
+  for (const char* key : {"tp", "pp", "cp", "ep", "dp", "zero", "schedule", "chunks", "recompute",
+                          "micro_batch", "precision"})
+    EXPECT_TRUE(j["layout"].contains(key)) << key;
+  EXPECT_EQ(j["layout"]["tp"], 8);
+  EXPECT_EQ(j["layout"]["pp"], 16);
+  EXPECT_EQ(j["layout"]["dp"], 64);
+  EXPECT_NEAR(j["mfu"].get<double>(), 0.43, 0.04);
+  EXPECT_LT(j["memory_per_gpu_bytes"].get<double>(), 80e9);
+  for (const char* key :
+       {"step_seconds", "days", "gpu_hours", "cost_usd", "expected_interruptions", "goodput"})
+    EXPECT_GT(j[key].get<double>(), 0) << key;
+  EXPECT_NEAR(j["gpu_hours"].get<double>(), j["days"].get<double>() * 24 * 8192, 1.0);
+  EXPECT_DOUBLE_EQ(j["tokens"].get<double>(), 15.6e12);
+  EXPECT_FALSE(j["assumptions"].empty());
+}
+
+TEST(PlanCli, ModelFileMatchesTheCatalog) {
+  int rc = 0;
+  const std::string common =
+      " --cluster h100 --gpus 64 --layout tp=8,pp=1,cp=1,dp=8 --seq 8192 --json";
+  const auto file = nlohmann::json::parse(
+      run("plan --model " TRILLION_SOURCE_DIR "/configs/models/llama3-8b.toml" + common, &rc));
+  ASSERT_EQ(rc, 0);
+  const auto named = nlohmann::json::parse(run("plan --model llama3-8b" + common, &rc));
+  EXPECT_EQ(file["model"]["parameters"], named["model"]["parameters"]);
+  EXPECT_DOUBLE_EQ(file["step_seconds"].get<double>(), named["step_seconds"].get<double>());
+  const auto moe = nlohmann::json::parse(
+      run("plan --model " TRILLION_SOURCE_DIR "/configs/models/moe-2t.toml --cluster h100 "
+          "--gpus 1024 --layout tp=8,pp=8,cp=1,dp=16,ep=16 --json",
+          &rc));
+  ASSERT_EQ(rc, 0);
+  const auto moe_named = nlohmann::json::parse(
+      run("plan --model moe-2t --cluster h100 --gpus 1024 --layout tp=8,pp=8,cp=1,dp=16,ep=16 "
+          "--json",
+          &rc));
+  EXPECT_EQ(moe["model"]["parameters"], moe_named["model"]["parameters"]);
+}
+
+TEST(PlanCli, SearchesAndWritesHtml) {
+  int rc = 0;
+  const std::string html = testing::TempDir() + "/plan.html";
+  const auto j = nlohmann::json::parse(run(
+      "plan --model deepseek-v3 --cluster h800 --gpus 2048 --json --top 3 --html " + html, &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(j["ranked"].size(), 3u);
+  EXPECT_LE(j["ranked"][0]["step_seconds"].get<double>(),
+            j["ranked"][2]["step_seconds"].get<double>());
+  EXPECT_GT(j["search"]["layouts"].get<long>(), 100);
+  std::ifstream in(html);
+  std::stringstream body;
+  body << in.rdbuf();
+  EXPECT_NE(body.str().find("Memory per GPU"), std::string::npos);
+  EXPECT_NE(body.str().find("Runners-up"), std::string::npos);
+  EXPECT_NE(body.str().find("<svg"), std::string::npos);
+}
+
+TEST(PlanCli, UserErrorsExitTwo) {
+  int rc = 0;
+  run("plan --model llama9 --cluster h100 --gpus 8", &rc);
+  EXPECT_EQ(rc, 2);
+  run("plan --model llama3-8b --cluster tpu --gpus 8", &rc);
+  EXPECT_EQ(rc, 2);
+  run("plan --model llama3-8b --cluster h100 --gpus 64 --layout tp=8,pp=2,cp=1,dp=8", &rc);
+  EXPECT_EQ(rc, 2);  // 8*2*1*8 = 128 != 64
+  run("plan --model llama3-405b --cluster h100 --gpus 8", &rc);
+  EXPECT_EQ(rc, 2);  // does not fit
+  run("plan --model llama3-8b --cluster h100 --gpus 64 --tokens lots", &rc);
+  EXPECT_EQ(rc, 2);
+  run("plan --model /nonexistent/model.toml --cluster h100 --gpus 64", &rc);
+  EXPECT_EQ(rc, 2);
+}
+
+}  // namespace
