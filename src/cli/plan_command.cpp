@@ -34,7 +34,8 @@ int plan_command(int argc, char** argv) {
   app.add_option("--gpus", gpus, "number of GPUs")->required();
   app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
   app.add_option("--seq", seq, "sequence length (default: the model's)");
-  app.add_option("--batch-tokens", batch_text, "tokens per step, e.g. 16M (default 16M = 2^24)");
+  app.add_option("--batch-tokens", batch_text,
+                 "tokens per step, e.g. 16Mi = 2^24 (default: the model's training batch)");
   app.add_option("--layout", layout_text,
                  "evaluate this layout, e.g. tp=8,pp=16,cp=1,dp=64; fields left out are searched");
   app.add_option("--precision", precision, "bf16, fp8, fp4 or any (searched)")

@@ -65,35 +65,39 @@ plan::ModelSpec read_model_file(const std::string& path) {
 
 double parse_count(const std::string& text, const std::string& option) {
   if (text.empty()) throw Error(fmt::format("{} is empty", option));
+  // Decimal suffixes K M B/G T, binary ones Ki Mi Gi Ti (16Mi = 2^24, Llama 3's "16M" batch).
   double scale = 1;
   std::string number = text;
-  switch (text.back()) {
+  const bool binary = number.size() >= 2 && number.back() == 'i';
+  if (binary) number.pop_back();
+  switch (number.empty() ? '\0' : number.back()) {
     case 'K':
     case 'k':
-      scale = 1e3;
+      scale = binary ? 1024.0 : 1e3;
       break;
     case 'M':
-      scale = 1e6;
+      scale = binary ? 1048576.0 : 1e6;
       break;
     case 'B':
     case 'G':
-      scale = 1e9;
+      scale = binary ? 1073741824.0 : 1e9;
       break;
     case 'T':
-      scale = 1e12;
+      scale = binary ? 1099511627776.0 : 1e12;
       break;
     default:
       break;
   }
   if (scale != 1) number.pop_back();
   try {
+    if (binary && scale == 1) throw std::invalid_argument(text);
     size_t used = 0;
     const double v = std::stod(number, &used);
     if (used != number.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument(text);
     return v * scale;
   } catch (const std::exception&) {
-    throw Error(
-        fmt::format("{} '{}' is not a positive count (e.g. 16777216, 16M, 15.6T)", option, text));
+    throw Error(fmt::format("{} '{}' is not a positive count (e.g. 16777216, 16Mi = 2^24, 15.6T)",
+                            option, text));
   }
 }
 

@@ -49,9 +49,13 @@ Plan make_plan(PlanInputs in) {
                         static_cast<double>(in.seq_len);
   }
   const double seqs = in.batch_tokens / in.seq_len;
-  if (seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9)
-    throw Error(fmt::format("--batch-tokens {:.0f} is not a whole number of --seq {} sequences",
-                            in.batch_tokens, in.seq_len));
+  if (seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9) {
+    const double pow2 = std::exp2(std::round(std::log2(std::max(seqs, 1.0))));
+    throw Error(fmt::format(
+        "--batch-tokens {:.0f} is not a whole number of {}-token sequences; use e.g. {:.0f} "
+        "({:.0f} sequences; 16Mi = 2^24 is Llama 3's \"16M\")",
+        in.batch_tokens, in.seq_len, pow2 * in.seq_len, pow2));
+  }
   const SearchOptions& so = in.search;
   if (so.fields.tp && so.fields.pp && so.fields.cp && so.fields.dp &&
       static_cast<long>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp != in.gpus)
