@@ -22,6 +22,11 @@ struct AttentionShape {
   int64_t qkv_width() const { return (NH + 2 * KV) * HD; }
 };
 
+// Tile sizes of the tiled (FlashAttention) kernels; 0 = chosen from the cache size.
+struct AttentionBlocks {
+  int64_t q = 0, kv = 0;
+};
+
 struct AdamWParams {
   double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
   int64_t step = 1;  // 1-based, for bias correction
@@ -71,6 +76,18 @@ class Backend {
   // dqkv[N, QKV] = gradient of the attention core (written, not accumulated).
   virtual void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv,
                                   const Tensor& probs, const AttentionShape& s) = 0;
+
+  // Causal grouped-query attention, tiled (FlashAttention-2, Dao 2307.08691): query blocks x
+  // key/value blocks with an online softmax (running max and sum); only lse[B, NH, T] (the
+  // log-sum-exp of each score row) is kept for backward, never the T x T matrix. Blocks above
+  // the diagonal are skipped. Same result as attention_forward up to rounding.
+  virtual void flash_attention_forward(Tensor out, Tensor lse, const Tensor& qkv,
+                                       const AttentionShape& s, AttentionBlocks blocks) = 0;
+  // dqkv[N, QKV] (written) from dout and the forward's out and lse; probabilities are
+  // recomputed block by block.
+  virtual void flash_attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
+                                        const Tensor& qkv, const Tensor& lse,
+                                        const AttentionShape& s, AttentionBlocks blocks) = 0;
 
   // out[N, F] = silu(gate) * up, gate_up[N, 2F] = [gate | up].
   virtual void swiglu_forward(Tensor out, const Tensor& gate_up) = 0;

@@ -24,6 +24,11 @@ struct Matrix {
 };
 Matrix as_matrix(const Tensor& t);
 
+// Tile sizes for the tiled attention: the largest power of two (16..256) whose working set
+// (Q, O, K, V tiles and two score tiles) fits in a quarter of the L2 cache; explicit sizes win.
+AttentionBlocks choose_attention_blocks(int64_t head_dim, size_t element_bytes,
+                                        AttentionBlocks requested);
+
 // Calls f(T{}) with T = float or double matching dtype; other dtypes are an error.
 template <typename F>
 void dispatch(DType dtype, F&& f) {
@@ -75,6 +80,11 @@ class CpuBackend final : public Backend {
                          const AttentionShape& s) override;
   void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                           const AttentionShape& s) override;
+  void flash_attention_forward(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s,
+                               AttentionBlocks blocks) override;
+  void flash_attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
+                                const Tensor& qkv, const Tensor& lse, const AttentionShape& s,
+                                AttentionBlocks blocks) override;
   void swiglu_forward(Tensor out, const Tensor& gate_up) override;
   void swiglu_backward(Tensor dgate_up, const Tensor& dout, const Tensor& gate_up) override;
   void cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& logits,
