@@ -61,6 +61,22 @@ DenseShape dense_shape(const ModelSpec& m) {
           m.n_kv_heads, m.head_dim, m.ffn_hidden, m.tied_embeddings};
 }
 
+ModelSpec model_spec_from_dense(const DenseShape& d, int64_t seq_len) {
+  ModelSpec m;
+  m.name = "dense model";
+  m.source = "engine model config";
+  m.vocab = d.vocab;
+  m.d_model = d.d_model;
+  m.n_layers = d.n_layers;
+  m.n_heads = d.n_heads;
+  m.n_kv_heads = d.n_kv_heads;
+  m.head_dim = d.head_dim;
+  m.ffn_hidden = d.ffn_hidden;
+  m.tied_embeddings = d.tied_embeddings;
+  m.default_seq = seq_len;
+  return m;
+}
+
 namespace {
 
 ModelSpec llama(std::string name, int64_t C, int64_t L, int64_t NH, int64_t F) {

@@ -65,8 +65,11 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len, bool causal);
 // Attention-score FLOPs alone per token and layer (same conventions).
 double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len, bool causal);
 
-// Dense SwiGLU/GQA shape for transformer_cost (throws for MoE, MLA or GELU specs).
+// Dense SwiGLU/GQA shape for transformer_cost (throws for MoE, MLA or GELU specs), and back:
+// the engine's model config as a planner spec (so its tests can ask the memory model, e.g.
+// block_terms(model_spec_from_dense(shape, T), false, 4.0) for fp32 activations).
 DenseShape dense_shape(const ModelSpec& m);
+ModelSpec model_spec_from_dense(const DenseShape& shape, int64_t seq_len);
 
 // Catalog: llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t. Unknown names
 // throw listing the catalog.

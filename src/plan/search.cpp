@@ -67,6 +67,7 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
         } else {
           schedules = {{schedule::ScheduleKind::k1F1B, 1},
                        {schedule::ScheduleKind::kZbH1, 1},
+                       {schedule::ScheduleKind::kZbH2, 1},
                        {schedule::ScheduleKind::kDualPipe, 2}};
           for (int v : {2, 4, 8})
             if (!f.chunks || fx.chunks == v)

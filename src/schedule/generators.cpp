@@ -115,9 +115,9 @@ void interleaved(Schedule& s, Ctx& ctx) {
 // given costs: an idle rank whose next F/B has no input yet runs a deferred W, which fills what
 // would otherwise be a bubble; a W also runs first when the next F would exceed the in-flight cap
 // (F started, W not done). ZB-H1: w_r = p-r-1, cap p (1F1B's memory); ZB-H2: w_r = 2(p-r)-2,
-// cap 2p-1. Known limit: this greedy ZB-H2 holds ZB-H2's memory but only reaches ZB-H1's bubble
-// (p-1)(T_F+T_B-T_W), not the paper's (p-1)(T_F+T_B-2T_W); the paper's H2 also reorders W in
-// the steady state, which this generator does not.
+// cap 2p-1. In one step simulated alone ZB-H2 idles (p-1) max(T_F + T_B - 2 T_W, T_F) per rank:
+// the paper's (p-1)(T_F + T_B - 2 T_W), floored by the ramp-up of (p-1) T_F that only bypassing
+// the optimizer synchronisation between steps (Qi et al. §4) removes.
 void zero_bubble(Schedule& s, const OpCosts& c, bool h2, Ctx& ctx) {
   const int p = s.num_ranks, m = s.num_microbatches;
   constexpr double kNever = std::numeric_limits<double>::infinity();

@@ -20,6 +20,8 @@ TEST(Models, DenseCountsEqualTheEnginesCostModel) {
     EXPECT_EQ(c.activated, p.total) << name;
     for (int64_t seq : {2048, 8192, 131072})
       EXPECT_DOUBLE_EQ(model_flops_per_token(m, seq, false), training_flops_per_token(shape, seq));
+    // And back: an engine config round-trips to the same counts.
+    EXPECT_EQ(count_model(model_spec_from_dense(shape, 8192)).total, p.total);
   }
 }
 
