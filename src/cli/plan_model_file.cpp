@@ -131,6 +131,7 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"optimizer_seconds", s.optimizer},
                 {"mfu", s.mfu},
                 {"mfu_palm", s.mfu_palm},
+                {"mfu_bf16", s.mfu_bf16},
                 {"hfu", s.hfu},
                 {"tokens_per_second", s.tokens_per_second}};
   };
@@ -149,6 +150,7 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["layout"] = layout_json(best.layout);
   j["mfu"] = best.step.mfu;
   j["mfu_palm"] = best.step.mfu_palm;
+  j["mfu_bf16"] = best.step.mfu_bf16;
   j["hfu"] = best.step.hfu;
   j["memory_per_gpu_bytes"] = mem.total();
   j["memory"] = {{"weights", mem.weights},       {"gradients", mem.gradients},

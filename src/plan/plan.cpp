@@ -76,8 +76,9 @@ Plan make_plan(PlanInputs in) {
        fmt::format("{:.0f}% of BF16 peak for causal FlashAttention forward+backward",
                    100 * e.attention)},
       {"MFU convention",
-       "model FLOPs with causal attention (6N + 6 L h s per token) over the dense BF16 peak; "
-       "mfu_palm counts the full s x s attention"},
+       "model FLOPs with causal attention (6N + 6 L h s per token) over the dense peak of the "
+       "layout's precision (mfu_bf16: over the BF16 peak); mfu_palm counts the full s x s "
+       "attention"},
       {"collective bandwidth",
        fmt::format("{:.0f}% of one-way NVLink inside the {}-GPU domain, {:.0f}% of the {:.0f} "
                    "GB/s scale-out link per GPU outside it",

@@ -112,9 +112,10 @@ std::string format_plan_text(const Plan& p) {
                      r.chinchilla_tokens ? " (Chinchilla-optimal)" : "");
   out += fmt::format("Layout    {}\n", layout_line(best.layout));
   out += fmt::format(
-      "Step      {:.2f} s, {} micro-batches per pipeline, {:.0f} tokens/s; MFU {:.1f}% (PaLM "
-      "full-attention count {:.1f}%), HFU {:.1f}%\n",
-      s.step, s.microbatches, s.tokens_per_second, 100 * s.mfu, 100 * s.mfu_palm, 100 * s.hfu);
+      "Step      {:.2f} s, {} micro-batches per pipeline, {:.0f} tokens/s; MFU {:.1f}% of {} peak "
+      "({:.1f}% of BF16 peak; PaLM full-attention count {:.1f}%), HFU {:.1f}%\n",
+      s.step, s.microbatches, s.tokens_per_second, 100 * s.mfu,
+      precision_name(best.layout.precision), 100 * s.mfu_bf16, 100 * s.mfu_palm, 100 * s.hfu);
   out += "          time:";
   for (const auto& [name, v] : time_parts(s))
     if (v > 0) out += fmt::format(" {} {:.1f}%,", name, 100 * v / s.step);

@@ -108,6 +108,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   double b = t_gemm / 3 + 2 * t_attn / 3 + 2 * t_elem / 3;
   const double w = t_gemm / 3;
   double recompute = 0;
+  // Selective recompute redoes the norm outputs and the SwiGLU product: about half of the
+  // forward's elementwise traffic. Full recompute redoes the whole forward.
   if (l.recompute == Recompute::kSelective) recompute = t_elem / 3 * 0.5;
   if (l.recompute == Recompute::kFull) recompute = f;
   b += recompute;
@@ -200,6 +202,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double rs =
       ring_time(local.dense * e, n_d, network) + ring_time(local.expert * e, n_e, network);
   const double ag = rs;
+  // DualPipe ends with the deferred W of one micro-batch of each copy, so its last backward
+  // window is two stages long.
   const double backward_one_mb = (sb + sw) * (dual ? 2 : 1);
   r.dp_comm = std::max(0.0, rs - backward_one_mb) + std::max(0.0, ag - sf);
   // ZeRO-2 cannot keep a full gradient buffer across micro-batches: it reduce-scatters after
@@ -215,14 +219,15 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
 
   const double n = static_cast<double>(l.gpus());
   r.model_flops = model_flops_per_token(m, seq, true) * batch_tokens;
-  r.mfu = r.model_flops / (n * peak_bf16 * r.step);
-  r.mfu_palm = model_flops_per_token(m, seq, false) * batch_tokens / (n * peak_bf16 * r.step);
+  r.mfu = r.model_flops / (n * peak * r.step);
+  r.mfu_bf16 = r.model_flops / (n * peak_bf16 * r.step);
+  r.mfu_palm = model_flops_per_token(m, seq, false) * batch_tokens / (n * peak * r.step);
   double hardware = r.model_flops;
   if (l.recompute == Recompute::kFull)
     hardware +=
         (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3) *
         batch_tokens;
-  r.hfu = hardware / (n * peak_bf16 * r.step);
+  r.hfu = hardware / (n * peak * r.step);
   r.tokens_per_second = batch_tokens / r.step;
   return r;
 }

@@ -9,8 +9,10 @@
 // schedule in the schedule simulator with these per-stage costs.
 //
 // Invariants: one place (Efficiency) holds every calibrated constant, with where it comes from;
-// MFU counts model FLOPs with causal attention (6N + 6 L h s per token) against the dense BF16
-// peak for every precision; mfu_palm counts the full s x s attention (PaLM's 12 L h s).
+// MFU counts model FLOPs with causal attention (6N + 6 L h s per token) against the dense peak
+// of the layout's precision (so an FP8 run is judged against FP8's doubled peak); mfu_bf16 uses
+// the BF16 peak whatever the precision; mfu_palm counts the full s x s attention (PaLM's
+// 12 L h s), against the same peak as mfu.
 #pragma once
 
 #include <cmath>
@@ -60,7 +62,7 @@ struct StepBreakdown {
   double optimizer = 0;    // the optimizer step (memory bound)
   double step = 0;         // total
   double model_flops = 0;  // per step, causal attention
-  double mfu = 0, mfu_palm = 0, hfu = 0;
+  double mfu = 0, mfu_bf16 = 0, mfu_palm = 0, hfu = 0;
   double tokens_per_second = 0;
   MemoryBreakdown memory;
 };
@@ -77,7 +79,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
 // Number of micro-batches per pipeline per step; 0 if the batch does not divide.
 int microbatches_for(const Layout& l, int64_t seq_len, double batch_tokens);
 
-// Schedule simulations made so far (the search caches them by kind, p, m, v and cost ratios).
+// Schedule simulations made so far (the search caches them by kind, p, m, v and cost ratios in
+// a process-wide cache; model_step is therefore not thread-safe).
 long schedule_simulations_run();
 
 }  // namespace trillion::plan

@@ -1,0 +1,60 @@
+// Activation memory and recompute FLOPs of the engine's own block (model/block.h), per policy.
+// This is the formula the engine's measured allocation is tested against (tests/unit), and the
+// extra FLOPs that turn MFU into HFU. Derivation (N = B*T tokens, A = NH*HD, QKV = (NH+2KV)*HD,
+// elem = bytes per stored activation element, stat = bytes per stored statistic):
+//
+// What one layer's forward keeps for backward, without recompute (Korthikanti 2205.05198 §4
+// counts the same way for a GPT block; ours has no biases, no dropout masks, RMSNorm instead of
+// LayerNorm, SwiGLU instead of GeLU, and no s^2 term under FlashAttention):
+//   norm1 out  N*C       input of the QKV GEMM (its wgrad)          elem
+//   rstd1      N         1/rms for the norm's backward              stat
+//   qkv        N*QKV     Q, K after RoPE (in place), V               elem
+//   attn state B*NH*T    log-sum-exp per score row (tiled)          stat
+//              B*NH*T*T  probabilities (materialised reference)     elem
+//   attn out   N*A       input of wo (its wgrad), O for dQ/dK/dV     elem
+//   mid        N*C       residual after attention: norm2's input    elem
+//   norm2 out  N*C       input of the gate/up GEMM                  elem
+//   rstd2      N                                                    stat
+//   gate_up    N*2F      SwiGLU's input                             elem
+//   act        N*F       input of w_down                            elem
+//   out        N*C       block output = next block's input          elem
+// Selective recompute drops what is cheap to recompute and large: the attention core (attn
+// state and attn out, recomputed from qkv) and the SwiGLU output (from gate_up); full recompute
+// keeps only `out` (the next layer's input) and recomputes the block from its input. Recomputed
+// tensors live in one shared per-model buffer sized for one layer (allocated once if any layer
+// needs it), so the peak is stored layers + one layer's recompute set. Model-level tensors:
+// embedding output N*C (layer 0's input), final norm output N*C, its rstd N, the loss lse N
+// and per-position losses N.
+#pragma once
+
+#include <cstdint>
+
+#include "plan/layout.h"
+#include "plan/transformer_cost.h"
+
+namespace trillion::plan {
+
+struct ActivationPolicy {
+  Recompute recompute = Recompute::kNone;
+  int64_t full_every = 1;  // full recompute on layers l with l % full_every == 0
+  bool tiled_attention = true;
+};
+
+struct ActivationBytes {
+  int64_t stored = 0;   // kept across the forward pass, all layers + model-level tensors
+  int64_t scratch = 0;  // the shared recompute buffer (0 without recompute)
+  int64_t total() const { return stored + scratch; }
+};
+
+ActivationBytes engine_activation_bytes(const DenseShape& m, int64_t batch, int64_t seq_len,
+                                        const ActivationPolicy& policy, int64_t elem_bytes,
+                                        int64_t stat_bytes);
+
+// Extra FLOPs per token that recomputation adds to a training step (count them for HFU, not
+// MFU), in the convention of training_flops_per_token: matmul FLOPs and the full T x T attention
+// square. Includes the LM head's logits, which the fused loss recomputes in backward under every
+// policy.
+double recompute_flops_per_token(const DenseShape& m, int64_t seq_len,
+                                 const ActivationPolicy& policy);
+
+}  // namespace trillion::plan
