@@ -9,6 +9,10 @@
 
 namespace trillion {
 
+// What a layer keeps for backward: everything, everything but the attention core and the SwiGLU
+// output (selective), or only its output (full). See plan/activation_memory.h.
+enum class LayerRecompute { none, selective, full };
+
 struct BlockWeights {  // parameters or their gradients (same layout)
   Tensor attn_norm;    // [C]
   Tensor wqkv;         // [QKV, C]: wq | wk | wv stored back to back
@@ -23,7 +27,7 @@ struct BlockActivations {  // saved by forward for backward
   Tensor norm1;    // [N, C]
   Tensor rstd1;    // [N]
   Tensor qkv;      // [N, QKV] after RoPE
-  Tensor probs;    // [B, NH, T, T]
+  Tensor attn_state;  // tiled: lse [B, NH, T]; materialised: probs [B, NH, T, T]
   Tensor attn;     // [N, NH*HD]
   Tensor mid;      // [N, C] residual after attention
   Tensor norm2;    // [N, C]
@@ -31,8 +35,10 @@ struct BlockActivations {  // saved by forward for backward
   Tensor gate_up;  // [N, 2F]
   Tensor act;      // [N, F] swiglu output
   Tensor out;      // [N, C] block output (the next block's x)
-  // Carves every tensor but x (owned by the previous layer) from `c`.
-  static BlockActivations carve(Carver& c, const AttentionShape& s, int64_t C, int64_t F);
+  // Carves every tensor but x (owned by the previous layer): what the layer keeps from `kept`,
+  // what it recomputes from `shared` (one buffer reused by every layer).
+  static BlockActivations carve(Carver& kept, Carver& shared, LayerRecompute recompute,
+                                const AttentionShape& s, int64_t C, int64_t F, bool tiled);
 };
 
 struct BlockStash {   // output gradients of each weight-bearing op, for backward_weight
@@ -53,10 +59,16 @@ struct BlockScratch {  // temporaries of backward_input, dead after it returns
 
 class TransformerBlock {
  public:
-  TransformerBlock(Backend& backend, const AttentionShape& shape, double norm_eps)
-      : be_(backend), s_(shape), eps_(norm_eps) {}
+  TransformerBlock(Backend& backend, const AttentionShape& shape, double norm_eps, bool tiled,
+                   AttentionBlocks blocks)
+      : be_(backend), s_(shape), eps_(norm_eps), tiled_(tiled), blocks_(blocks) {}
 
-  void forward(const BlockWeights& w, const BlockActivations& a, const Tensor& cos_sin);
+  // write_out = false recomputes everything but the output (which the next layer still holds).
+  void forward(const BlockWeights& w, const BlockActivations& a, const Tensor& cos_sin,
+               bool write_out = true);
+  // Recomputes what a layer with policy `r` did not keep (bitwise what forward produced).
+  void recompute(const BlockWeights& w, const BlockActivations& a, const Tensor& cos_sin,
+                 LayerRecompute r);
   // dres [N, C]: dL/d(out) on entry, dL/d(x) on exit. Fills `stash`.
   void backward_input(Tensor dres, const BlockWeights& w, const BlockActivations& a,
                       const BlockStash& stash, const BlockScratch& scratch,
@@ -67,8 +79,11 @@ class TransformerBlock {
 
  private:
   Backend& be_;
+  void attention_core(const BlockActivations& a);
   AttentionShape s_;
   double eps_;
+  bool tiled_;
+  AttentionBlocks blocks_;
 };
 
 }  // namespace trillion

@@ -43,10 +43,56 @@ void ModelConfig::validate() {
   if (!(rope_theta > 0)) throw Error(fmt::format("model.rope_theta must be > 0, got {}", rope_theta));
   if (!(norm_eps > 0)) throw Error(fmt::format("model.norm_eps must be > 0, got {}", norm_eps));
   if (!(init_std > 0)) throw Error(fmt::format("model.init_std must be > 0, got {}", init_std));
+  if (attention_block < 0) {
+    throw Error(fmt::format("model.attention_block = {} must be >= 0 (0: from the cache size)",
+                            attention_block));
+  }
   if (dtype != DType::f32 && dtype != DType::f64) {
     throw Error(fmt::format("model.dtype = {}: the CPU engine computes in f32 or f64",
                             dtype_name(dtype)));
   }
+}
+
+void ModelConfig::set_recompute(const std::string& text) {
+  const size_t colon = text.find(':');
+  const std::string kind = text.substr(0, colon);
+  recompute_every = 1;
+  if (colon != std::string::npos) {
+    int64_t k = 0;
+    try {
+      size_t used = 0;
+      k = std::stoll(text.substr(colon + 1), &used);
+      if (used != text.size() - colon - 1) k = 0;
+    } catch (const std::exception&) {
+      k = 0;
+    }
+    if (kind != "full" || k < 1) {
+      throw Error(fmt::format("model.recompute = '{}': expected none, selective, full or full:K "
+                              "with K >= 1 (full recompute of every K-th layer)",
+                              text));
+    }
+    recompute_every = k;
+  }
+  if (kind == "none") {
+    recompute = plan::Recompute::kNone;
+  } else if (kind == "selective") {
+    recompute = plan::Recompute::kSelective;
+  } else if (kind == "full") {
+    recompute = plan::Recompute::kFull;
+  } else {
+    throw Error(fmt::format("model.recompute = '{}': expected none, selective, full or full:K",
+                            text));
+  }
+}
+
+std::string ModelConfig::recompute_string() const {
+  switch (recompute) {
+    case plan::Recompute::kNone: return "none";
+    case plan::Recompute::kSelective: return "selective";
+    case plan::Recompute::kFull:
+      return recompute_every == 1 ? "full" : fmt::format("full:{}", recompute_every);
+  }
+  return "none";
 }
 
 plan::DenseShape ModelConfig::shape() const {

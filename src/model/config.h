@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "plan/activation_memory.h"
 #include "plan/transformer_cost.h"
 
 namespace trillion {
@@ -25,6 +26,18 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   double init_std = 0.02;
   DType dtype = DType::f32;  // compute and storage dtype of the CPU engine (f32 or f64)
+  // Activation recomputation (config key recompute = none | selective | full | full:K).
+  plan::Recompute recompute = plan::Recompute::kNone;
+  int64_t recompute_every = 1;  // full:K recomputes layers l with l % K == 0
+  bool tiled_attention = true;  // attention = "tiled" (FlashAttention) | "materialized"
+  int64_t attention_block = 0;  // tile size of tiled attention; 0 = chosen from the cache size
+
+  // Parses "none", "selective", "full" or "full:K" into recompute / recompute_every.
+  void set_recompute(const std::string& text);
+  std::string recompute_string() const;
+  plan::ActivationPolicy activation_policy() const {
+    return {recompute, recompute_every, tiled_attention};
+  }
 
   // Fills the derived defaults (n_kv_heads, head_dim) and throws Error naming the first invalid
   // field and how to fix it.

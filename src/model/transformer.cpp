@@ -49,7 +49,8 @@ AttentionShape Transformer::attention_shape() const {
 Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Backend& backend,
                          MemoryTracker& tracker, bool split_backward)
     : config_(validated(config)), batch_(batch), be_(backend),
-      block_(backend, attention_shape(), config_.norm_eps) {
+      block_(backend, attention_shape(), config_.norm_eps, config_.tiled_attention,
+             {config_.attention_block, config_.attention_block}) {
   if (batch_.batch <= 0 || batch_.seq_len <= 0 || batch_.seq_len > config_.seq_len) {
     throw Error(fmt::format("micro-batch shape [{}, {}] invalid: need batch >= 1 and 1 <= seq_len "
                             "<= model.seq_len = {}",
@@ -64,27 +65,33 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
   params_ = Buffer(tracker, MemoryCategory::parameters, dt, table_.total_elements());
   grads_ = Buffer(tracker, MemoryCategory::gradients, dt, table_.total_elements());
 
-  // Saved activations: the same carving code counts, then takes the views.
-  auto carve_activations = [&](Carver& c) {
-    embedded_ = c.take({N, C});
+  // Saved activations: the same carving code counts, then takes the views. Recomputed tensors
+  // of every layer share one buffer sized for the largest layer (plan/activation_memory.h).
+  int64_t shared_elements = 0;
+  auto carve_activations = [&](Carver& kept, const Buffer* shared_buffer) {
+    embedded_ = kept.take({N, C});
     acts_.clear();
     Tensor x = embedded_;
     for (int64_t l = 0; l < L; ++l) {
-      BlockActivations a = BlockActivations::carve(c, s, C, F);
+      Carver shared = shared_buffer ? Carver(*shared_buffer) : Carver();
+      BlockActivations a = BlockActivations::carve(kept, shared, layer_recompute(l), s, C, F,
+                                                   config_.tiled_attention);
+      shared_elements = std::max(shared_elements, shared.used());
       a.x = x;
       x = a.out;
       acts_.push_back(a);
     }
-    normf_ = c.take({N, C});
-    rstdf_ = c.take({N});
-    lse_ = c.take({N});
-    losses_ = c.take({N});
+    normf_ = kept.take({N, C});
+    rstdf_ = kept.take({N});
+    lse_ = kept.take({N});
+    losses_ = kept.take({N});
   };
   Carver count_acts;
-  carve_activations(count_acts);
+  carve_activations(count_acts, nullptr);
   activations_ = Buffer(tracker, MemoryCategory::activations, dt, count_acts.used());
+  recompute_ = Buffer(tracker, MemoryCategory::activations, dt, shared_elements);
   Carver take_acts(activations_);
-  carve_activations(take_acts);
+  carve_activations(take_acts, &recompute_);
 
   auto carve_workspace = [&](Carver& c) {
     stash_.clear();
@@ -120,6 +127,23 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
     }
   }
   be_.copy(cos_sin_, Tensor(cs.data(), DType::f64, {s.T, s.HD}));
+}
+
+LayerRecompute Transformer::layer_recompute(int64_t layer) const {
+  switch (config_.recompute) {
+    case plan::Recompute::kNone: return LayerRecompute::none;
+    case plan::Recompute::kSelective: return LayerRecompute::selective;
+    case plan::Recompute::kFull:
+      return layer % config_.recompute_every == 0 ? LayerRecompute::full : LayerRecompute::none;
+  }
+  return LayerRecompute::none;
+}
+
+void Transformer::ensure_recomputed(int64_t layer) {
+  const LayerRecompute r = layer_recompute(layer);
+  if (r == LayerRecompute::none || recomputed_layer_ == layer) return;
+  block_.recompute(block_view(params_, layer), acts_[layer], cos_sin_, r);
+  recomputed_layer_ = layer;
 }
 
 BlockWeights Transformer::block_view(const Buffer& buffer, int64_t layer) const {
@@ -166,6 +190,7 @@ double Transformer::forward(const int32_t* tokens, const int32_t* targets) {
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     block_.forward(block_view(params_, l), acts_[l], cos_sin_);
   }
+  recomputed_layer_ = -1;  // the shared recompute buffer holds whatever layer wrote it last
   be_.rmsnorm_forward(normf_, rstdf_, acts_.back().out, table_.view(params_, "final_norm"),
                       config_.norm_eps);
   head_.forward(losses_, lse_, normf_, head_w_, targets_.data());
@@ -185,6 +210,7 @@ void Transformer::backward(double grad_scale) {
   be_.rmsnorm_backward_weight(table_.view(grads_, "final_norm"), d_normf_, acts_.back().out,
                               rstdf_);
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    ensure_recomputed(l);
     block_.backward_input(dres_, block_view(params_, l), acts_[l], stash_[0], scratch_, cos_sin_);
     block_.backward_weight(block_view(grads_, l), acts_[l], stash_[0]);
   }
@@ -200,6 +226,7 @@ void Transformer::backward_input(double grad_scale) {
   be_.rmsnorm_backward_input(dres_, d_normf_, acts_.back().out,
                              table_.view(params_, "final_norm"), rstdf_);
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    ensure_recomputed(l);
     block_.backward_input(dres_, block_view(params_, l), acts_[l], stash_[l], scratch_, cos_sin_);
   }
 }
@@ -210,6 +237,7 @@ void Transformer::backward_weight() {
   be_.rmsnorm_backward_weight(table_.view(grads_, "final_norm"), d_normf_, acts_.back().out,
                               rstdf_);
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    ensure_recomputed(l);
     block_.backward_weight(block_view(grads_, l), acts_[l], stash_[l]);
   }
   be_.embedding_backward_weight(table_.view(grads_, "embed"), tokens_.data(), dres_);

@@ -61,13 +61,16 @@ class Transformer {
 
  private:
   BlockWeights block_view(const Buffer& buffer, int64_t layer) const;
+  LayerRecompute layer_recompute(int64_t layer) const;
+  // Refills the shared recompute buffer with `layer`'s tensors unless it already holds them.
+  void ensure_recomputed(int64_t layer);
   AttentionShape attention_shape() const;
 
   ModelConfig config_;
   BatchShape batch_;
   Backend& be_;
   TensorTable table_;
-  Buffer params_, grads_, activations_, workspace_;
+  Buffer params_, grads_, activations_, recompute_, workspace_;
   TransformerBlock block_;
   std::vector<BlockActivations> acts_;
   std::vector<BlockStash> stash_;  // one, or one per layer with split_backward
@@ -82,6 +85,7 @@ class Transformer {
   LmHeadLoss head_;
   std::vector<int32_t> tokens_, targets_;
   double grad_scale_ = 0;
+  int64_t recomputed_layer_ = -1;
 };
 
 }  // namespace trillion

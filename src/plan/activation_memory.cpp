@@ -10,12 +10,11 @@ bool layer_is_full(const ActivationPolicy& p, int64_t layer) {
 }  // namespace
 
 ActivationBytes engine_activation_bytes(const DenseShape& m, int64_t B, int64_t T,
-                                        const ActivationPolicy& p, int64_t elem,
-                                        int64_t stat) {
+                                        const ActivationPolicy& p, int64_t elem, int64_t stat) {
   const int64_t N = B * T, C = m.d_model, F = m.ffn_hidden, A = m.n_heads * m.head_dim;
   const int64_t QKV = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim;
-  const int64_t attn_state = p.tiled_attention ? B * m.n_heads * T * stat
-                                               : B * m.n_heads * T * T * elem;
+  const int64_t attn_state =
+      p.tiled_attention ? B * m.n_heads * T * stat : B * m.n_heads * T * T * elem;
   // Every tensor of one layer (the table in the header).
   const int64_t all = N * (C + QKV + A + C + C + 2 * F + F + C) * elem + 2 * N * stat + attn_state;
   const int64_t out = N * C * elem;

@@ -130,8 +130,23 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   m.read("norm_eps", mc.norm_eps);
   m.read("init_std", mc.init_std);
   m.read("dtype", dtype);
+  std::string recompute = mc.recompute_string();
+  std::string attention = mc.tiled_attention ? "tiled" : "materialized";
+  m.read("recompute", recompute);
+  m.read("attention", attention);
+  m.read("attention_block", mc.attention_block);
   m.reject_unknown();
-  mc.dtype = parse_dtype(dtype);
+  try {
+    mc.dtype = parse_dtype(dtype);
+    mc.set_recompute(recompute);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
+  if (attention != "tiled" && attention != "materialized") {
+    throw Error(fmt::format("{}: model.attention = '{}': expected tiled or materialized", source,
+                            attention));
+  }
+  mc.tiled_attention = attention == "tiled";
   try {
     mc.validate();
   } catch (const Error& e) {
@@ -235,7 +250,10 @@ std::string to_toml(const RunConfig& c) {
                     {"ffn_hidden", m.ffn_hidden}, {"seq_len", m.seq_len},
                     {"tied_embeddings", m.tied_embeddings}, {"rope_theta", m.rope_theta},
                     {"norm_eps", m.norm_eps},     {"init_std", m.init_std},
-                    {"dtype", std::string(dtype_name(m.dtype))}};
+                    {"dtype", std::string(dtype_name(m.dtype))},
+                    {"recompute", m.recompute_string()},
+                    {"attention", m.tiled_attention ? "tiled" : "materialized"},
+                    {"attention_block", m.attention_block}};
   const TrainConfig& t = c.train;
   toml::table train{{"micro_batch", t.micro_batch},
                     {"grad_accum", t.grad_accum},

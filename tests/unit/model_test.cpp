@@ -184,3 +184,118 @@ TEST(Model, TrainingLowersTheLossOnARepeatedBatch) {
   EXPECT_NEAR(first, std::log(19.0), 0.5);
   EXPECT_LT(last, 0.1);  // memorises 12 tokens
 }
+
+namespace {
+
+struct PolicyCase {
+  const char* recompute;
+  bool tiled;
+};
+
+const PolicyCase kPolicies[] = {{"none", true},      {"selective", true}, {"full", true},
+                                {"full:2", true},    {"none", false},     {"selective", false},
+                                {"full", false},     {"full:3", false}};
+
+}  // namespace
+
+TEST(Recompute, EveryPolicyGivesBitwiseTheSameLossesAndGradients) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  ModelConfig base = tiny_config(DType::f32, false);
+  base.n_layers = 3;
+  auto tokens = random_tokens(18, base.vocab_size, 12), targets = random_tokens(18, base.vocab_size, 13);
+  for (bool tiled : {true, false}) {
+    std::vector<char> reference_grads;
+    double reference_loss = 0;
+    for (const PolicyCase& p : kPolicies) {
+      if (p.tiled != tiled) continue;
+      for (bool split : {false, true}) {
+        ModelConfig c = base;
+        c.tiled_attention = tiled;
+        c.set_recompute(p.recompute);
+        Transformer m(c, {3, 6}, *be, tracker, split);
+        m.init_parameters(21);
+        m.zero_grad();
+        const double loss = m.forward(tokens.data(), targets.data());
+        if (split) {
+          m.backward_input(1.0 / 18);
+          m.backward_weight();
+        } else {
+          m.backward(1.0 / 18);
+        }
+        const char* g = static_cast<const char*>(m.gradients().raw());
+        if (reference_grads.empty()) {
+          reference_grads.assign(g, g + m.gradients().bytes());
+          reference_loss = loss;
+          continue;
+        }
+        EXPECT_EQ(loss, reference_loss) << p.recompute << " tiled " << tiled;
+        EXPECT_EQ(std::memcmp(g, reference_grads.data(), reference_grads.size()), 0)
+            << p.recompute << " tiled " << tiled << " split " << split;
+      }
+    }
+  }
+}
+
+TEST(Recompute, GradientsMatchFiniteDifferencesUnderFullRecompute) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  ModelConfig cfg = tiny_config(DType::f64, false);
+  cfg.set_recompute("full:2");
+  Transformer model(cfg, {2, 6}, *be, tracker);
+  model.init_parameters(7);
+  auto tokens = random_tokens(12, cfg.vocab_size, 1), targets = random_tokens(12, cfg.vocab_size, 2);
+  model.zero_grad();
+  model.forward(tokens.data(), targets.data());
+  model.backward(1.0 / 12);
+  auto* params = static_cast<double*>(model.parameters().raw());
+  const auto* grads = static_cast<const double*>(model.gradients().raw());
+  auto loss = [&] { return model.forward(tokens.data(), targets.data()); };
+  for (const char* name : {"layers.0.attn.wq", "layers.1.mlp.w_up", "layers.0.attn_norm"}) {
+    const TensorSpec& spec = model.table().spec(model.table().index(name));
+    EXPECT_LT(gradient_error(loss, params + spec.offset, spec.numel(), grads + spec.offset, 24),
+              1e-6)
+        << name;
+  }
+}
+
+TEST(Recompute, MeasuredActivationBytesEqualThePlanFormula) {
+  // Three model shapes x every policy x both attention kinds.
+  struct Shape {
+    int64_t C, L, NH, KV, F, T, B;
+  };
+  for (const Shape& sh : {Shape{16, 2, 4, 2, 24, 6, 2}, Shape{32, 4, 4, 4, 64, 16, 3},
+                          Shape{48, 3, 6, 2, 80, 12, 1}}) {
+    for (const PolicyCase& p : kPolicies) {
+      MemoryTracker tracker;
+      auto be = make_cpu_backend(tracker);
+      ModelConfig c = tiny_config(DType::f32, false);
+      c.d_model = sh.C;
+      c.n_layers = sh.L;
+      c.n_heads = sh.NH;
+      c.n_kv_heads = sh.KV;
+      c.ffn_hidden = sh.F;
+      c.seq_len = sh.T;
+      c.head_dim = 0;
+      c.tiled_attention = p.tiled;
+      c.set_recompute(p.recompute);
+      Transformer m(c, {sh.B, sh.T}, *be, tracker);
+      const plan::ActivationBytes predicted = plan::engine_activation_bytes(
+          m.config().shape(), sh.B, sh.T, m.config().activation_policy(), 4, 4);
+      EXPECT_EQ(tracker.current(MemoryCategory::activations),
+                static_cast<size_t>(predicted.total()))
+          << "C " << sh.C << " " << p.recompute << " tiled " << p.tiled;
+    }
+  }
+  // Recompute saves memory: selective < none, full < selective on a long sequence.
+  auto bytes = [](const char* policy) {
+    ModelConfig c = tiny_config(DType::f32, false);
+    c.n_layers = 8;
+    c.seq_len = 64;
+    c.set_recompute(policy);
+    return plan::engine_activation_bytes(c.shape(), 4, 64, c.activation_policy(), 2, 4).total();
+  };
+  EXPECT_LT(bytes("selective"), bytes("none"));
+  EXPECT_LT(bytes("full"), bytes("selective"));
+  EXPECT_LT(bytes("full"), bytes("full:2"));
+}
