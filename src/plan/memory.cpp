@@ -117,7 +117,6 @@ StageShape stage_shape(const ModelSpec& m, const Layout& l) {
   s.layers_per_rank = dual ? 2 * s.layers_per_stage : s.layers_per_stage;
   if (l.pp == 1) s.layers_per_rank = s.layers_per_stage = m.n_layers;
   s.moe_fraction = static_cast<double>(m.moe_layers()) / m.n_layers;
-  s.holds_head = true;
   return s;
 }
 

@@ -62,7 +62,6 @@ struct StageShape {
   int layers_per_rank = 0;   // layers on the busiest rank (both DualPipe copies counted)
   int layers_per_stage = 0;  // layers of one pipeline stage (one chunk's worth x chunks)
   double moe_fraction = 0;   // share of those layers that are MoE layers
-  bool holds_head = true;    // the busiest rank also holds the embedding/LM head
 };
 // The LM head counts as head_flops/layer_flops layers when balancing (Llama 3 moved one layer
 // off the first and last stages for the same reason).

@@ -195,7 +195,7 @@ std::string format_plan_html(const Plan& p) {
     const schedule::Schedule sched =
         schedule::generate_schedule(best.layout.schedule, best.layout.pp, m, v, costs);
     const schedule::Simulation sim = schedule::simulate(sched, costs);
-    out += "<h2>Timeline of one step (pipeline ranks; time in seconds x scale)</h2>\n";
+    out += "<h2>Timeline of one step (pipeline ranks across, time along)</h2>\n";
     if (reduced)
       out += fmt::format(
           "<p>Drawn with {} of the step's {} micro-batches; the bubble of the "

@@ -188,7 +188,7 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.ep_comm = 2 * ep_f * per_step;
   r.recompute = recompute * per_step;
   r.compute = busy - r.tp_comm - r.cp_comm - r.ep_comm;
-  r.pp_comm = mb * 2 * p2p;  // on the critical path only through the simulated bubble
+  r.pp_comm = mb * 2 * p2p;
 
   // DP / ZeRO: reduce-scatter gradients and all-gather parameters (2 bytes each per parameter;
   // ZeRO 0's all-reduce moves the same bytes), over the network; the

@@ -55,8 +55,9 @@ struct StepBreakdown {
   // Seconds per step on the busiest rank:
   double compute = 0;    // GEMM + attention + elementwise (incl. recompute) for all micro-batches
   double recompute = 0;  // the part of compute spent recomputing
-  double tp_comm = 0, cp_comm = 0, ep_comm = 0, pp_comm = 0;  // exposed, all micro-batches
-  double bubble = 0;                                          // idle time of the pipeline schedule
+  double tp_comm = 0, cp_comm = 0, ep_comm = 0;  // exposed, all micro-batches
+  double pp_comm = 0;  // p2p send time; it delays the step only through the simulated bubble
+  double bubble = 0;   // idle time of the pipeline schedule
   double bubble_fraction = 0;
   double dp_comm = 0;      // exposed DP/ZeRO communication
   double optimizer = 0;    // the optimizer step (memory bound)
