@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/philox.h"
 #include "core/timer.h"
+#include "plan/activation_memory.h"
 #include "plan/transformer_cost.h"
 #include "train/gemm_peak.h"
 #include "train/step_runner.h"
@@ -80,6 +81,14 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
       plan::training_flops_per_token(cfg.model.shape(), cfg.model.seq_len);
   const double mfu = flops_per_token * tokens_per_s / (peak.gflops * 1e9);
   const plan::ParameterCount params = plan::count_parameters(cfg.model.shape());
+  const double recompute_flops = plan::recompute_flops_per_token(
+      cfg.model.shape(), cfg.model.seq_len, cfg.model.activation_policy());
+  const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak.gflops * 1e9);
+  const int64_t elem = static_cast<int64_t>(dtype_size(cfg.model.dtype));
+  const int64_t predicted_activations =
+      plan::engine_activation_bytes(cfg.model.shape(), cfg.train.micro_batch, cfg.model.seq_len,
+                                    cfg.model.activation_policy(), elem, elem)
+          .total();
   nlohmann::json j{{"config", config_path},
                    {"steps", steps},
                    {"tokens_per_step", runner.tokens_per_step()},
@@ -89,6 +98,12 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"achieved_gflops", flops_per_token * tokens_per_s / 1e9},
                    {"peak_gflops", peak.gflops},
                    {"mfu", mfu},
+                   {"hardware_flops_per_token", flops_per_token + recompute_flops},
+                   {"hfu", hfu},
+                   {"recompute", cfg.model.recompute_string()},
+                   {"attention", cfg.model.tiled_attention ? "tiled" : "materialized"},
+                   {"peak_activation_bytes", tracker.peak(MemoryCategory::activations)},
+                   {"predicted_activation_bytes", predicted_activations},
                    {"threads", be->threads()},
                    {"params", params.total},
                    {"final_loss", loss},
@@ -96,12 +111,94 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("%s: %lld params, %.0f tokens/s, %.2f s/step, %.1f GFLOP/s of %.1f peak: MFU %.1f%%\n",
-                config_path.c_str(), static_cast<long long>(params.total), tokens_per_s,
-                seconds / steps, flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu);
+    std::printf(
+        "%s: %lld params, %.0f tokens/s, %.2f s/step, %.1f GFLOP/s of %.1f peak: MFU %.1f%%, "
+        "HFU %.1f%% (recompute %s, %s attention)\n",
+        config_path.c_str(), static_cast<long long>(params.total), tokens_per_s, seconds / steps,
+        flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu, 100 * hfu,
+        cfg.model.recompute_string().c_str(), cfg.model.tiled_attention ? "tiled" : "materialized");
+    std::printf("  activations: %.2f MiB measured peak, %.2f MiB predicted by plan/\n",
+                tracker.peak(MemoryCategory::activations) / 1048576.0,
+                predicted_activations / 1048576.0);
     for (auto& [k, v] : j["memory"].items()) {
       std::printf("  memory %-12s %10.2f MiB\n", k.c_str(), v.get<double>() / (1 << 20));
     }
+  }
+  return 0;
+}
+
+struct AttentionBenchOptions {
+  int64_t seq = 2048, batch = 1, heads = 8, kv_heads = 0, head_dim = 64, block = 0;
+  std::string impl = "tiled";
+  int reps = 3;
+};
+
+// Forward + backward of one attention call on random q, k, v: best time of `reps`, and the peak
+// memory the call needs beyond its inputs and outputs (probabilities or lse, and kernel scratch).
+int bench_attention(const AttentionBenchOptions& o, bool json) {
+  const bool tiled = o.impl == "tiled";
+  if (!tiled && o.impl != "materialized") {
+    throw Error("--impl must be tiled or materialized, got '" + o.impl + "'");
+  }
+  AttentionShape s{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim};
+  if (s.NH % s.KV != 0) throw Error("--kv-heads must divide --heads");
+  const int64_t N = s.B * s.T, W = s.qkv_width(), A = s.NH * s.HD;
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  Buffer qkv(tracker, MemoryCategory::activations, DType::f32, N * W);
+  Buffer out(tracker, MemoryCategory::activations, DType::f32, N * A);
+  Buffer dout(tracker, MemoryCategory::activations, DType::f32, N * A);
+  Buffer dqkv(tracker, MemoryCategory::activations, DType::f32, N * W);
+  {
+    std::vector<float> init(N * W);
+    const Philox rng(1, "bench:attention");
+    for (int64_t i = 0; i < N * W; ++i) init[i] = static_cast<float>(rng.normal(i));
+    be->copy(qkv.flat(), Tensor(init.data(), DType::f32, {N * W}));
+    be->copy(dout.flat(), Tensor(init.data(), DType::f32, {N * A}));
+  }
+  const size_t base = tracker.current_total();
+  tracker.reset_peaks();
+  const AttentionBlocks blocks{o.block, o.block};
+  double best = 1e30;
+  for (int r = 0; r < o.reps; ++r) {
+    Timer t;
+    if (tiled) {
+      Buffer lse(tracker, MemoryCategory::workspace, DType::f32, s.B * s.NH * s.T);
+      be->flash_attention_forward(out.view(0, {N, A}), lse.view(0, {s.B, s.NH, s.T}),
+                                  qkv.view(0, {N, W}), s, blocks);
+      be->flash_attention_backward(dqkv.view(0, {N, W}), dout.view(0, {N, A}),
+                                   out.view(0, {N, A}), qkv.view(0, {N, W}),
+                                   lse.view(0, {s.B, s.NH, s.T}), s, blocks);
+    } else {
+      Buffer probs(tracker, MemoryCategory::workspace, DType::f32, s.B * s.NH * s.T * s.T);
+      be->attention_forward(out.view(0, {N, A}), probs.view(0, {s.B, s.NH, s.T, s.T}),
+                            qkv.view(0, {N, W}), s);
+      be->attention_backward(dqkv.view(0, {N, W}), dout.view(0, {N, A}), qkv.view(0, {N, W}),
+                             probs.view(0, {s.B, s.NH, s.T, s.T}), s);
+    }
+    best = std::min(best, t.seconds());
+  }
+  const size_t workspace = tracker.peak_total() - base;
+  // Model FLOPs of causal attention forward + backward, full-square convention (12 B NH T^2 HD).
+  const double flops = 12.0 * s.B * s.NH * static_cast<double>(s.T) * s.T * s.HD;
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"impl", o.impl},
+                                       {"seq", s.T},
+                                       {"batch", s.B},
+                                       {"heads", s.NH},
+                                       {"kv_heads", s.KV},
+                                       {"head_dim", s.HD},
+                                       {"seconds_fwd_bwd", best},
+                                       {"gflops", flops / best / 1e9},
+                                       {"peak_workspace_bytes", workspace}}
+                            .dump()
+                            .c_str());
+  } else {
+    std::printf("%s attention, B %lld T %lld heads %lld/%lld dim %lld: %.4f s fwd+bwd, %.1f "
+                "GFLOP/s, peak workspace %.2f MiB\n",
+                o.impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.T),
+                static_cast<long long>(s.NH), static_cast<long long>(s.KV),
+                static_cast<long long>(s.HD), best, flops / best / 1e9, workspace / 1048576.0);
   }
   return 0;
 }
@@ -129,12 +226,26 @@ int bench_command(int argc, char** argv) {
   step->add_option("--gemm-size", size, "size of the GEMM that measures the peak");
   step->add_flag("--json", json, "print one JSON object");
 
+  AttentionBenchOptions ao;
+  auto* attention = app.add_subcommand("attention", "tiled vs materialised attention: time, memory");
+  attention->add_option("--seq", ao.seq, "sequence length")->check(CLI::Range(1, 1 << 20));
+  attention->add_option("--batch", ao.batch, "batch size")->check(CLI::Range(1, 4096));
+  attention->add_option("--heads", ao.heads, "query heads")->check(CLI::Range(1, 1024));
+  attention->add_option("--kv-heads", ao.kv_heads, "key/value heads (default: --heads)");
+  attention->add_option("--head-dim", ao.head_dim, "head dimension")->check(CLI::Range(2, 1024));
+  attention->add_option("--impl", ao.impl, "tiled or materialized");
+  attention->add_option("--block", ao.block, "tile size (0: from the cache size)");
+  attention->add_option("--reps", ao.reps, "timed repetitions (best is reported)")
+      ->check(CLI::Range(1, 100));
+  attention->add_flag("--json", json, "print one JSON object");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
   if (gemm->parsed()) return bench_gemm(size, reps, json);
+  if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json);
 }
 
