@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "backend/profiling_backend.h"
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/activation_memory.h"
@@ -43,14 +44,16 @@ int bench_gemm(int64_t size, int reps, bool json) {
 }
 
 int bench_step(const std::string& config_path, const std::vector<std::string>& overrides,
-               int steps, int64_t gemm_size, bool json) {
+               int steps, int64_t gemm_size, bool json, bool profile) {
   const RunConfig cfg = load_run_config(config_path, overrides);
   // The peak is measured before and after the timed steps and the higher taken: a busy machine
   // can only lower a measurement, and a lowered peak would inflate MFU.
   GemmPeak peak = measure_gemm_peak(gemm_size, 3);
 
   MemoryTracker tracker;
-  auto be = make_cpu_backend(tracker);
+  auto cpu = make_cpu_backend(tracker);
+  ProfilingBackend profiler(*cpu);
+  Backend* be = profile ? static_cast<Backend*>(&profiler) : cpu.get();
   StepRunner runner(cfg, *be, tracker);
   runner.model().init_parameters(cfg.train.seed);
   const int64_t vocab = cfg.data.vocab;
@@ -65,6 +68,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   };
   runner.step(0, random_batch);  // warm-up: first touches, thread pools
   tracker.reset_peaks();
+  profiler.reset();
   double seconds = 0, loss = 0;
   for (int s = 1; s <= steps; ++s) {
     const StepStats st = runner.step(s, random_batch);
@@ -108,6 +112,22 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"params", params.total},
                    {"final_loss", loss},
                    {"memory", memory_json(tracker, true)}};
+  if (profile) {
+    nlohmann::json ops;
+    for (const auto& [op, p] : profiler.profile()) {
+      ops[op] = {{"seconds_per_step", p.seconds / steps},
+                 {"fraction", p.seconds / seconds},
+                 {"calls_per_step", p.calls / steps},
+                 {"gflops", p.flops > 0 ? p.flops / p.seconds / 1e9 : 0.0}};
+      if (!json) {
+        std::printf("  %-20s %7.3f s/step %5.1f%%%s\n", op.c_str(), p.seconds / steps,
+                    100 * p.seconds / seconds,
+                    p.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", p.flops / p.seconds / 1e9).c_str()
+                                : "");
+      }
+    }
+    j["profile"] = ops;
+  }
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -225,6 +245,8 @@ int bench_command(int argc, char** argv) {
   step->add_option("--set", overrides, "override a config key: section.key=value");
   step->add_option("--gemm-size", size, "size of the GEMM that measures the peak");
   step->add_flag("--json", json, "print one JSON object");
+  bool profile = false;
+  step->add_flag("--profile", profile, "time every backend operation (where the step goes)");
 
   AttentionBenchOptions ao;
   auto* attention = app.add_subcommand("attention", "tiled vs materialised attention: time, memory");
@@ -246,7 +268,7 @@ int bench_command(int argc, char** argv) {
   }
   if (gemm->parsed()) return bench_gemm(size, reps, json);
   if (attention->parsed()) return bench_attention(ao, json);
-  return bench_step(config, overrides, steps, size, json);
+  return bench_step(config, overrides, steps, size, json, profile);
 }
 
 }  // namespace trillion::cli

@@ -1,0 +1,51 @@
+// The benchmark commands' JSON interfaces (fields other tools and checks rely on), run on tiny
+// shapes: bench gemm, bench step (with measured == predicted activation bytes), bench attention.
+#include <gtest/gtest.h>
+
+#include "cli_util.h"
+
+using namespace trillion::testing;
+
+TEST(BenchCli, GemmJson) {
+  const auto r = run_trillion("bench gemm --size 256 --reps 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["gflops"].get<double>(), 0.0);
+  EXPECT_GE(j["threads"].get<int>(), 1);
+}
+
+TEST(BenchCli, StepJsonHasThePromisedFields) {
+  for (const char* policy : {"none", "selective", "full:2"}) {
+    const auto r = run_trillion("bench step " + config_path("tiny.toml") +
+                                " --steps 2 --gemm-size 256 --json --profile --set model.recompute=" +
+                                policy);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    for (const char* key : {"tokens_per_s", "model_flops_per_token", "mfu", "hfu", "peak_gflops",
+                            "params", "memory", "peak_activation_bytes",
+                            "predicted_activation_bytes", "profile"}) {
+      EXPECT_TRUE(j.contains(key)) << key;
+    }
+    for (const char* cat : {"parameters", "gradients", "optimizer", "activations", "workspace"}) {
+      EXPECT_TRUE(j["memory"].contains(cat)) << cat;
+    }
+    EXPECT_EQ(j["params"].get<int64_t>(), 22688);
+    EXPECT_EQ(j["peak_activation_bytes"], j["predicted_activation_bytes"]) << policy;
+    EXPECT_GT(j["hfu"].get<double>(), j["mfu"].get<double>());
+    EXPECT_GT(j["profile"]["gemm"]["calls_per_step"].get<int>(), 0);
+  }
+}
+
+TEST(BenchCli, AttentionJsonAndLinearMemory) {
+  auto bytes = [](const std::string& impl, int seq) {
+    const auto r = run_trillion("bench attention --seq " + std::to_string(seq) +
+                                " --heads 2 --head-dim 16 --reps 1 --json --impl " + impl);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    EXPECT_GT(j["seconds_fwd_bwd"].get<double>(), 0.0);
+    return j["peak_workspace_bytes"].get<double>();
+  };
+  EXPECT_LT(bytes("tiled", 2048) / bytes("tiled", 512), 4.5);
+  EXPECT_GT(bytes("materialized", 2048) / bytes("materialized", 512), 15.0);
+  EXPECT_EQ(run_trillion("bench attention --impl flash").exit_code, 2);
+}
