@@ -58,13 +58,13 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double e) 
   const double kv = m.is_mla() ? nh : m.n_kv_heads;  // MLA expands K and V per head
   std::vector<ActivationTerm> t = {
       {"residual input (RMSNorm 1 input)", e * h, false, true},
-      {"RMSNorm 1 output (QKV input)", e * h, false, false},
+      {"RMSNorm 1 output (QKV input)", e * h, false, true},
       {"Q after RoPE", e * nh * m.qk_dim(), true, true},
       {"K after RoPE and V", e * kv * (m.qk_dim() + m.v_dim()), true, true},
-      {"attention output O (output projection input)", e * nh * m.v_dim(), true, true},
-      {"FlashAttention logsumexp (fp32)", 4 * nh, true, true},
+      {"attention output O (output projection input)", e * nh * m.v_dim(), true, false},
+      {"FlashAttention logsumexp (fp32)", 4 * nh, true, false},
       {"residual after attention (RMSNorm 2 input)", e * h, false, true},
-      {"RMSNorm 2 output (MLP input)", e * h, false, false},
+      {"RMSNorm 2 output (MLP input)", e * h, false, true},
       {"RMSNorm 1/rms (fp32, both norms)", 8, false, true},
   };
   if (m.is_mla()) {

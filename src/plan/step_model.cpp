@@ -108,9 +108,10 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   double b = t_gemm / 3 + 2 * t_attn / 3 + 2 * t_elem / 3;
   const double w = t_gemm / 3;
   double recompute = 0;
-  // Selective recompute redoes the norm outputs and the SwiGLU product: about half of the
-  // forward's elementwise traffic. Full recompute redoes the whole forward.
-  if (l.recompute == Recompute::kSelective) recompute = t_elem / 3 * 0.5;
+  // Selective recompute (the engine's policy, plan/activation_memory.h) redoes the attention
+  // core from Q, K, V (one FlashAttention forward) and the SwiGLU product from gate and up
+  // (about a quarter of the forward's elementwise traffic). Full recompute redoes the forward.
+  if (l.recompute == Recompute::kSelective) recompute = t_attn / 3 + t_elem / 3 * 0.25;
   if (l.recompute == Recompute::kFull) recompute = f;
   b += recompute;
 
@@ -223,6 +224,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.mfu_bf16 = r.model_flops / (n * peak_bf16 * r.step);
   r.mfu_palm = model_flops_per_token(m, seq, false) * batch_tokens / (n * peak * r.step);
   double hardware = r.model_flops;
+  if (l.recompute == Recompute::kSelective)
+    hardware += m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3 * batch_tokens;
   if (l.recompute == Recompute::kFull)
     hardware +=
         (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3) *

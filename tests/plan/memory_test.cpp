@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "plan/activation_memory.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
 
@@ -59,8 +60,9 @@ TEST(Activations, GptBlockTermsReproduceKorthikantiTable2) {
 }
 
 // Our block (RMSNorm, GQA, RoPE, FlashAttention, SwiGLU), per token and layer:
-// none e(6h + 2 KV HD + 3F) + 4 NH + 8; selective e(4h + 2 KV HD + 2F) + 4 NH + 8;
-// full e h (the layer input). Everything divides by t under TP + SP.
+// none e(6h + 2 KV HD + 3F) + 4 NH + 8; selective (attention core and SwiGLU product
+// recomputed) e(5h + 2 KV HD + 2F) + 8; full e h (the layer input). Everything divides by t
+// under TP + SP.
 TEST(Activations, OurBlockTerms) {
   const ModelSpec& m = find_model("llama3-405b");
   const double h = 16384, kv = 8, hd = 128, f = 53248, nh = 128;
@@ -69,7 +71,7 @@ TEST(Activations, OurBlockTerms) {
     EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, Recompute::kNone, e * h),
                      e * (6 * h + 2 * kv * hd + 3 * f) + 4 * nh + 8);
     EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, Recompute::kSelective, e * h),
-                     e * (4 * h + 2 * kv * hd + 2 * f) + 4 * nh + 8);
+                     e * (5 * h + 2 * kv * hd + 2 * f) + 8);
     EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 8, true, Recompute::kNone, e * h),
                      (e * (6 * h + 2 * kv * hd + 3 * f) + 4 * nh + 8) / 8);
     EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 8, true, Recompute::kFull, e * h), e * h / 8);
@@ -81,6 +83,31 @@ TEST(Activations, OurBlockTerms) {
   const ModelSpec& ds = find_model("deepseek-v3");
   EXPECT_GT(layer_bytes_per_token(block_terms(ds, true, 2), 1, false, Recompute::kNone, 2 * 7168),
             layer_bytes_per_token(block_terms(ds, false, 2), 1, false, Recompute::kNone, 2 * 7168));
+}
+
+// One cost model: per layer, the planner's terms equal what the engine allocates
+// (plan/activation_memory.h, checked by the engine's tests against its measured buffers) for
+// every policy, with fp32 elements and statistics and tiled attention (no s^2 term).
+TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
+  for (const DenseShape shape :
+       {DenseShape{1000, 64, 3, 4, 2, 16, 160, false}, DenseShape{512, 96, 2, 6, 6, 16, 256, true},
+        dense_shape(find_model("llama3-8b"))}) {
+    const ModelSpec spec = model_spec_from_dense(shape, 128);
+    const int64_t batch = 3, seq = 128, tokens = batch * seq;
+    for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+      ActivationPolicy policy;
+      policy.recompute = r;
+      DenseShape one = shape, two = shape;
+      one.n_layers = 1;
+      two.n_layers = 2;
+      const double engine_layer =
+          static_cast<double>(engine_activation_bytes(two, batch, seq, policy, 4, 4).stored -
+                              engine_activation_bytes(one, batch, seq, policy, 4, 4).stored);
+      const double ours = tokens * layer_bytes_per_token(block_terms(spec, false, 4.0), 1, false, r,
+                                                         4.0 * shape.d_model);
+      EXPECT_DOUBLE_EQ(ours, engine_layer) << recompute_name(r) << " C=" << shape.d_model;
+    }
+  }
 }
 
 // The memory model's in-flight micro-batches are the schedule simulator's peak.
