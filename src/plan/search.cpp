@@ -48,6 +48,11 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
   std::vector<double> best_times;  // the `keep` fastest step times so far, ascending
   const std::vector<Precision> precisions =
       f.precision ? std::vector<Precision>{fx.precision} : o.precisions;
+  if (f.tp && (m.n_heads % fx.tp != 0 || fx.tp > gpu.nvlink_domain))
+    throw Error(
+        fmt::format("--layout tp={}: tensor parallelism must divide the {} attention heads "
+                    "and fit the {}-GPU NVLink domain of {}",
+                    fx.tp, m.n_heads, gpu.nvlink_domain, gpu.model));
   for (int tp : pick(f.tp, fx.tp, tps))
     for (int cp : pick(f.cp, fx.cp, cps))
       for (int pp : pick(f.pp, fx.pp, pps)) {
@@ -119,6 +124,15 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
         }
       }
   result.simulations = schedule_simulations_run() - before;
+  if (result.shapes == 0)
+    throw Error(fmt::format(
+        "no layout of {} on {} GPUs matches the --layout fields with a batch of {:.0f} sequences "
+        "of {}: "
+        "tp*pp*cp*dp must equal the GPU count, tp must divide the {} heads and fit the NVLink "
+        "domain, the sequences must split into dp x whole micro-batches, interleaved needs the "
+        "micro-batch count to be a multiple of pp, dualpipe an even pp and at least 2 x pp even "
+        "micro-batches",
+        m.name, gpus, batch_tokens / seq, seq, m.n_heads));
   if (all.empty())
     throw Error(fmt::format(
         "no layout of {} on {} x {} fits in {:.0f} GB per GPU (searched {} layouts); use more "

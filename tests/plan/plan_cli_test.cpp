@@ -100,6 +100,12 @@ TEST(PlanCli, UserErrorsExitTwo) {
   EXPECT_EQ(rc, 2);
   run("plan --model /nonexistent/model.toml --cluster h100 --gpus 64", &rc);
   EXPECT_EQ(rc, 2);
+  run("plan --model llama3-8b --cluster h100 --gpus 64 --layout tp=3", &rc);
+  EXPECT_EQ(rc, 2);  // tp must divide the heads
+  run("plan --model llama3-8b --cluster h100 --gpus 64 --layout tp=8,pp=8,dp=1,cp=1,"
+      "schedule=dualpipe --seq 8192 --batch-tokens 64Ki",
+      &rc);
+  EXPECT_EQ(rc, 2);  // 8 sequences: dualpipe needs >= 16 micro-batches
 }
 
 }  // namespace
