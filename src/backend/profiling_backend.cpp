@@ -25,10 +25,10 @@ auto ProfilingBackend::timed(const char* op, double flops, F&& f) {
 }
 
 namespace {
+// 2 * (every element of C, batch included) * K.
 double gemm_flops(const Tensor& C, bool ta, const Tensor& A) {
-  const int r = C.rank();
   const double K = static_cast<double>(ta ? A.size(A.rank() - 2) : A.size(A.rank() - 1));
-  return 2.0 * static_cast<double>(C.numel()) * K * (r == 3 ? 1 : 1);
+  return 2.0 * static_cast<double>(C.numel()) * K;
 }
 }  // namespace
 
