@@ -13,5 +13,6 @@ int plan_command(int argc, char** argv);
 int schedule_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int data_command(int argc, char** argv);
+int launch_command(int argc, char** argv);
 
 }  // namespace trillion::cli

@@ -25,6 +25,7 @@ constexpr Subcommand kSubcommands[] = {
     {"schedule", trillion::cli::schedule_command, "generate, simulate and draw pipeline schedules"},
     {"tokenizer", trillion::cli::tokenizer_command, "train, apply and invert a BPE tokenizer"},
     {"data", trillion::cli::data_command, "prepare, synthesise and inspect token shards"},
+    {"launch", trillion::cli::launch_command, "run a subcommand as N MPI processes (mpirun)"},
 };
 
 void usage(FILE* out) {

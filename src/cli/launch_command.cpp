@@ -1,0 +1,397 @@
+// `trillion launch -n N [--hostfile F] [--mpirun PATH] [--program EXE] -- SUBCOMMAND ARGS...`:
+// runs `trillion SUBCOMMAND ARGS...` as N MPI ranks under Open MPI's mpirun and turns what mpirun
+// says into one line per failure.
+//
+// - Flags mpirun needs here are added for the user: --allow-run-as-root when running as root,
+//   --oversubscribe when N exceeds this machine's cores and no hostfile says where slots are.
+// - Ranks' output is tagged by mpirun (--tag-output) and re-emitted: rank 0's lines as they are,
+//   other ranks' lines prefixed "[rank R] ". A rank's own error line ("trillion train: error: ...")
+//   is held back and becomes the cause in the final report, so N ranks failing the same way print
+//   one line. mpirun's own banners are never shown; they are parsed for the failed rank, its exit
+//   code or signal. TRILLION_LAUNCH_VERBOSE=1 shows everything as it comes.
+// - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to mpirun (which runs in its own
+//   process group, so a terminal's Ctrl-C reaches the job once, through us).
+// - Inside a job that a launcher already started (srun, mpirun by hand: the MPI environment
+//   variables are set), the subcommand is exec'd in place, after checking -n against the job size.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "comm/mpi_communicator.h"
+#include "core/error.h"
+
+namespace trillion::cli {
+
+namespace {
+
+// The child mpirun's pid, for the signal handler (a handler can reach nothing else).
+volatile sig_atomic_t g_mpirun_pid = 0;
+volatile sig_atomic_t g_forwarded_signal = 0;
+
+extern "C" void forward_signal(int sig) {
+  g_forwarded_signal = sig;
+  if (g_mpirun_pid > 0) ::kill(static_cast<pid_t>(g_mpirun_pid), sig);
+}
+
+struct LaunchArgs {
+  int processes = 0;
+  std::string hostfile;
+  std::string mpirun = "mpirun";
+  std::string program;  // empty: this trillion binary
+  std::vector<std::string> command;
+};
+
+constexpr const char* kUsage =
+    "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE] -- "
+    "SUBCOMMAND [ARGS...]\n"
+    "  e.g. trillion launch -n 4 -- train configs/tiny.toml --run-dir runs/dp4 --set "
+    "parallel.dp=4\n";
+
+LaunchArgs parse_args(int argc, char** argv) {
+  LaunchArgs a;
+  int i = 1;
+  auto value = [&](const char* flag) -> std::string {
+    if (i + 1 >= argc) throw Error(fmt::format("{} needs a value\n{}", flag, kUsage));
+    return argv[++i];
+  };
+  for (; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-n" || arg == "--np" || arg == "-np") {
+      const std::string v = value("-n");
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || n < 1 || n > 1 << 20) {
+        throw Error(fmt::format("-n {} is not a process count; give a whole number >= 1", v));
+      }
+      a.processes = static_cast<int>(n);
+    } else if (arg == "--hostfile") {
+      a.hostfile = value("--hostfile");
+    } else if (arg == "--mpirun") {
+      a.mpirun = value("--mpirun");
+    } else if (arg == "--program") {
+      a.program = value("--program");
+    } else {
+      throw Error(fmt::format("unknown launch option '{}'; put the subcommand after '--'\n{}", arg,
+                              kUsage));
+    }
+  }
+  for (; i < argc; ++i) a.command.push_back(argv[i]);
+  if (a.processes == 0) throw Error(std::string("missing -n N (number of processes)\n") + kUsage);
+  if (a.command.empty()) {
+    throw Error(std::string("missing the subcommand to run after '--'\n") + kUsage);
+  }
+  if (!a.hostfile.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(a.hostfile, ec) || ::access(a.hostfile.c_str(), R_OK)) {
+      throw Error(
+          fmt::format("--hostfile {}: not a readable file (one line per machine: 'host "
+                      "slots=K')",
+                      a.hostfile));
+    }
+  }
+  return a;
+}
+
+std::string self_path() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error("cannot find the trillion binary via /proc/self/exe: " + ec.message());
+  return p.string();
+}
+
+std::optional<std::string> find_on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) == 0) return name;
+    return std::nullopt;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string candidate = dirs.substr(start, end - start) + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return std::nullopt;
+}
+
+[[noreturn]] void exec_or_throw(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  throw Error(fmt::format("cannot run {}: {}", args[0], std::strerror(errno)));
+}
+
+// What the ranks and mpirun said, for the final report.
+struct JobReport {
+  std::map<int, std::string> error_line;   // rank -> its trillion error line
+  std::map<int, std::string> last_stderr;  // rank -> last line it wrote to stderr
+  std::vector<std::string> mpirun_lines;   // untagged output of mpirun itself
+};
+
+class OutputRouter {
+ public:
+  explicit OutputRouter(bool verbose) : verbose_(verbose) {}
+
+  void feed(std::string& pending, const char* data, size_t n, bool flush) {
+    pending.append(data, n);
+    size_t pos;
+    while ((pos = pending.find('\n')) != std::string::npos) {
+      line(pending.substr(0, pos));
+      pending.erase(0, pos + 1);
+    }
+    if (flush && !pending.empty()) {
+      line(pending);
+      pending.clear();
+    }
+  }
+  JobReport& report() { return report_; }
+
+ private:
+  void line(std::string text) {
+    // mpirun can glue its banner dashes to the next tagged line.
+    const size_t tag = text.find("[1,");
+    if (tag != std::string::npos && tag > 0 && text.find_first_not_of('-') == tag) {
+      report_.mpirun_lines.push_back(text.substr(0, tag));
+      text.erase(0, tag);
+    }
+    static const std::regex kTagged(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$)");
+    std::smatch m;
+    if (!std::regex_match(text, m, kTagged)) {
+      report_.mpirun_lines.push_back(text);
+      if (verbose_) std::fprintf(stderr, "%s\n", text.c_str());
+      return;
+    }
+    const int rank = std::stoi(m[1]);
+    const bool is_err = m[2] == "stderr";
+    const std::string body = m[3];
+    static const std::regex kErrorLine(R"(^trillion [a-z-]+: (internal )?error: .*)");
+    if (is_err && !body.empty()) report_.last_stderr[rank] = body;
+    if (is_err && std::regex_match(body, kErrorLine)) {
+      report_.error_line.emplace(rank, body);
+      if (!verbose_) return;
+    }
+    FILE* out = is_err ? stderr : stdout;
+    if (rank == 0) {
+      std::fprintf(out, "%s\n", body.c_str());
+    } else {
+      std::fprintf(out, "[rank %d] %s\n", rank, body.c_str());
+    }
+    std::fflush(out);
+  }
+
+  bool verbose_;
+  JobReport report_;
+};
+
+// One line: which rank failed and why, from the ranks' error lines and mpirun's banners.
+std::string failure_line(const JobReport& r, int exit_status) {
+  std::string mpirun_text;
+  for (const std::string& l : r.mpirun_lines) mpirun_text += l + "\n";
+  std::smatch m;
+  int rank = -1;
+  std::string how;
+  static const std::regex kSignal(
+      R"(process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+) \(([^)]*)\))");
+  static const std::regex kExit(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+))");
+  if (std::regex_search(mpirun_text, m, kSignal)) {
+    rank = std::stoi(m[1]);
+    how = fmt::format("was killed by signal {} ({}) on {}", m[4].str(), m[5].str(), m[3].str());
+  } else if (std::regex_search(mpirun_text, m, kExit)) {
+    rank = std::stoi(m[1]);
+    how = "exited with code " + m[2].str();
+  }
+  if (rank < 0 && !r.error_line.empty()) {
+    // mpirun does not always print its "Process name / Exit code" banner; its own exit status is
+    // the first failed process's code.
+    rank = r.error_line.begin()->first;
+    how = fmt::format("exited with code {}", exit_status);
+  }
+  if (rank >= 0) {
+    std::string cause;
+    if (auto it = r.error_line.find(rank); it != r.error_line.end()) {
+      cause = it->second;
+    } else if (!r.error_line.empty()) {
+      cause = fmt::format("rank {}: {}", r.error_line.begin()->first, r.error_line.begin()->second);
+    } else if (auto jt = r.last_stderr.find(rank); jt != r.last_stderr.end()) {
+      cause = jt->second;
+    }
+    return fmt::format("trillion launch: rank {} {}{}{}", rank, how, cause.empty() ? "" : ": ",
+                       cause);
+  }
+  if (g_forwarded_signal != 0) {
+    return fmt::format(
+        "trillion launch: the job stopped after {} was forwarded to it (mpirun "
+        "status {})",
+        strsignal(g_forwarded_signal), exit_status);
+  }
+  // mpirun failed before or around the ranks: name the first known reason it gave.
+  static const std::pair<const char*, const char*> kKnown[] = {
+      {"not enough slots",
+       "not enough slots for the requested processes; lower -n, add hosts "
+       "or slots to the hostfile"},
+      {"could not access or execute",
+       "mpirun could not execute the program on some host; "
+       "install trillion at the same path on every machine"},
+      {"ORTE was unable to reliably start",
+       "mpirun could not start its daemons on the hosts "
+       "(check passwordless ssh and the hostfile names)"},
+      {"open hostfile", "mpirun could not open the hostfile"},
+  };
+  for (const auto& [needle, message] : kKnown) {
+    if (mpirun_text.find(needle) != std::string::npos) {
+      return std::string("trillion launch: ") + message;
+    }
+  }
+  for (const std::string& l : r.mpirun_lines) {
+    if (l.find_first_not_of("- \t") != std::string::npos) {
+      return fmt::format("trillion launch: mpirun failed (status {}): {}", exit_status, l);
+    }
+  }
+  return fmt::format("trillion launch: mpirun failed with status {}", exit_status);
+}
+
+}  // namespace
+
+int launch_command(int argc, char** argv) {
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+  }
+  const LaunchArgs args = parse_args(argc, argv);
+  std::vector<std::string> program = {args.program.empty() ? self_path() : args.program};
+  program.insert(program.end(), args.command.begin(), args.command.end());
+
+  // Already one rank of a job (srun, or mpirun started by hand): become the subcommand.
+  const comm::LaunchEnvironment env = comm::launch_environment();
+  if (env.found) {
+    if (env.size > 0 && env.size != args.processes) {
+      throw Error(
+          fmt::format("-n {} but this job already has {} processes ({}); use -n {} or "
+                      "start the job with {} processes",
+                      args.processes, env.size, env.source, env.size, args.processes));
+    }
+    exec_or_throw(program);
+  }
+
+  const auto mpirun = find_on_path(args.mpirun);
+  if (!mpirun) {
+    throw Error(
+        fmt::format("'{}' not found; install Open MPI (openmpi-bin, see scripts/setup.sh) "
+                    "or pass --mpirun PATH",
+                    args.mpirun));
+  }
+  std::vector<std::string> cmd = {*mpirun, "--tag-output", "-n", std::to_string(args.processes)};
+  if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (args.hostfile.empty() && static_cast<unsigned>(args.processes) > cores) {
+    cmd.push_back("--oversubscribe");
+  }
+  if (!args.hostfile.empty()) {
+    cmd.push_back("--hostfile");
+    cmd.push_back(args.hostfile);
+  }
+  // Forward the thread settings to ranks on other machines (local ranks inherit everything).
+  for (const char* var : {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS"}) {
+    if (std::getenv(var) != nullptr) {
+      cmd.push_back("-x");
+      cmd.push_back(var);
+    }
+  }
+  cmd.insert(cmd.end(), program.begin(), program.end());
+
+  const char* verbose_env = std::getenv("TRILLION_LAUNCH_VERBOSE");
+  const bool verbose = verbose_env != nullptr && std::strcmp(verbose_env, "0") != 0;
+  if (verbose) {
+    std::string line;
+    for (const std::string& s : cmd) line += s + " ";
+    std::fprintf(stderr, "trillion launch: %s\n", line.c_str());
+  }
+
+  int out_pipe[2], err_pipe[2];
+  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) {
+    throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
+  }
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(std::string("cannot fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    std::vector<char*> cargv;
+    for (const std::string& s : cmd) cargv.push_back(const_cast<char*>(s.c_str()));
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  g_mpirun_pid = pid;
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+
+  OutputRouter router(verbose);
+  std::string pending[2];
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[8192];
+  while (open_fds > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
+      const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        router.feed(pending[k], buf, 0, true);
+        ::close(fds[k].fd);
+        fds[k].fd = -1;
+        --open_fds;
+      } else {
+        router.feed(pending[k], buf, static_cast<size_t>(n), false);
+      }
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_mpirun_pid = 0;
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (code == 0) return 0;
+  std::fprintf(stderr, "%s\n", failure_line(router.report(), code).c_str());
+  return code;
+}
+
+}  // namespace trillion::cli

@@ -1,0 +1,148 @@
+// See device_mesh.h. Groups are made with Communicator::split: the color identifies the group (the
+// coordinates that stay fixed within it) and the key orders its members.
+#include "comm/device_mesh.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace trillion::comm {
+
+namespace {
+
+void require_divides(int64_t degree, int64_t value, const char* degree_key, const char* what) {
+  if (value > 0 && value % degree != 0) {
+    throw Error(fmt::format("{} = {} does not divide {} = {}; choose a {} that divides {}",
+                            degree_key, degree, what, value, degree_key, value));
+  }
+}
+
+}  // namespace
+
+void validate_mesh(const MeshShape& s, int world_size, const MeshLimits& limits) {
+  const std::pair<const char*, int> degrees[] = {{"parallel.pp", s.pp},
+                                                 {"parallel.dp", s.dp},
+                                                 {"parallel.cp", s.cp},
+                                                 {"parallel.tp", s.tp},
+                                                 {"parallel.ep", s.ep}};
+  for (const auto& [key, value] : degrees) {
+    if (value < 1) throw Error(fmt::format("{} = {} must be at least 1", key, value));
+  }
+  if (s.world_size() != world_size) {
+    throw Error(fmt::format(
+        "the job has {} process(es) but pp*dp*cp*tp = {}*{}*{}*{} = {}; launch {} process(es) "
+        "(trillion launch -n {}) or change the parallel degrees",
+        world_size, s.pp, s.dp, s.cp, s.tp, s.world_size(), s.world_size(), s.world_size()));
+  }
+  require_divides(s.tp, limits.n_heads, "parallel.tp", "model.n_heads");
+  require_divides(s.tp, limits.n_kv_heads, "parallel.tp", "model.n_kv_heads");
+  require_divides(s.pp, limits.n_layers, "parallel.pp", "model.n_layers");
+  require_divides(s.dp, limits.micro_batch, "parallel.dp", "train.micro_batch");
+  require_divides(s.cp, limits.seq_len, "parallel.cp", "model.seq_len");
+  if ((s.dp * s.cp) % s.ep != 0) {
+    throw Error(
+        fmt::format("parallel.ep = {} must divide dp*cp = {} (experts are sharded within "
+                    "the data x context plane)",
+                    s.ep, s.dp * s.cp));
+  }
+  require_divides(s.ep, limits.n_experts, "parallel.ep", "model.n_experts");
+}
+
+std::string group_name(MeshGroup g) {
+  switch (g) {
+    case MeshGroup::tp:
+      return "tp";
+    case MeshGroup::cp:
+      return "cp";
+    case MeshGroup::dp:
+      return "dp";
+    case MeshGroup::pp:
+      return "pp";
+    case MeshGroup::dp_cp:
+      return "dp_cp";
+    case MeshGroup::ep:
+      return "ep";
+    case MeshGroup::edp:
+      return "edp";
+  }
+  return "?";
+}
+
+MeshLayout::MeshLayout(const MeshShape& shape) : shape_(shape) {}
+
+int MeshLayout::rank_of(const MeshCoord& c) const {
+  return ((c.pp * shape_.dp + c.dp) * shape_.cp + c.cp) * shape_.tp + c.tp;
+}
+
+MeshCoord MeshLayout::coord_of(int rank) const {
+  MeshCoord c;
+  c.tp = rank % shape_.tp;
+  rank /= shape_.tp;
+  c.cp = rank % shape_.cp;
+  rank /= shape_.cp;
+  c.dp = rank % shape_.dp;
+  c.pp = rank / shape_.dp;
+  return c;
+}
+
+namespace {
+
+// (color, key) of `c` for group kind g: color is the same for exactly the members of one group,
+// key is the member's position in it.
+std::pair<int, int> color_key(const MeshShape& s, MeshGroup g, const MeshCoord& c) {
+  const int e = c.dp * s.cp + c.cp;  // position in the dp x cp plane
+  switch (g) {
+    case MeshGroup::tp:
+      return {(c.pp * s.dp + c.dp) * s.cp + c.cp, c.tp};
+    case MeshGroup::cp:
+      return {(c.pp * s.dp + c.dp) * s.tp + c.tp, c.cp};
+    case MeshGroup::dp:
+      return {(c.pp * s.cp + c.cp) * s.tp + c.tp, c.dp};
+    case MeshGroup::pp:
+      return {(c.dp * s.cp + c.cp) * s.tp + c.tp, c.pp};
+    case MeshGroup::dp_cp:
+      return {c.pp * s.tp + c.tp, e};
+    case MeshGroup::ep:
+      return {(c.pp * s.tp + c.tp) * (s.dp * s.cp / s.ep) + e / s.ep, e % s.ep};
+    case MeshGroup::edp:
+      return {(c.pp * s.tp + c.tp) * s.ep + e % s.ep, e / s.ep};
+  }
+  return {0, 0};
+}
+
+}  // namespace
+
+std::vector<int> MeshLayout::group_ranks(MeshGroup g, int rank) const {
+  const auto [color, key] = color_key(shape_, g, coord_of(rank));
+  std::vector<std::pair<int, int>> members;  // (key, rank)
+  for (int r = 0; r < shape_.world_size(); ++r) {
+    const auto [c, k] = color_key(shape_, g, coord_of(r));
+    if (c == color) members.emplace_back(k, r);
+  }
+  std::sort(members.begin(), members.end());
+  std::vector<int> ranks;
+  for (const auto& m : members) ranks.push_back(m.second);
+  (void)key;
+  return ranks;
+}
+
+DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits)
+    : world_(world), layout_(shape) {
+  validate_mesh(shape, world.size(), limits);
+  coord_ = layout_.coord_of(world.rank());
+  for (int g = 0; g < kMeshGroups; ++g) {
+    const auto kind = static_cast<MeshGroup>(g);
+    const auto [color, key] = color_key(shape, kind, coord_);
+    groups_.push_back(world.split(color, key, group_name(kind)));
+  }
+}
+
+CommCounters DeviceMesh::total_counters() const {
+  CommCounters total = world_.counters();
+  for (const auto& g : groups_) total += g->counters();
+  return total;
+}
+
+}  // namespace trillion::comm

@@ -1,0 +1,99 @@
+// DeviceMesh: the rank grid of a run and one communicator per parallel group, passed explicitly
+// (no globals, no singleton). Dimensions, slowest to fastest varying: pp (pipeline), dp (data),
+// cp (context), tp (tensor) — tp fastest so a tensor-parallel group is adjacent ranks, which
+// launchers place on one machine, where bandwidth is highest. Expert parallelism (ep) is carved
+// out of the dp x cp plane: experts are sharded over ep ranks of that plane, and each expert
+// shard is replicated over the remaining dp*cp/ep ranks (the expert-data group, "edp").
+//
+//   rank = ((pp_i * dp + dp_i) * cp + cp_i) * tp + tp_i
+//
+// Worked example, 16 ranks, pp=2 dp=2 cp=2 tp=2, ep=2 (Megatron's RankGenerator docstring has the
+// same kind of table):
+//
+//   rank  pp dp cp tp      group (members)
+//    0    0  0  0  0       tp : {0,1} {2,3} {4,5} {6,7} {8,9} {10,11} {12,13} {14,15}
+//    1    0  0  0  1       cp : {0,2} {1,3} {4,6} {5,7} {8,10} {9,11} {12,14} {13,15}
+//    2    0  0  1  0       dp : {0,4} {1,5} {2,6} {3,7} {8,12} {9,13} {10,14} {11,15}
+//    3    0  0  1  1       dp_cp (gradient reduction when cp > 1):
+//    4    0  1  0  0            {0,2,4,6} {1,3,5,7} {8,10,12,14} {9,11,13,15}
+//    5    0  1  0  1       pp : {0,8} {1,9} ... {7,15}
+//    6    0  1  1  0       ep : position e = dp_i*cp + cp_i in the dp x cp plane, groups of ep
+//    7    0  1  1  1            consecutive e: {0,2} {4,6} {1,3} {5,7} {8,10} {12,14} ...
+//    8    1  0  0  0       edp: same e mod ep: {0,4} {2,6} {1,5} {3,7} {8,12} ...
+//   ...                    (rank 8..15 repeat 0..7 with pp=1)
+//
+// Validation (validate_mesh) runs before anything is allocated and names the value and the fix:
+// world size must equal pp*dp*cp*tp, tp must divide the query and key/value heads, pp the layers,
+// dp the global micro-batch, cp the sequence length, ep the dp*cp plane and the experts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace trillion::comm {
+
+struct MeshShape {
+  int pp = 1, dp = 1, cp = 1, tp = 1;
+  int ep = 1;  // expert parallel degree, within dp x cp
+  int world_size() const { return pp * dp * cp * tp; }
+};
+
+struct MeshCoord {
+  int pp = 0, dp = 0, cp = 0, tp = 0;
+  bool operator==(const MeshCoord&) const = default;
+};
+
+// What the degrees must divide. Zero means "not constrained" (e.g. a dense model has no experts).
+struct MeshLimits {
+  int64_t n_heads = 0, n_kv_heads = 0, n_layers = 0;
+  int64_t micro_batch = 0;  // sequences per micro-batch across all dp ranks
+  int64_t seq_len = 0;
+  int64_t n_experts = 0;
+};
+
+// Throws Error naming the offending degree and what to change.
+void validate_mesh(const MeshShape& shape, int world_size, const MeshLimits& limits);
+
+enum class MeshGroup : uint8_t { tp, cp, dp, pp, dp_cp, ep, edp };
+inline constexpr int kMeshGroups = 7;
+std::string group_name(MeshGroup g);
+
+// Rank <-> coordinate arithmetic and group membership; no communication.
+class MeshLayout {
+ public:
+  explicit MeshLayout(const MeshShape& shape);
+  const MeshShape& shape() const { return shape_; }
+  int rank_of(const MeshCoord& c) const;
+  MeshCoord coord_of(int rank) const;
+  // The ranks of `rank`'s group of kind g, in group order (position i = group rank i).
+  std::vector<int> group_ranks(MeshGroup g, int rank) const;
+
+ private:
+  MeshShape shape_;
+};
+
+class DeviceMesh {
+ public:
+  // Collective over `world`: validates the shape against world.size() and splits one
+  // communicator per group. `world` must outlive the mesh.
+  DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits = {});
+  const MeshLayout& layout() const { return layout_; }
+  const MeshShape& shape() const { return layout_.shape(); }
+  const MeshCoord& coord() const { return coord_; }
+  Communicator& world() { return world_; }
+  Communicator& group(MeshGroup g) { return *groups_[static_cast<int>(g)]; }
+  // Counters of every group plus the world communicator, summed.
+  CommCounters total_counters() const;
+
+ private:
+  Communicator& world_;
+  MeshLayout layout_;
+  MeshCoord coord_;
+  std::vector<std::unique_ptr<Communicator>> groups_;
+};
+
+}  // namespace trillion::comm
