@@ -19,19 +19,30 @@ struct Fixture {
   }
 };
 
+// Args: M, N, K, transpose A, transpose B (the model uses NT forward, NN dgrad, TN wgrad).
 void BM_Gemm(benchmark::State& state) {
   Fixture f;
   const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const bool ta = state.range(3) != 0, tb = state.range(4) != 0;
   Buffer a = f.take(M * K), b = f.take(N * K), c = f.take(M * N);
-  for (auto _ : state) {
-    f.be->gemm(c.view(0, {M, N}), false, true, a.view(0, {M, K}), b.view(0, {N, K}), 1.0, 0.0);
-  }
+  const Tensor A = ta ? a.view(0, {K, M}) : a.view(0, {M, K});
+  const Tensor B = tb ? b.view(0, {N, K}) : b.view(0, {K, N});
+  for (auto _ : state) f.be->gemm(c.view(0, {M, N}), ta, tb, A, B, 1.0, ta ? 1.0 : 0.0);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
                          benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_Gemm)->Args({2048, 1536, 512})->Args({2048, 3072, 512})->Args({2048, 512, 1536})
-    ->Args({256, 8192, 512})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Gemm)
+    ->Args({2048, 1536, 512, 0, 1})  // QKV forward
+    ->Args({2048, 3072, 512, 0, 1})  // gate/up forward
+    ->Args({2048, 512, 1536, 0, 1})  // down forward
+    ->Args({2048, 512, 3072, 0, 0})  // gate/up dgrad
+    ->Args({3072, 512, 2048, 1, 0})  // gate/up wgrad
+    ->Args({512, 1536, 2048, 1, 0})  // down wgrad
+    ->Args({256, 8192, 512, 0, 1})   // LM head block forward
+    ->Args({8192, 512, 256, 1, 0})   // LM head block wgrad
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Attention(benchmark::State& state) {
   Fixture f;

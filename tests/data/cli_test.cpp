@@ -3,6 +3,8 @@
 // and bad inputs exit non-zero with a clear message while existing outputs stay intact.
 #include <gtest/gtest.h>
 
+#include "../train/cli_util.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -26,17 +28,8 @@ struct Result {
 };
 
 Result run(const std::string& args) {
-  std::string command = std::string(TRILLION_BINARY) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  Result result{-1, ""};
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  int raw = ::pclose(pipe);
-  result.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return result;
+  const auto r = trillion::testing::run_trillion(args);
+  return {r.exit_code, r.output};
 }
 
 std::string slurp(const fs::path& file) {

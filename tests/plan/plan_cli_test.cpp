@@ -3,6 +3,8 @@
 // report with its charts, and user errors exit 2 with one line.
 #include <gtest/gtest.h>
 
+#include "../train/cli_util.h"
+
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,15 +14,9 @@
 namespace {
 
 std::string run(const std::string& args, int* rc) {
-  const std::string cmd = std::string(TRILLION_BINARY) + " " + args + " 2>/dev/null";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  const int status = pclose(pipe);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  const auto r = trillion::testing::run_trillion(args, /*with_stderr=*/false);
+  *rc = r.exit_code;
+  return r.output;
 }
 
 TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {

@@ -1,4 +1,4 @@
-// Runs the built `trillion` binary from tests and captures its exit code and output.
+// Runs the built `trillion` binary from tests (any folder) and captures its exit code and output.
 #pragma once
 
 #include <sys/wait.h>
@@ -14,13 +14,15 @@ namespace trillion::testing {
 
 struct CommandResult {
   int exit_code = -1;
-  std::string output;  // stdout and stderr together
+  std::string output;  // stdout, and stderr unless it was discarded
 };
 
-inline CommandResult run_trillion(const std::string& args) {
-  const std::string cmd = std::string(TRILLION_BINARY) + " " + args + " 2>&1";
+inline CommandResult run_trillion(const std::string& args, bool with_stderr = true) {
+  const std::string cmd =
+      std::string(TRILLION_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
   CommandResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
   std::array<char, 4096> buf;
   size_t n;
   while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
