@@ -47,14 +47,17 @@ AttentionShape Transformer::attention_shape() const {
 }
 
 Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Backend& backend,
-                         MemoryTracker& tracker, bool split_backward)
-    : config_(validated(config)), batch_(batch), be_(backend),
+                         MemoryTracker& tracker, bool split_backward, ModelStorage storage)
+    : config_(validated(config)),
+      batch_(batch),
+      be_(backend),
       block_(backend, attention_shape(), config_.norm_eps, config_.tiled_attention,
              {config_.attention_block, config_.attention_block}) {
   if (batch_.batch <= 0 || batch_.seq_len <= 0 || batch_.seq_len > config_.seq_len) {
-    throw Error(fmt::format("micro-batch shape [{}, {}] invalid: need batch >= 1 and 1 <= seq_len "
-                            "<= model.seq_len = {}",
-                            batch_.batch, batch_.seq_len, config_.seq_len));
+    throw Error(
+        fmt::format("micro-batch shape [{}, {}] invalid: need batch >= 1 and 1 <= seq_len "
+                    "<= model.seq_len = {}",
+                    batch_.batch, batch_.seq_len, config_.seq_len));
   }
   const AttentionShape s = attention_shape();
   const int64_t N = s.B * s.T, C = config_.d_model, F = config_.ffn_hidden;
@@ -62,8 +65,34 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
   const DType dt = config_.dtype;
 
   table_ = build_parameter_table(config_);
-  params_ = Buffer(tracker, MemoryCategory::parameters, dt, table_.total_elements());
-  grads_ = Buffer(tracker, MemoryCategory::gradients, dt, table_.total_elements());
+  if (storage.parameters) {
+    params_ = Buffer(tracker, MemoryCategory::parameters, dt, table_.total_elements());
+  }
+  if (storage.gradients) {
+    grads_ = Buffer(tracker, MemoryCategory::gradients, dt, table_.total_elements());
+  }
+  // Units in table order: embed, layers.0.*, ..., layers.{L-1}.*, final_norm (+ lm_head).
+  units_.assign(L + 2, UnitRange{});
+  for (int i = 0; i < static_cast<int>(table_.specs().size()); ++i) {
+    const TensorSpec& spec = table_.spec(i);
+    int unit = static_cast<int>(L) + 1;
+    if (spec.name == "embed") unit = 0;
+    if (spec.name.starts_with("layers.")) unit = 1 + std::stoi(spec.name.substr(7));
+    unit_of_.push_back(unit);
+    UnitRange& r = units_[unit];
+    if (r.size() == 0) r.begin = spec.offset;
+    TRILLION_CHECK(r.end == 0 || r.end == spec.offset, "units must be contiguous in the table");
+    r.end = spec.offset + spec.numel();
+  }
+  param_base_.assign(units_.size(), nullptr);
+  grad_base_.assign(units_.size(), nullptr);
+  const int64_t elem = static_cast<int64_t>(dtype_size(dt));
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (storage.parameters)
+      param_base_[u] = static_cast<char*>(params_.raw()) + units_[u].begin * elem;
+    if (storage.gradients)
+      grad_base_[u] = static_cast<char*>(grads_.raw()) + units_[u].begin * elem;
+  }
 
   // Saved activations: the same carving code counts, then takes the views. Recomputed tensors
   // of every layer share one buffer sized for the largest layer (plan/activation_memory.h).
@@ -112,16 +141,14 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
   head_ = LmHeadLoss(backend, logits_block);
 
   const char* head_name = config_.tied_embeddings ? "embed" : "lm_head";
-  head_w_ = table_.view(params_, head_name);
-  head_dw_ = table_.view(grads_, head_name);
+  head_index_ = table_.index(head_name);
 
   // RoPE table: angle(t, i) = t * theta^(-2i/HD), computed in double.
   std::vector<double> cs(s.T * s.HD);
   const int64_t half = s.HD / 2;
   for (int64_t t = 0; t < s.T; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle =
-          t * std::pow(config_.rope_theta, -2.0 * static_cast<double>(i) / s.HD);
+      const double angle = t * std::pow(config_.rope_theta, -2.0 * static_cast<double>(i) / s.HD);
       cs[t * s.HD + i] = std::cos(angle);
       cs[t * s.HD + half + i] = std::sin(angle);
     }
@@ -131,8 +158,10 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
 
 LayerRecompute Transformer::layer_recompute(int64_t layer) const {
   switch (config_.recompute) {
-    case plan::Recompute::kNone: return LayerRecompute::none;
-    case plan::Recompute::kSelective: return LayerRecompute::selective;
+    case plan::Recompute::kNone:
+      return LayerRecompute::none;
+    case plan::Recompute::kSelective:
+      return LayerRecompute::selective;
     case plan::Recompute::kFull:
       return layer % config_.recompute_every == 0 ? LayerRecompute::full : LayerRecompute::none;
   }
@@ -142,25 +171,48 @@ LayerRecompute Transformer::layer_recompute(int64_t layer) const {
 void Transformer::ensure_recomputed(int64_t layer) {
   const LayerRecompute r = layer_recompute(layer);
   if (r == LayerRecompute::none || recomputed_layer_ == layer) return;
-  block_.recompute(block_view(params_, layer), acts_[layer], cos_sin_, r);
+  block_.recompute(block_view(Store::params, layer), acts_[layer], cos_sin_, r);
   recomputed_layer_ = layer;
 }
 
-BlockWeights Transformer::block_view(const Buffer& buffer, int64_t layer) const {
+Tensor Transformer::view(Store store, int index) const {
+  const TensorSpec& spec = table_.spec(index);
+  const int unit = unit_of_[index];
+  char* base = (store == Store::params ? param_base_ : grad_base_)[unit];
+  TRILLION_CHECK(base != nullptr,
+                 fmt::format("{} of unit {} used while not bound ({})",
+                             store == Store::params ? "parameters" : "gradients", unit, spec.name));
+  const int64_t elem = static_cast<int64_t>(dtype_size(config_.dtype));
+  return Tensor(base + (spec.offset - units_[unit].begin) * elem, config_.dtype, spec.shape.data(),
+                static_cast<int>(spec.shape.size()));
+}
+
+void Transformer::bind_parameters(int unit, void* data) {
+  TRILLION_CHECK(unit >= 0 && unit < num_units(), "unit out of range");
+  param_base_[unit] = static_cast<char*>(data);
+}
+
+void Transformer::bind_gradients(int unit, void* data) {
+  TRILLION_CHECK(unit >= 0 && unit < num_units(), "unit out of range");
+  grad_base_[unit] = static_cast<char*>(data);
+}
+
+BlockWeights Transformer::block_view(Store store, int64_t layer) const {
   const std::string p = fmt::format("layers.{}.", layer);
   const int64_t C = config_.d_model, F = config_.ffn_hidden;
   const int64_t qkv = attention_shape().qkv_width();
+  auto at = [&](const std::string& name) { return view(store, table_.index(p + name)); };
   // wq|wk|wv and w_gate|w_up are contiguous in the table: view them as one matrix each.
   auto joined = [&](const std::string& first, int64_t rows) {
-    return Tensor(table_.view(buffer, first).raw(), buffer.dtype(), {rows, C});
+    return Tensor(at(first).raw(), config_.dtype, {rows, C});
   };
   BlockWeights w;
-  w.attn_norm = table_.view(buffer, p + "attn_norm");
-  w.wqkv = joined(p + "attn.wq", qkv);
-  w.wo = table_.view(buffer, p + "attn.wo");
-  w.mlp_norm = table_.view(buffer, p + "mlp_norm");
-  w.w_gate_up = joined(p + "mlp.w_gate", 2 * F);
-  w.w_down = table_.view(buffer, p + "mlp.w_down");
+  w.attn_norm = at("attn_norm");
+  w.wqkv = joined("attn.wq", qkv);
+  w.wo = at("attn.wo");
+  w.mlp_norm = at("mlp_norm");
+  w.w_gate_up = joined("mlp.w_gate", 2 * F);
+  w.w_down = at("mlp.w_down");
   return w;
 }
 
@@ -175,25 +227,33 @@ void Transformer::init_parameters(uint64_t seed) {
     const double sd = is_resid ? std_resid : config_.init_std;
     const Philox rng(seed, "init:" + spec.name);
     for (int64_t k = 0; k < spec.numel(); ++k) values[k] = is_norm ? 1.0 : sd * rng.normal(k);
-    Tensor dst = table_.view(params_, i);
+    Tensor dst = param(i);
     be_.copy(dst.view({dst.numel()}), Tensor(values.data(), DType::f64, {spec.numel()}));
   }
 }
 
-void Transformer::zero_grad() { be_.fill(grads_.flat(), 0.0); }
+void Transformer::zero_grad() {
+  if (grads_.count() > 0) be_.fill(grads_.flat(), 0.0);
+}
 
 double Transformer::forward(const int32_t* tokens, const int32_t* targets) {
   const int64_t N = batch_.batch * batch_.seq_len;
   tokens_.assign(tokens, tokens + N);
   targets_.assign(targets, targets + N);
-  be_.embedding_forward(embedded_, tokens_.data(), table_.view(params_, "embed"));
+  const int head_unit = num_units() - 1;
+  hook(&UnitHooks::before_forward, 0);
+  be_.embedding_forward(embedded_, tokens_.data(), param("embed"));
+  hook(&UnitHooks::after_forward, 0);
   for (int64_t l = 0; l < config_.n_layers; ++l) {
-    block_.forward(block_view(params_, l), acts_[l], cos_sin_);
+    hook(&UnitHooks::before_forward, static_cast<int>(l) + 1);
+    block_.forward(block_view(Store::params, l), acts_[l], cos_sin_);
+    hook(&UnitHooks::after_forward, static_cast<int>(l) + 1);
   }
   recomputed_layer_ = -1;  // the shared recompute buffer holds whatever layer wrote it last
-  be_.rmsnorm_forward(normf_, rstdf_, acts_.back().out, table_.view(params_, "final_norm"),
-                      config_.norm_eps);
-  head_.forward(losses_, lse_, normf_, head_w_, targets_.data());
+  hook(&UnitHooks::before_forward, head_unit);
+  be_.rmsnorm_forward(normf_, rstdf_, acts_.back().out, param("final_norm"), config_.norm_eps);
+  head_.forward(losses_, lse_, normf_, param(head_index_), targets_.data());
+  hook(&UnitHooks::after_forward, head_unit);
   std::vector<double> host(N);
   be_.copy(Tensor(host.data(), DType::f64, {N}), losses_);
   double sum = 0;
@@ -203,44 +263,51 @@ double Transformer::forward(const int32_t* tokens, const int32_t* targets) {
 
 void Transformer::backward(double grad_scale) {
   // Head and final norm: dgrad and wgrad together.
-  head_.backward(d_normf_, head_dw_, normf_, head_w_, lse_, targets_.data(), grad_scale);
+  const int head_unit = num_units() - 1;
+  hook(&UnitHooks::before_backward, head_unit);
+  head_.backward(d_normf_, view(Store::grads, head_index_), normf_, param(head_index_), lse_,
+                 targets_.data(), grad_scale);
   be_.fill(dres_, 0.0);
-  be_.rmsnorm_backward_input(dres_, d_normf_, acts_.back().out,
-                             table_.view(params_, "final_norm"), rstdf_);
-  be_.rmsnorm_backward_weight(table_.view(grads_, "final_norm"), d_normf_, acts_.back().out,
-                              rstdf_);
+  be_.rmsnorm_backward_input(dres_, d_normf_, acts_.back().out, param("final_norm"), rstdf_);
+  be_.rmsnorm_backward_weight(grad("final_norm"), d_normf_, acts_.back().out, rstdf_);
+  hook(&UnitHooks::after_backward, head_unit);
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
+    hook(&UnitHooks::before_backward, static_cast<int>(l) + 1);
     ensure_recomputed(l);
-    block_.backward_input(dres_, block_view(params_, l), acts_[l], stash_[0], scratch_, cos_sin_);
-    block_.backward_weight(block_view(grads_, l), acts_[l], stash_[0]);
+    block_.backward_input(dres_, block_view(Store::params, l), acts_[l], stash_[0], scratch_,
+                          cos_sin_);
+    block_.backward_weight(block_view(Store::grads, l), acts_[l], stash_[0]);
+    hook(&UnitHooks::after_backward, static_cast<int>(l) + 1);
   }
-  be_.embedding_backward_weight(table_.view(grads_, "embed"), tokens_.data(), dres_);
+  hook(&UnitHooks::before_backward, 0);
+  be_.embedding_backward_weight(grad("embed"), tokens_.data(), dres_);
+  hook(&UnitHooks::after_backward, 0);
 }
 
 void Transformer::backward_input(double grad_scale) {
   TRILLION_CHECK(stash_.size() == static_cast<size_t>(config_.n_layers),
                  "backward_input needs a model built with split_backward");
   grad_scale_ = grad_scale;
-  head_.backward_input(d_normf_, normf_, head_w_, lse_, targets_.data(), grad_scale);
+  head_.backward_input(d_normf_, normf_, param(head_index_), lse_, targets_.data(), grad_scale);
   be_.fill(dres_, 0.0);
-  be_.rmsnorm_backward_input(dres_, d_normf_, acts_.back().out,
-                             table_.view(params_, "final_norm"), rstdf_);
+  be_.rmsnorm_backward_input(dres_, d_normf_, acts_.back().out, param("final_norm"), rstdf_);
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
     ensure_recomputed(l);
-    block_.backward_input(dres_, block_view(params_, l), acts_[l], stash_[l], scratch_, cos_sin_);
+    block_.backward_input(dres_, block_view(Store::params, l), acts_[l], stash_[l], scratch_,
+                          cos_sin_);
   }
 }
 
 void Transformer::backward_weight() {
   // Same order of accumulation into each gradient as backward(), so results are bitwise equal.
-  head_.backward_weight(head_dw_, normf_, head_w_, lse_, targets_.data(), grad_scale_);
-  be_.rmsnorm_backward_weight(table_.view(grads_, "final_norm"), d_normf_, acts_.back().out,
-                              rstdf_);
+  head_.backward_weight(view(Store::grads, head_index_), normf_, param(head_index_), lse_,
+                        targets_.data(), grad_scale_);
+  be_.rmsnorm_backward_weight(grad("final_norm"), d_normf_, acts_.back().out, rstdf_);
   for (int64_t l = config_.n_layers - 1; l >= 0; --l) {
     ensure_recomputed(l);
-    block_.backward_weight(block_view(grads_, l), acts_[l], stash_[l]);
+    block_.backward_weight(block_view(Store::grads, l), acts_[l], stash_[l]);
   }
-  be_.embedding_backward_weight(table_.view(grads_, "embed"), tokens_.data(), dres_);
+  be_.embedding_backward_weight(grad("embed"), tokens_.data(), dres_);
 }
 
 }  // namespace trillion

@@ -105,8 +105,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   for (const std::string& o : overrides) apply_override(root, o, source);
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    if (k != "model" && k != "train" && k != "optim" && k != "data") {
-      throw Error(fmt::format("{}: unknown section [{}] (sections: model, train, optim, data)",
+    if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel") {
+      throw Error(fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
+                              "parallel)",
                               source, k));
     }
     if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
@@ -191,8 +192,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   o.read("warmup_steps", oc.warmup_steps);
   o.read("decay_fraction", oc.decay_fraction);
   o.reject_unknown();
-  if (oc.name != "adamw") {
-    throw Error(fmt::format("{}: optim.name = '{}': supported optimizers: adamw", source, oc.name));
+  if (oc.name != "adamw" && oc.name != "lamb") {
+    throw Error(fmt::format("{}: optim.name = '{}': supported optimizers: adamw, lamb", source,
+                            oc.name));
   }
   if (!(oc.lr > 0) || oc.min_lr < 0 || oc.min_lr > oc.lr) {
     throw Error(fmt::format("{}: need 0 <= optim.min_lr <= optim.lr and optim.lr > 0 (got lr {}, "
@@ -225,6 +227,34 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   if (dc.source == "shards" && dc.path.empty()) {
     throw Error(fmt::format("{}: data.source = 'shards' needs data.path (the output of 'trillion "
                             "data prepare')", source));
+  }
+  SectionReader p(root["parallel"].as_table(), "parallel", source);
+  ParallelConfig& pc = rc.parallel;
+  p.read("dp", pc.dp);
+  p.read("zero", pc.zero);
+  p.read("bucket_mb", pc.bucket_mb);
+  p.read("overlap", pc.overlap);
+  p.reject_unknown();
+  at_least("parallel.dp", pc.dp, 1);
+  if (pc.zero < 0 || pc.zero > 3) {
+    throw Error(fmt::format("{}: parallel.zero = {}: expected a ZeRO stage 0, 1, 2 or 3", source,
+                            pc.zero));
+  }
+  if (!(pc.bucket_mb > 0)) {
+    throw Error(fmt::format("{}: parallel.bucket_mb = {} must be > 0 (25 is a good default)",
+                            source, pc.bucket_mb));
+  }
+  if (rc.train.micro_batch % pc.dp != 0) {
+    throw Error(fmt::format("{}: parallel.dp = {} does not divide train.micro_batch = {} (the "
+                            "global micro-batch is split over the dp ranks); choose a dp that "
+                            "divides it",
+                            source, pc.dp, rc.train.micro_batch));
+  }
+  if (pc.zero >= 2 && mc.tied_embeddings) {
+    throw Error(fmt::format("{}: parallel.zero = {} does not support model.tied_embeddings = true "
+                            "(the head would use the embedding's gathered shard); set "
+                            "tied_embeddings = false or zero <= 1",
+                            source, pc.zero));
   }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
@@ -276,7 +306,11 @@ std::string to_toml(const RunConfig& c) {
                    {"order", d.order},   {"vocab", d.vocab},
                    {"seed", static_cast<int64_t>(d.seed)}, {"tokens", d.tokens},
                    {"val_tokens", d.val_tokens}, {"sharpness", d.sharpness}};
-  toml::table root{{"model", model}, {"train", train}, {"optim", optim}, {"data", data}};
+  const ParallelConfig& p = c.parallel;
+  toml::table parallel{{"dp", p.dp}, {"zero", p.zero}, {"bucket_mb", p.bucket_mb},
+                       {"overlap", p.overlap}};
+  toml::table root{{"model", model}, {"train", train},      {"optim", optim},
+                   {"data", data},   {"parallel", parallel}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

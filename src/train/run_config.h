@@ -25,7 +25,7 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  std::string name = "adamw";
+  std::string name = "adamw";  // adamw | lamb
   double lr = 3e-4;
   double min_lr = 3e-5;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
@@ -47,11 +47,22 @@ struct DataConfig {
   double sharpness = 2.0;         // markov: peakiness of transition rows (see data/markov.h)
 };
 
+// [parallel]: data parallelism over `dp` processes (started by `trillion launch -n dp`), ZeRO
+// stage 0-3 and the gradient bucket size. train.micro_batch is the global micro-batch: each dp
+// rank runs micro_batch / dp sequences, so any dp trains the same run (docs/multiprocess.md).
+struct ParallelConfig {
+  int64_t dp = 1;
+  int64_t zero = 0;         // 0: all-reduce; 1: optimizer state; 2: + gradients; 3: + parameters
+  double bucket_mb = 25.0;  // gradient bucket size in MB (1e6 bytes), stages 0-2
+  bool overlap = true;      // false: wait for each bucket at once (to measure what overlap hides)
+};
+
 struct RunConfig {
   ModelConfig model;
   TrainConfig train;
   OptimConfig optim;
   DataConfig data;
+  ParallelConfig parallel;
   std::string source;  // where it came from, for messages
 };
 

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "comm/device_mesh.h"
+#include "comm/mpi_communicator.h"
 #include "core/timer.h"
 #include "data/file_io.h"
 #include "data/loader.h"
@@ -27,10 +29,15 @@ std::atomic<bool> g_stop_requested{false};
 
 namespace {
 
+// Only rank 0 writes run files and prints; the other ranks' logs go nowhere.
 class EventLog {
  public:
-  EventLog(const std::string& path, bool echo) : out_(path, std::ios::app), echo_(echo) {}
+  EventLog(const std::string& path, bool echo, bool enabled)
+      : echo_(echo && enabled), enabled_(enabled) {
+    if (enabled) out_.open(path, std::ios::app);
+  }
   void operator()(const std::string& line) {
+    if (!enabled_) return;
     const std::time_t now = std::time(nullptr);
     char stamp[32];
     std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
@@ -41,7 +48,7 @@ class EventLog {
 
  private:
   std::ofstream out_;
-  bool echo_;
+  bool echo_, enabled_;
 };
 
 nlohmann::json memory_json(const MemoryTracker& t) {
@@ -51,6 +58,29 @@ nlohmann::json memory_json(const MemoryTracker& t) {
     j[std::string(memory_category_name(cat))] = t.peak(cat);
   }
   return j;
+}
+
+// Every rank's current and peak bytes per category, gathered over the world (collective).
+nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t) {
+  constexpr int K = kMemoryCategories;
+  std::vector<double> mine(2 * K), all(2 * K * world.size());
+  for (int c = 0; c < K; ++c) {
+    mine[c] = static_cast<double>(t.current(static_cast<MemoryCategory>(c)));
+    mine[K + c] = static_cast<double>(t.peak(static_cast<MemoryCategory>(c)));
+  }
+  world.all_gather(Tensor(mine.data(), DType::f64, {2 * K}),
+                   Tensor(all.data(), DType::f64, {2 * K * world.size()}));
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world.size(); ++r) {
+    nlohmann::json current, peak;
+    for (int c = 0; c < K; ++c) {
+      const std::string name(memory_category_name(static_cast<MemoryCategory>(c)));
+      current[name] = static_cast<uint64_t>(all[2 * K * r + c]);
+      peak[name] = static_cast<uint64_t>(all[2 * K * r + K + c]);
+    }
+    ranks.push_back({{"rank", r}, {"current", current}, {"peak", peak}});
+  }
+  return ranks;
 }
 
 // Keeps the metrics of steps <= last_step (a resumed run rewrites what came after).
@@ -76,15 +106,19 @@ std::string format_duration(double seconds) {
   return fmt::format("{}s", s);
 }
 
-double evaluate(Transformer& model, const data::DataLoader& loader, int64_t batches) {
+// Mean validation loss over `batches` global micro-batches; this rank reads its part of each.
+double evaluate(StepRunner& runner, const data::DataLoader& loader, int64_t batches, int rank) {
+  Transformer& model = runner.model();
   const int64_t B = model.batch().batch, T = model.batch().seq_len;
+  const int64_t global_b = B * runner.data_parallel().group().size();
   std::vector<int32_t> tokens(B * T), targets(B * T);
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    loader.batch(static_cast<uint64_t>(i * B), static_cast<int>(B), tokens.data(), targets.data());
+    loader.batch(static_cast<uint64_t>(i * global_b + rank * B), static_cast<int>(B),
+                 tokens.data(), targets.data());
     total += model.forward(tokens.data(), targets.data());
   }
-  return total / static_cast<double>(batches);
+  return runner.data_parallel().mean_across_ranks(total / static_cast<double>(batches));
 }
 
 }  // namespace
@@ -99,18 +133,37 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   // Everything that can fail on user input is checked before the directory is touched.
   const RunDatasets datasets = open_run_datasets(config);
+  // Processes: MPI when a launcher started this one (trillion launch, mpirun, srun), else a
+  // group of one. The mesh checks the world size against parallel.dp before any allocation.
+  std::unique_ptr<comm::MpiRuntime> mpi;
+  comm::LocalCommunicator local_world("world");
+  if (comm::launch_environment().found) mpi = std::make_unique<comm::MpiRuntime>();
+  comm::Communicator& world = mpi ? static_cast<comm::Communicator&>(mpi->world()) : local_world;
+  const ModelConfig& mc = config.model;
+  comm::DeviceMesh mesh(world, {.dp = static_cast<int>(config.parallel.dp)},
+                        {.n_heads = mc.n_heads, .n_kv_heads = mc.n_kv_heads,
+                         .n_layers = mc.n_layers, .micro_batch = config.train.micro_batch,
+                         .seq_len = mc.seq_len});
+  const int rank = world.rank();
+  const bool lead = rank == 0;  // writes the run directory and prints
   const int64_t B = config.train.micro_batch, T = config.model.seq_len;
   const int64_t accum = config.train.grad_accum;
   data::DataLoader train_loader(datasets.train, static_cast<int>(T), config.train.seed);
   data::DataLoader val_loader(datasets.validation, static_cast<int>(T), config.train.seed,
                               data::SampleOrder::kSequential);
 
-  fs::create_directories(dir);
-  EventLog event((dir / "events.log").string(), !opt.quiet);
+  if (lead) fs::create_directories(dir);
+  EventLog event((dir / "events.log").string(), !opt.quiet, lead);
   MemoryTracker tracker;
   auto backend = make_cpu_backend(tracker);
-  StepRunner runner(config, *backend, tracker);
-  Transformer& model = runner.model();
+  StepRunner runner(config, *backend, tracker, &mesh.group(comm::MeshGroup::dp));
+  parallel::DataParallel& dp = runner.data_parallel();
+  const int64_t B_local = runner.local_micro_batch();
+  // Full table-layout buffers for checkpoints, alive only while one is read or written.
+  auto full_buffer = [&] {
+    return Buffer(tracker, MemoryCategory::workspace, config.model.dtype,
+                  runner.model().table().total_elements());
+  };
   const std::string config_toml = to_toml(config);
 
   int64_t start_step = 0;
@@ -120,9 +173,11 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
         event(fmt::format("checkpoint {} is corrupt ({}); trying the previous one", ckpt, *problem));
         continue;
       }
-      const CheckpointState st =
-          load_checkpoint(ckpt, model.parameters(), &runner.optimizer().first_moment(),
-                          &runner.optimizer().second_moment());
+      Buffer params = full_buffer(), m = full_buffer(), v = full_buffer();
+      const CheckpointState st = load_checkpoint(ckpt, params, &m, &v);
+      dp.load_parameters(params);
+      dp.load_state(m, runner.optimizer().first_moment());
+      dp.load_state(v, runner.optimizer().second_moment());
       runner.optimizer().set_steps_taken(st.optimizer_steps);
       start_step = st.step;
       event(fmt::format("resumed from {} at step {}", ckpt, st.step));
@@ -136,26 +191,39 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       event("no checkpoint to resume from; starting at step 0");
     }
   }
-  if (start_step == 0) model.init_parameters(config.train.seed);
-  truncate_metrics(metrics_path, start_step);
-  data::write_file_atomic((dir / "config.toml").string(), {config_toml});
+  if (start_step == 0) runner.init_parameters(config.train.seed);
+  if (lead) {
+    truncate_metrics(metrics_path, start_step);
+    data::write_file_atomic((dir / "config.toml").string(), {config_toml});
+  }
 
-  const GemmPeak peak = measure_gemm_peak(2048, 2);
+  // One rank measures the GEMM peak (ranks share the machine's cores) and tells the others.
+  GemmPeak peak;
+  if (lead) peak = measure_gemm_peak(2048, 2);
+  world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
   const double flops_per_token =
       plan::training_flops_per_token(config.model.shape(), config.model.seq_len);
   const int64_t params = plan::count_parameters(config.model.shape()).total;
   event(fmt::format("training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, "
-                    "GEMM peak {:.1f} GFLOP/s)",
+                    "GEMM peak {:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {})",
                     params, datasets.train->describe(), start_step + 1, config.train.steps,
-                    runner.tokens_per_step(), backend->threads(), peak.gflops));
+                    runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(),
+                    config.parallel.dp, config.parallel.zero, config.optim.name));
 
+  // Rank r reads samples [first + r * B_local, first + (r + 1) * B_local) of each global
+  // micro-batch: the global sample order never depends on dp.
   auto batches = [&](int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) {
-    const uint64_t first = static_cast<uint64_t>((step * accum + micro) * B);
-    train_loader.batch(first, static_cast<int>(B), tokens, targets);
+    const uint64_t first = static_cast<uint64_t>((step * accum + micro) * B + rank * B_local);
+    train_loader.batch(first, static_cast<int>(B_local), tokens, targets);
   };
+  // Sharded state is gathered into the one-process layout, so any layout resumes any checkpoint.
   auto checkpoint = [&](int64_t step) {
-    CheckpointContents c{&model.parameters(), &runner.optimizer().first_moment(),
-                         &runner.optimizer().second_moment(),
+    Buffer params = full_buffer(), m = full_buffer(), v = full_buffer();
+    dp.gather_parameters(params);
+    dp.gather_state(runner.optimizer().first_moment(), m);
+    dp.gather_state(runner.optimizer().second_moment(), v);
+    if (!lead) return;
+    CheckpointContents c{&params, &m, &v,
                          {step, runner.optimizer().steps_taken(),
                           static_cast<uint64_t>(step * accum * B), config.train.seed},
                          config_toml};
@@ -163,8 +231,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     event(fmt::format("checkpoint {} written", where));
   };
 
-  std::ofstream metrics(metrics_path, std::ios::app);
-  const bool tty = !opt.quiet && ::isatty(STDERR_FILENO);
+  std::ofstream metrics;
+  if (lead) metrics.open(metrics_path, std::ios::app);
+  const bool tty = lead && !opt.quiet && ::isatty(STDERR_FILENO);
   Timer wall;
   double train_seconds = 0;
   int64_t steps_run = 0, step = start_step;
@@ -186,11 +255,17 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"tokens_per_s", tokens_per_s},
                         {"mfu", mfu},
                         {"seconds", st.seconds},
+                        {"comm_bytes", st.comm_bytes},
+                        {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;
-    if (eval_now) line["val_loss"] = val_loss = evaluate(model, val_loader, config.train.eval_batches);
-    metrics << line.dump() << "\n";
-    metrics.flush();
+    if (eval_now) {
+      line["val_loss"] = val_loss = evaluate(runner, val_loader, config.train.eval_batches, rank);
+    }
+    if (lead) {
+      metrics << line.dump() << "\n";
+      metrics.flush();
+    }
 
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
     const std::string progress =
@@ -201,14 +276,20 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
-    } else if (!opt.quiet && (step % config.train.log_every == 0 || step == config.train.steps)) {
+    } else if (lead && !opt.quiet &&
+               (step % config.train.log_every == 0 || step == config.train.steps)) {
       std::fprintf(stderr, "%s\n", progress.c_str());
     }
 
     const bool budget_spent =
         opt.max_minutes > 0 && wall.seconds() + train_seconds / steps_run > opt.max_minutes * 60;
-    const bool stop = g_stop_requested.load() || budget_spent ||
-                      (opt.stop_after_step > 0 && step >= opt.stop_after_step);
+    bool stop = g_stop_requested.load() || budget_spent ||
+                (opt.stop_after_step > 0 && step >= opt.stop_after_step);
+    if (world.size() > 1) {  // all ranks stop together, when any rank was asked to
+      double any = stop ? 1.0 : 0.0;
+      world.all_reduce(Tensor(&any, DType::f64, {1}), comm::ReduceOp::max);
+      stop = any > 0;
+    }
     if (stop && step < config.train.steps) {
       if (tty) std::fprintf(stderr, "\n");
       event(fmt::format("stopping after step {} ({})", step,
@@ -224,8 +305,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   if (steps_run > 0 || start_step == 0) checkpoint(step);
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
-    val_loss = evaluate(model, val_loader, config.train.eval_batches);
+    val_loss = evaluate(runner, val_loader, config.train.eval_batches, rank);
   }
+  const nlohmann::json per_rank = memory_per_rank(world, tracker);
 
   nlohmann::json summary{{"steps", step},
                          {"completed", !stopped_early},
@@ -236,7 +318,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                                                               train_seconds
                                                         : 0.0},
                          {"params", params},
-                         {"world_size", 1},
+                         {"world_size", world.size()},
+                         {"parallel", {{"dp", config.parallel.dp}, {"zero", config.parallel.zero}}},
+                         {"memory_per_rank", per_rank},
                          {"gemm_peak_gflops", peak.gflops},
                          {"memory", memory_json(tracker)}};
   if (auto h = datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
@@ -245,7 +329,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   if (std::isnan(last_loss)) summary["final_train_loss"] = nullptr;
   const std::string text = summary.dump(2) + "\n";
-  data::write_file_atomic((dir / "summary.json").string(), {text});
+  if (lead) data::write_file_atomic((dir / "summary.json").string(), {text});
   event(fmt::format("{} at step {}: val loss {:.4f}", stopped_early ? "stopped" : "finished", step,
                     val_loss));
   return text;
