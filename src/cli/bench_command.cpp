@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "backend/profiling_backend.h"
 #include "core/philox.h"
 #include "core/timer.h"
@@ -266,11 +267,7 @@ int bench_command(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   attention->add_flag("--json", json, "print one JSON object");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (gemm->parsed()) return bench_gemm(size, reps, json);
   if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json, profile);

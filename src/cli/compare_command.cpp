@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 
@@ -59,11 +60,7 @@ int compare_command(int argc, char** argv) {
   app.add_option("run_b", b, "second run directory")->required();
   app.add_option("--tol", tol, "largest allowed absolute difference (0: bitwise)")
       ->check(CLI::NonNegativeNumber);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   const auto la = read_losses(a), lb = read_losses(b);
   bool ok = la.size() == lb.size();
   double max_loss_diff = 0;

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/timer.h"
@@ -210,11 +211,7 @@ int data_command(int argc, char** argv) {
   ins->add_option("--offset", offset, "first token of the sample")->capture_default_str();
   ins->add_option("--count", count, "tokens in the sample")->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (*prep) return prepare(tokenizer_path, out, inputs, val_fraction, seed, separator);
   if (*syn) return synth(kind, spec, out);
   return inspect(shard, tokenizer_path, offset, count);

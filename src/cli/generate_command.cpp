@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "core/philox.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
@@ -111,11 +112,7 @@ int generate_command(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--samples", samples, "independent samples to draw")->check(CLI::Range(1, 100));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
 
   std::string dir = checkpoint;
   if (!std::filesystem::exists(dir + "/manifest.json")) {

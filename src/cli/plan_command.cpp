@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "cli/plan_model_file.h"
 #include "core/error.h"
 #include "plan/report.h"
@@ -50,11 +51,7 @@ int plan_command(int argc, char** argv) {
                  "failure rate (default: the catalog's; Llama 3 observed 0.47)");
   app.add_option("--html", html_path, "write an HTML report to this file");
   app.add_flag("--json", json, "print the plan as JSON");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   plan::PlanInputs in;
   const bool is_file =
       model_name.find(".toml") != std::string::npos || model_name.find('/') != std::string::npos;

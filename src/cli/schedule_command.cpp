@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "schedule/generators.h"
 #include "schedule/render.h"
@@ -59,11 +60,7 @@ int schedule_command(int argc, char** argv) {
   app.add_option("--svg", svg_path, "write an SVG timeline to this file");
   app.add_flag("--json", json, "print JSON (bubble_fraction, peak_inflight, actions, ...)");
   app.add_flag("--actions", show_actions, "also print each rank's action list");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   const schedule::ScheduleKind kind = schedule::parse_schedule_kind(kind_name);
   if (chunks == 0)
     chunks =

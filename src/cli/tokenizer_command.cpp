@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/file_io.h"
@@ -67,11 +68,7 @@ int tokenizer_command(int argc, char** argv) {
   std::vector<std::string> id_words;
   decode->add_option("ids", id_words, "token ids (else read from stdin)");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
 
   if (*train) {
     std::vector<std::string> texts;

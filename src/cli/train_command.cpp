@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "cli/commands.h"
+#include "cli/parse_arguments.h"
 #include "train/trainer.h"
 
 namespace trillion::cli {
@@ -27,11 +28,7 @@ int train_command(int argc, char** argv) {
   app.add_option("--max-minutes", opt.max_minutes,
                  "checkpoint and stop when this much wall time is spent");
   app.add_flag("--quiet", opt.quiet, "no progress output");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   const RunConfig config = load_run_config(config_path, overrides);
   std::signal(SIGINT, request_stop);
   std::signal(SIGTERM, request_stop);
