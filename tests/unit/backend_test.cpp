@@ -222,3 +222,19 @@ TEST_F(BackendTest, CopyConvertsAndSumSquaresIsExact) {
   std::vector<double> x = {3.0, 4.0};
   EXPECT_EQ(be->sum_squares(host(x, {2})), 25.0);
 }
+
+#include "backend/cpu/vec_exp.h"
+
+TEST(VecExp, WithinTwoUlpOfStdExpAndExactAtTheEdges) {
+  double worst = 0;
+  for (int i = 0; i <= 2000000; ++i) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 2000000;
+    const double ref = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(cpu::exp_fast(x) - ref) / ref);
+  }
+  EXPECT_LT(worst, 2.5e-7);  // about two float ulps
+  EXPECT_EQ(cpu::exp_fast(0.0f), 1.0f);
+  EXPECT_EQ(cpu::exp_fast(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(cpu::exp_fast(-200.0f), 0.0f);
+  EXPECT_TRUE(std::isnan(cpu::exp_fast(std::nanf(""))));
+}

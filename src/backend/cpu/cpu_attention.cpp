@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_exp.h"
 
 namespace trillion::cpu {
 
@@ -37,8 +38,9 @@ void CpuBackend::attention_forward(Tensor out, Tensor probs, const Tensor& qkv,
           T mx = row[0];
           for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
           T sum = 0;
+#pragma omp simd reduction(+ : sum)
           for (int64_t j = 0; j <= i; ++j) {
-            row[j] = std::exp(row[j] - mx);
+            row[j] = exp_any<T>(row[j] - mx);
             sum += row[j];
           }
           const T inv = T(1) / sum;

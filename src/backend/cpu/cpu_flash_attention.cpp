@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_exp.h"
 
 namespace trillion::cpu {
 
@@ -74,9 +75,10 @@ void CpuBackend::flash_attention_forward(Tensor out, Tensor lse, const Tensor& q
               const int64_t visible = std::min(cols, q0 + r - k0 + 1);  // keys <= query
               T mx = m[r];
               for (int64_t c = 0; c < visible; ++c) mx = std::max(mx, sr[c]);
-              const T correction = std::exp(m[r] - mx);
+              const T correction = exp_any<T>(m[r] - mx);
               T sum = 0;
-              for (int64_t c = 0; c < visible; ++c) sum += sr[c] = std::exp(sr[c] - mx);
+#pragma omp simd reduction(+ : sum)
+              for (int64_t c = 0; c < visible; ++c) sum += sr[c] = exp_any<T>(sr[c] - mx);
               for (int64_t c = std::max<int64_t>(visible, 0); c < cols; ++c) sr[c] = 0;
               l[r] = l[r] * correction + sum;
               m[r] = mx;
@@ -158,8 +160,10 @@ void CpuBackend::flash_attention_backward(Tensor dqkv, const Tensor& dout, const
               for (int64_t r = 0; r < rows; ++r) {
                 const int64_t visible = std::min(cols, q0 + r - k0 + 1);
                 T* pr = P + r * Bc;
+                const T l = lrow[q0 + r];
+#pragma omp simd
                 for (int64_t c = 0; c < std::max<int64_t>(visible, 0); ++c) {
-                  pr[c] = std::exp(pr[c] - lrow[q0 + r]);
+                  pr[c] = exp_any<T>(pr[c] - l);
                 }
                 for (int64_t c = std::max<int64_t>(visible, 0); c < cols; ++c) pr[c] = 0;
               }

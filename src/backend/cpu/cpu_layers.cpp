@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_exp.h"
 
 namespace trillion::cpu {
 
@@ -212,7 +213,7 @@ void CpuBackend::swiglu_forward(Tensor out, const Tensor& gate_up) {
       const T* u = g + F;
       T* o = po + n * mo.ld;
 #pragma omp simd
-      for (int64_t i = 0; i < F; ++i) o[i] = g[i] / (T(1) + std::exp(-g[i])) * u[i];
+      for (int64_t i = 0; i < F; ++i) o[i] = g[i] / (T(1) + exp_any<T>(-g[i])) * u[i];
     }
   });
 }
@@ -237,7 +238,7 @@ void CpuBackend::swiglu_backward(Tensor dgate_up, const Tensor& dout, const Tens
       T* du = dg + F;
 #pragma omp simd
       for (int64_t i = 0; i < F; ++i) {
-        const T sig = T(1) / (T(1) + std::exp(-g[i]));
+        const T sig = T(1) / (T(1) + exp_any<T>(-g[i]));
         const T silu = g[i] * sig;
         du[i] = d[i] * silu;
         dg[i] = d[i] * u[i] * sig * (T(1) + g[i] * (T(1) - sig));
@@ -265,7 +266,7 @@ void CpuBackend::cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& 
       for (int64_t v = 1; v < m.cols; ++v) mx = std::max(mx, row[v]);
       T sum = 0;
 #pragma omp simd reduction(+ : sum)
-      for (int64_t v = 0; v < m.cols; ++v) sum += std::exp(row[v] - mx);
+      for (int64_t v = 0; v < m.cols; ++v) sum += exp_any<T>(row[v] - mx);
       plse[n] = mx + std::log(sum);
       ploss[n] = plse[n] - row[targets[n]];
     }
@@ -287,7 +288,7 @@ void CpuBackend::cross_entropy_backward(Tensor logits, const Tensor& lse, const 
       T* row = pl + n * m.ld;
       const T l = plse[n];
 #pragma omp simd
-      for (int64_t v = 0; v < m.cols; ++v) row[v] = a * std::exp(row[v] - l);
+      for (int64_t v = 0; v < m.cols; ++v) row[v] = a * exp_any<T>(row[v] - l);
       row[targets[n]] -= a;
     }
   });
