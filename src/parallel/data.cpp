@@ -115,7 +115,8 @@ int64_t DataParallel::state_elements() const {
 
 SumAcrossRanks DataParallel::sum_across_ranks() {
   return [this](std::vector<double>& sums) {
-    if (dp_.size() > 1 && !sums.empty()) {
+    // Stage 0: every rank holds whole tensors, so its partial sums are already the totals.
+    if (options_.stage > 0 && dp_.size() > 1 && !sums.empty()) {
       dp_.all_reduce(Tensor(sums.data(), DType::f64, {static_cast<int64_t>(sums.size())}));
     }
   };

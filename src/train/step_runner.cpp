@@ -93,7 +93,8 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   parallel_.finish_step();
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
-  st.comm_bytes = (dp_.counters() - before).total_sent();
+  st.comm = dp_.counters() - before;
+  st.comm_bytes = st.comm.total_sent();
   st.comm_wait_seconds = parallel_.exposed_wait_seconds();
   return st;
 }

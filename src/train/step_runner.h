@@ -28,6 +28,7 @@ struct StepStats {
   int64_t tokens = 0;    // global
   double seconds = 0;
   uint64_t comm_bytes = 0;       // bytes this rank sent in the step, all collectives
+  comm::CommCounters comm;       // the dp group's counters for the step, per collective kind
   double comm_wait_seconds = 0;  // time blocked on gradient reductions after backward
 };
 

@@ -60,6 +60,16 @@ nlohmann::json memory_json(const MemoryTracker& t) {
   return j;
 }
 
+// Bytes sent per collective kind, under the group's name (kinds with traffic only).
+nlohmann::json comm_json(const std::string& group, const comm::CommCounters& c) {
+  nlohmann::json kinds = nlohmann::json::object();
+  for (int k = 0; k < comm::kCollectiveKinds; ++k) {
+    const auto kind = static_cast<comm::Collective>(k);
+    if (c.sent(kind) > 0) kinds[std::string(comm::collective_name(kind))] = c.sent(kind);
+  }
+  return {{group, kinds}};
+}
+
 // Every rank's current and peak bytes per category, gathered over the world (collective).
 nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t) {
   constexpr int K = kMemoryCategories;
@@ -256,6 +266,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"mfu", mfu},
                         {"seconds", st.seconds},
                         {"comm_bytes", st.comm_bytes},
+                        {"comm", comm_json(runner.data_parallel().group().name(), st.comm)},
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;

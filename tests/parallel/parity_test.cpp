@@ -76,6 +76,16 @@ TEST_P(Parity, SameRunSameMemoryFormulaSameBytes) {
     const double sent = mb[s]["comm_bytes"].get<double>();
     EXPECT_NEAR(sent / theory, 1.0, 0.01) << "step " << s + 1 << ": " << sent << " vs " << theory;
     EXPECT_EQ(ma[s]["comm_bytes"].get<double>(), 0.0);  // one process sends nothing
+    // Per kind, exactly: each reduce-scatter or all-gather pass over the model is P (n-1)/n.
+    const double pass = kParams * (n - 1) / n * 4;
+    const auto& dp = mb[s]["comm"]["dp"];
+    if (l.zero == 0) {
+      EXPECT_NEAR(dp["all_reduce"].get<double>(), 2 * pass, 64);  // + the loss all-reduce
+      EXPECT_FALSE(dp.contains("reduce_scatter"));
+    } else {
+      EXPECT_EQ(dp["reduce_scatter"].get<double>(), pass);
+      EXPECT_EQ(dp["all_gather"].get<double>(), (l.zero == 3 ? 2 : 1) * pass);
+    }
   }
 
   const auto summary = read_json(run + "/summary.json");
