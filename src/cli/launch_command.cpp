@@ -390,8 +390,11 @@ int launch_command(int argc, char** argv) {
   g_mpirun_pid = 0;
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code == 0) return 0;
-  std::fprintf(stderr, "%s\n", failure_line(router.report(), code).c_str());
-  return code;
+  const std::string line = failure_line(router.report(), code);
+  std::fprintf(stderr, "%s\n", line.c_str());
+  // Stopped on request (no rank failed on its own): exit as a process killed by that signal would.
+  const bool on_request = line.starts_with("trillion launch: the job stopped after");
+  return on_request ? 128 + g_forwarded_signal : code;
 }
 
 }  // namespace trillion::cli
