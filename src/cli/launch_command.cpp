@@ -9,6 +9,9 @@
 //   is held back and becomes the cause in the final report, so N ranks failing the same way print
 //   one line. mpirun's own banners are never shown; they are parsed for the failed rank, its exit
 //   code or signal. TRILLION_LAUNCH_VERBOSE=1 shows everything as it comes.
+// - Each rank runs as `trillion launch --as-rank -- PROGRAM ...`, a wrapper that runs PROGRAM
+//   as its child and reports a death by signal in one tagged line, so the failed rank is known
+//   even when mpirun's own banner does not name it (it often does not under load).
 // - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to mpirun (which runs in its own
 //   process group, so a terminal's Ctrl-C reaches the job once, through us).
 // - Inside a job that a launcher already started (srun, mpirun by hand: the MPI environment
@@ -40,13 +43,31 @@ namespace trillion::cli {
 
 namespace {
 
-// The child mpirun's pid, for the signal handler (a handler can reach nothing else).
-volatile sig_atomic_t g_mpirun_pid = 0;
+// The child that signals go to (mpirun, or a rank's program), for the signal handler (a handler
+// can reach nothing else).
+volatile sig_atomic_t g_forward_pid = 0;
 volatile sig_atomic_t g_forwarded_signal = 0;
 
 extern "C" void forward_signal(int sig) {
   g_forwarded_signal = sig;
-  if (g_mpirun_pid > 0) ::kill(static_cast<pid_t>(g_mpirun_pid), sig);
+  if (g_forward_pid > 0) ::kill(static_cast<pid_t>(g_forward_pid), sig);
+}
+
+void forward_signals_to(pid_t pid) {
+  g_forward_pid = pid;
+  struct sigaction sa {};
+  sa.sa_handler = forward_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+}
+
+int wait_for(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  g_forward_pid = 0;
+  return status;
 }
 
 struct LaunchArgs {
@@ -146,6 +167,7 @@ std::optional<std::string> find_on_path(const std::string& name) {
 
 // What the ranks and mpirun said, for the final report.
 struct JobReport {
+  std::map<int, std::string> death;        // rank -> its wrapper's "killed by signal" line
   std::map<int, std::string> error_line;   // rank -> its trillion error line
   std::map<int, std::string> last_stderr;  // rank -> last line it wrote to stderr
   std::vector<std::string> mpirun_lines;   // untagged output of mpirun itself
@@ -188,6 +210,11 @@ class OutputRouter {
     const bool is_err = m[2] == "stderr";
     const std::string body = m[3];
     static const std::regex kErrorLine(R"(^trillion [a-z-]+: (internal )?error: .*)");
+    static const std::regex kDeath(R"(^trillion launch: rank \d+ (was killed by|cannot run) .*)");
+    if (is_err && std::regex_match(body, kDeath)) {
+      report_.death.emplace(rank, body);
+      return;
+    }
     if (is_err && !body.empty()) report_.last_stderr[rank] = body;
     if (is_err && std::regex_match(body, kErrorLine)) {
       report_.error_line.emplace(rank, body);
@@ -223,6 +250,9 @@ std::string failure_line(const JobReport& r, int exit_status) {
     rank = std::stoi(m[1]);
     how = "exited with code " + m[2].str();
   }
+  // The rank wrappers name the rank a signal killed even when mpirun's banner does not.
+  if (auto it = r.death.find(rank); it != r.death.end()) return it->second;
+  if (rank < 0 && !r.death.empty()) return r.death.begin()->second;
   if (rank < 0 && !r.error_line.empty()) {
     // mpirun does not always print its "Process name / Exit code" banner; its own exit status is
     // the first failed process's code.
@@ -275,7 +305,42 @@ std::string failure_line(const JobReport& r, int exit_status) {
 
 }  // namespace
 
+// The rank side: `trillion launch --as-rank -- PROGRAM ARGS...`, what mpirun starts on every
+// rank. Runs PROGRAM as a child (it inherits the MPI environment and initialises MPI itself),
+// forwards signals to it, and when a signal kills it says so in one tagged line, because mpirun
+// does not always report which rank died.
+int run_as_rank(int argc, char** argv) {
+  const comm::LaunchEnvironment env = comm::launch_environment();
+  std::vector<std::string> program(argv + 3, argv + argc);
+  if (program.empty()) throw Error("--as-rank needs a program after '--'");
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(std::string("cannot fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    std::vector<char*> cargv;
+    for (const std::string& a : program) cargv.push_back(const_cast<char*>(a.c_str()));
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    std::fprintf(stderr, "trillion launch: rank %d cannot run %s: %s\n", env.rank, cargv[0],
+                 std::strerror(errno));
+    ::_exit(127);
+  }
+  forward_signals_to(pid);
+  const int status = wait_for(pid);
+  if (WIFSIGNALED(status)) {
+    char host[256] = "?";
+    ::gethostname(host, sizeof(host) - 1);
+    std::fprintf(stderr, "trillion launch: rank %d was killed by signal %d (%s) on %s\n", env.rank,
+                 WTERMSIG(status), strsignal(WTERMSIG(status)), host);
+    return 128 + WTERMSIG(status);
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+}
+
 int launch_command(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "--as-rank") == 0 && std::strcmp(argv[2], "--") == 0) {
+    return run_as_rank(argc, argv);
+  }
   for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::printf("%s", kUsage);
@@ -322,6 +387,11 @@ int launch_command(int argc, char** argv) {
       cmd.push_back(var);
     }
   }
+  // Every rank runs through this binary's rank wrapper (run_as_rank below).
+  for (const std::string& w :
+       {self_path(), std::string("launch"), std::string("--as-rank"), std::string("--")}) {
+    cmd.push_back(w);
+  }
   cmd.insert(cmd.end(), program.begin(), program.end());
 
   const char* verbose_env = std::getenv("TRILLION_LAUNCH_VERBOSE");
@@ -351,12 +421,7 @@ int launch_command(int argc, char** argv) {
     std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
     ::_exit(127);
   }
-  g_mpirun_pid = pid;
-  struct sigaction sa {};
-  sa.sa_handler = forward_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
+  forward_signals_to(pid);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 
@@ -384,10 +449,7 @@ int launch_command(int argc, char** argv) {
       }
     }
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_mpirun_pid = 0;
+  const int status = wait_for(pid);
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (code == 0) return 0;
   const std::string line = failure_line(router.report(), code);

@@ -199,8 +199,9 @@ void DataParallel::start_reduction(int b) {
   }
   in_flight_.push_back(std::move(f));
   if (!options_.overlap) return finish_gradients();  // measuring mode: nothing hidden
-  // Bound the gradient memory in flight: wait for the oldest reduction beyond the limit.
-  while (in_flight_.size() > kMaxInFlight) {
+  // ZeRO-2/3: bound the gradient memory in flight by waiting for the oldest reduction beyond the
+  // limit (stages 0-1 reduce in the model's own gradient buffer, so nothing to bound).
+  while (options_.stage >= 2 && in_flight_.size() > kMaxInFlight) {
     Timer timer;
     in_flight_.front().handle->wait();
     complete(in_flight_.front());
