@@ -115,7 +115,7 @@ std::pair<int, int> color_key(const MeshShape& s, MeshGroup g, const MeshCoord& 
 }  // namespace
 
 std::vector<int> MeshLayout::group_ranks(MeshGroup g, int rank) const {
-  const auto [color, key] = color_key(shape_, g, coord_of(rank));
+  const int color = color_key(shape_, g, coord_of(rank)).first;
   std::vector<std::pair<int, int>> members;  // (key, rank)
   for (int r = 0; r < shape_.world_size(); ++r) {
     const auto [c, k] = color_key(shape_, g, coord_of(r));
@@ -124,7 +124,6 @@ std::vector<int> MeshLayout::group_ranks(MeshGroup g, int rank) const {
   std::sort(members.begin(), members.end());
   std::vector<int> ranks;
   for (const auto& m : members) ranks.push_back(m.second);
-  (void)key;
   return ranks;
 }
 
