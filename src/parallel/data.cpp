@@ -51,11 +51,7 @@ DataParallel::DataParallel(Transformer& model, comm::Communicator& dp, Backend& 
                            options.stage >= 2 ? p.local : p.global, p.local, p.length});
     }
   }
-  const DType dt = model.config().dtype;
-  if (options.stage >= 2) {
-    grad_shard_ = Buffer(tracker, MemoryCategory::gradients, dt, plan_.shard_elements());
-    bucket_grads_.resize(plan_.buckets().size());
-  }
+  if (options.stage >= 2) grads_ = std::make_unique<GradientShards>(model, plan_, tracker);
   if (options.stage == 3) params_ = std::make_unique<ParameterShards>(model, dp, plan_, tracker);
   model_.set_hooks(this);
 }
@@ -106,7 +102,7 @@ const Buffer& DataParallel::optimizer_params() {
 }
 
 const Buffer& DataParallel::optimizer_grads() {
-  return options_.stage >= 2 ? grad_shard_ : model_.gradients();
+  return options_.stage >= 2 ? grads_->shard() : model_.gradients();
 }
 
 int64_t DataParallel::state_elements() const {
@@ -126,7 +122,7 @@ void DataParallel::begin_step() {
   if (options_.stage <= 1) {
     model_.zero_grad();
   } else {
-    be_.fill(grad_shard_.flat(), 0.0);
+    be_.fill(grads_->shard().flat(), 0.0);
   }
   last_micro_ = true;
   wait_seconds_ = 0;
@@ -149,18 +145,7 @@ void DataParallel::before_backward(int unit) {
     params_->gather(unit);
     params_->prefetch(unit - 1);
   }
-  const int b = plan_.bucket_of_unit(unit);
-  if (options_.stage >= 2 && bucket_grads_[b].count() == 0) {
-    // The bucket's gradient buffer exists from its first backward unit to its reduce-scatter.
-    const Bucket& bk = plan_.buckets()[b];
-    bucket_grads_[b] = Buffer(tracker_, MemoryCategory::gradients, model_.config().dtype,
-                              bk.chunk * plan_.ranks());
-    const size_t elem = dtype_size(bucket_grads_[b].dtype());
-    for (int u = bk.first_unit; u <= bk.last_unit; ++u) {
-      model_.bind_gradients(u, static_cast<char*>(bucket_grads_[b].raw()) +
-                                   (model_.unit_range(u).begin - bk.begin) * elem);
-    }
-  }
+  if (grads_) grads_->open(plan_.bucket_of_unit(unit));
   poll();
 }
 
@@ -184,8 +169,7 @@ void DataParallel::start_reduction(int b) {
   } else {
     Tensor input;
     if (options_.stage >= 2) {
-      f.input = std::move(bucket_grads_[b]);
-      for (int u = bk.first_unit; u <= bk.last_unit; ++u) model_.bind_gradients(u, nullptr);
+      f.input = grads_->close(b);
       input = f.input.flat();
     } else if (padded == bk.size()) {
       input = model_.gradients().view(bk.begin, {bk.size()});
@@ -216,7 +200,7 @@ void DataParallel::complete(InFlight& f) {
     const int64_t lo = bk.owned_begin(plan_.rank()), hi = bk.owned_end(plan_.rank());
     if (hi > lo) be_.copy(model_.gradients().view(lo, {hi - lo}), f.output.view(0, {hi - lo}));
   } else if (options_.stage >= 2) {
-    be_.add(grad_shard_.view(bk.shard_offset, {bk.chunk}), f.output.flat());
+    grads_->accumulate(be_, f.bucket, f.output);
   }
   f.handle.reset();
   f.input = Buffer();
@@ -255,7 +239,7 @@ double DataParallel::clip_gradients(double max_norm) {
         sum_sq += be_.sum_squares(model_.gradients().view(p.global, {p.length}));
       }
     } else {
-      sum_sq = be_.sum_squares(grad_shard_.flat());  // padding is zero
+      sum_sq = be_.sum_squares(grads_->shard().flat());  // padding is zero
     }
     if (dp_.size() > 1) dp_.all_reduce(Tensor(&sum_sq, DType::f64, {1}));
   }
@@ -268,7 +252,7 @@ double DataParallel::clip_gradients(double max_norm) {
       for (const OwnedPiece& p : pieces_)
         be_.scale(model_.gradients().view(p.global, {p.length}), f);
     } else {
-      be_.scale(grad_shard_.flat(), f);
+      be_.scale(grads_->shard().flat(), f);
     }
   }
   return norm;

@@ -12,9 +12,9 @@
 //   updates all parameters with full optimizer state.
 // Stage 1: buckets reduce-scattered instead; each rank updates its shard with 1/n of the
 //   optimizer state, then parameters are all-gathered.
-// Stage 2: gradients live in per-bucket buffers that exist only from the bucket's first backward
-//   unit until its reduce-scatter completes, accumulated into a 1/n gradient shard (every
-//   micro-batch is reduced).
+// Stage 2: gradients live in per-bucket buffers (zero.h GradientShards) that exist only from the
+//   bucket's first backward unit until its reduce-scatter starts, accumulated into a 1/n
+//   gradient shard (every micro-batch is reduced).
 // Stage 3: parameters sharded too (zero.h ParameterShards): each unit is all-gathered before its
 //   forward and again before its backward, released after, the next unit prefetched.
 // Per rank per step with accumulation 1, bytes sent = 2 P (n-1)/n elements for stages 0-2 and
@@ -102,8 +102,7 @@ class DataParallel : public UnitHooks {
   BucketPlan plan_;
   std::vector<OwnedPiece> pieces_;
   std::vector<OptimSegment> segments_;
-  Buffer grad_shard_;                        // stages 2-3
-  std::vector<Buffer> bucket_grads_;         // stages 2-3: live per-bucket gradient buffers
+  std::unique_ptr<GradientShards> grads_;    // stages 2-3
   std::unique_ptr<ParameterShards> params_;  // stage 3
   std::vector<InFlight> in_flight_;
   bool last_micro_ = true;

@@ -31,6 +31,36 @@ void take_shard(Backend& be, const BucketPlan& plan, const Buffer& full, const B
   }
 }
 
+GradientShards::GradientShards(Transformer& model, const BucketPlan& plan, MemoryTracker& tracker)
+    : model_(model),
+      plan_(plan),
+      tracker_(tracker),
+      shard_(tracker, MemoryCategory::gradients, model.config().dtype, plan.shard_elements()),
+      buckets_(plan.buckets().size()) {}
+
+void GradientShards::open(int bucket) {
+  Buffer& buf = buckets_[bucket];
+  if (buf.count() > 0) return;
+  const Bucket& b = plan_.buckets()[bucket];
+  buf = Buffer(tracker_, MemoryCategory::gradients, shard_.dtype(), b.chunk * plan_.ranks());
+  const size_t elem = dtype_size(buf.dtype());
+  for (int u = b.first_unit; u <= b.last_unit; ++u) {
+    model_.bind_gradients(
+        u, static_cast<char*>(buf.raw()) + (model_.unit_range(u).begin - b.begin) * elem);
+  }
+}
+
+Buffer GradientShards::close(int bucket) {
+  const Bucket& b = plan_.buckets()[bucket];
+  for (int u = b.first_unit; u <= b.last_unit; ++u) model_.bind_gradients(u, nullptr);
+  return std::move(buckets_[bucket]);
+}
+
+void GradientShards::accumulate(Backend& be, int bucket, const Buffer& reduced) {
+  const Bucket& b = plan_.buckets()[bucket];
+  be.add(shard_.view(b.shard_offset, {b.chunk}), reduced.flat());
+}
+
 ParameterShards::ParameterShards(Transformer& model, comm::Communicator& dp, const BucketPlan& plan,
                                  MemoryTracker& tracker)
     : model_(model),
