@@ -56,7 +56,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   ProfilingBackend profiler(*cpu);
   Backend* be = profile ? static_cast<Backend*>(&profiler) : cpu.get();
   StepRunner runner(cfg, *be, tracker);
-  runner.model().init_parameters(cfg.train.seed);
+  runner.init_parameters(cfg.train.seed);
   const int64_t vocab = cfg.data.vocab;
   const Philox rng(cfg.train.seed, "bench:tokens");
   int64_t counter = 0;
