@@ -16,7 +16,7 @@
 
 namespace trillion::cpu {
 
-AttentionBlocks choose_attention_blocks(int64_t head_dim, size_t element_bytes,
+AttentionBlocks choose_attention_blocks(int64_t head_dim, int64_t seq_len, size_t element_bytes,
                                         AttentionBlocks requested) {
   long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
   if (l2 <= 0) l2 = 1 << 20;
@@ -25,6 +25,7 @@ AttentionBlocks choose_attention_blocks(int64_t head_dim, size_t element_bytes,
                        static_cast<size_t>(l2) / 4) {
     b /= 2;
   }
+  while (b > 16 && 4 * b > seq_len) b /= 2;
   return {requested.q > 0 ? requested.q : b, requested.kv > 0 ? requested.kv : b};
 }
 
@@ -36,7 +37,7 @@ void CpuBackend::flash_attention_forward(Tensor out, Tensor lse, const Tensor& q
   TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols == s.qkv_width() && mo.cols == s.NH * s.HD &&
                      lse.numel() == s.B * s.NH * s.T && s.NH % s.KV == 0,
                  "flash_attention_forward shapes");
-  const AttentionBlocks bl = choose_attention_blocks(s.HD, dtype_size(qkv.dtype()), requested);
+  const AttentionBlocks bl = choose_attention_blocks(s.HD, s.T, dtype_size(qkv.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv, nq = (s.T + Br - 1) / Br;
   const int nthreads = threads();
   const int64_t per_thread = Br * Bc + Br * s.HD + 2 * Br;
@@ -68,8 +69,8 @@ void CpuBackend::flash_attention_forward(Tensor out, Tensor lse, const Tensor& q
           // Key blocks that hold any key <= the block's last query: the causal skip.
           for (int64_t k0 = 0; k0 < q0 + rows; k0 += Bc) {
             const int64_t cols = std::min(Bc, s.T - k0);
-            blas_gemm<T>(false, true, rows, cols, s.HD, scale, q, mq.ld, kbase + k0 * mq.ld,
-                         mq.ld, T(0), S, Bc);
+            blas_gemm<T>(false, true, rows, cols, s.HD, scale, q, mq.ld, kbase + k0 * mq.ld, mq.ld,
+                         T(0), S, Bc);
             for (int64_t r = 0; r < rows; ++r) {
               T* sr = S + r * Bc;
               const int64_t visible = std::min(cols, q0 + r - k0 + 1);  // keys <= query
@@ -105,12 +106,11 @@ void CpuBackend::flash_attention_backward(Tensor dqkv, const Tensor& dout, const
                                           const AttentionShape& s, AttentionBlocks requested) {
   check_same_dtype(dqkv, qkv, "flash_attention_backward");
   check_same_dtype(dout, qkv, "flash_attention_backward");
-  const Matrix mq = as_matrix(qkv), md = as_matrix(dqkv), mg = as_matrix(dout),
-               mo = as_matrix(out);
+  const Matrix mq = as_matrix(qkv), md = as_matrix(dqkv), mg = as_matrix(dout), mo = as_matrix(out);
   TRILLION_CHECK(md.rows == mq.rows && md.cols == mq.cols && mg.cols == s.NH * s.HD &&
                      mo.cols == s.NH * s.HD && lse.numel() == s.B * s.NH * s.T,
                  "flash_attention_backward shapes");
-  const AttentionBlocks bl = choose_attention_blocks(s.HD, dtype_size(qkv.dtype()), requested);
+  const AttentionBlocks bl = choose_attention_blocks(s.HD, s.T, dtype_size(qkv.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv;
   const int nthreads = threads();
   const int64_t per_thread = 2 * Br * Bc + s.T;
