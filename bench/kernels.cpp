@@ -28,9 +28,8 @@ void BM_Gemm(benchmark::State& state) {
   const Tensor A = ta ? a.view(0, {K, M}) : a.view(0, {M, K});
   const Tensor B = tb ? b.view(0, {N, K}) : b.view(0, {K, N});
   for (auto _ : state) f.be->gemm(c.view(0, {M, N}), ta, tb, A, B, 1.0, ta ? 1.0 : 0.0);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate,
-                         benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Gemm)
     ->Args({2048, 1536, 512, 0, 1})  // QKV forward
@@ -54,13 +53,13 @@ void BM_Attention(benchmark::State& state) {
     f.be->attention_forward(out.view(0, {N, s.NH * s.HD}), probs.view(0, {s.B, s.NH, s.T, s.T}),
                             qkv.view(0, {N, s.qkv_width()}), s);
     f.be->attention_backward(dqkv.view(0, {N, s.qkv_width()}), out.view(0, {N, s.NH * s.HD}),
-                             qkv.view(0, {N, s.qkv_width()}),
-                             probs.view(0, {s.B, s.NH, s.T, s.T}), s);
+                             qkv.view(0, {N, s.qkv_width()}), probs.view(0, {s.B, s.NH, s.T, s.T}),
+                             s);
   }
   // Forward 2 GEMMs + backward 4 of B*NH*T*T*HD each (full square, as computed).
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      12.0 * s.B * s.NH * s.T * s.T * s.HD, benchmark::Counter::kIsIterationInvariantRate,
-      benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(12.0 * s.B * s.NH * s.T * s.T * s.HD,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
 }
 BENCHMARK(BM_Attention)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -69,8 +68,8 @@ void BM_RmsNorm(benchmark::State& state) {
   const int64_t N = 2048, C = 512;
   Buffer x = f.take(N * C), out = f.take(N * C), w = f.take(C), rstd = f.take(N);
   for (auto _ : state) {
-    f.be->rmsnorm_forward(out.view(0, {N, C}), rstd.view(0, {N}), x.view(0, {N, C}),
-                          w.view(0, {C}), 1e-5);
+    f.be->rmsnorm_forward(out.view(0, {N, C}), rstd.view(0, {N}), x.view(0, {N, C}), w.view(0, {C}),
+                          1e-5);
   }
   state.SetBytesProcessed(state.iterations() * 2 * N * C * 4);
 }

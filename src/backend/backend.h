@@ -43,8 +43,8 @@ class Backend {
   virtual void gemm(Tensor C, bool trans_a, bool trans_b, const Tensor& A, const Tensor& B,
                     double alpha, double beta) = 0;
   // The same for a batch: A, B, C are 3-D [batch, rows, cols] views.
-  virtual void gemm_batched(Tensor C, bool trans_a, bool trans_b, const Tensor& A,
-                            const Tensor& B, double alpha, double beta) = 0;
+  virtual void gemm_batched(Tensor C, bool trans_a, bool trans_b, const Tensor& A, const Tensor& B,
+                            double alpha, double beta) = 0;
 
   // out[N, C] = table[tokens[n]]; tokens must be < V (checked).
   virtual void embedding_forward(Tensor out, const int32_t* tokens, const Tensor& table) = 0;
@@ -107,9 +107,9 @@ class Backend {
 
   virtual void fill(Tensor x, double value) = 0;
   virtual void copy(Tensor dst, const Tensor& src) = 0;  // converts dtype if they differ
-  virtual void add(Tensor y, const Tensor& x) = 0;        // y += x
-  virtual void scale(Tensor x, double alpha) = 0;         // x *= alpha
-  virtual double sum_squares(const Tensor& x) = 0;        // in double, deterministic
+  virtual void add(Tensor y, const Tensor& x) = 0;       // y += x
+  virtual void scale(Tensor x, double alpha) = 0;        // x *= alpha
+  virtual double sum_squares(const Tensor& x) = 0;       // in double, deterministic
 };
 
 // The CPU reference backend (OpenBLAS + OpenMP). Scratch memory it needs (attention's

@@ -29,8 +29,7 @@ class ProfilingBackend final : public Backend {
   void gemm_batched(Tensor C, bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha,
                     double beta) override;
   void embedding_forward(Tensor out, const int32_t* tokens, const Tensor& table) override;
-  void embedding_backward_weight(Tensor dtable, const int32_t* tokens,
-                                 const Tensor& dout) override;
+  void embedding_backward_weight(Tensor dtable, const int32_t* tokens, const Tensor& dout) override;
   void rmsnorm_forward(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w,
                        double eps) override;
   void rmsnorm_backward_input(Tensor dx, const Tensor& dout, const Tensor& x, const Tensor& w,

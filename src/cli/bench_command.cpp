@@ -2,14 +2,14 @@
 // same run (never against a datasheet number).
 //   bench gemm  — fp32 GEMM peak of this machine with the engine's BLAS and thread count;
 //   bench step  — forward + backward + optimizer of a config: tokens/s and MFU against that peak.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backend/profiling_backend.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
-#include "backend/profiling_backend.h"
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/activation_memory.h"
@@ -33,10 +33,12 @@ nlohmann::json memory_json(const MemoryTracker& t, bool peak) {
 int bench_gemm(int64_t size, int reps, bool json) {
   const GemmPeak p = measure_gemm_peak(size, reps);
   if (json) {
-    std::printf("%s\n", nlohmann::json{{"gflops", p.gflops}, {"threads", p.threads},
-                                       {"size", p.size}, {"dtype", "f32"}}
-                            .dump()
-                            .c_str());
+    std::printf(
+        "%s\n",
+        nlohmann::json{
+            {"gflops", p.gflops}, {"threads", p.threads}, {"size", p.size}, {"dtype", "f32"}}
+            .dump()
+            .c_str());
   } else {
     std::printf("fp32 GEMM %lld^3 on %d threads: %.1f GFLOP/s (best of %d)\n",
                 static_cast<long long>(size), p.threads, p.gflops, reps);
@@ -44,8 +46,8 @@ int bench_gemm(int64_t size, int reps, bool json) {
   return 0;
 }
 
-int bench_step(const std::string& config_path, const std::vector<std::string>& overrides,
-               int steps, int64_t gemm_size, bool json, bool profile) {
+int bench_step(const std::string& config_path, const std::vector<std::string>& overrides, int steps,
+               int64_t gemm_size, bool json, bool profile) {
   const RunConfig cfg = load_run_config(config_path, overrides);
   // The peak is measured before and after the timed steps and the higher taken: a busy machine
   // can only lower a measurement, and a lowered peak would inflate MFU.
@@ -105,8 +107,8 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"peak_gflops", peak.gflops},
                    {"mfu", mfu},
                    // On a shared machine the fastest step is the least disturbed one.
-                   {"mfu_best_step", flops_per_token * runner.tokens_per_step() / best_step /
-                                         (peak.gflops * 1e9)},
+                   {"mfu_best_step",
+                    flops_per_token * runner.tokens_per_step() / best_step / (peak.gflops * 1e9)},
                    {"hardware_flops_per_token", flops_per_token + recompute_flops},
                    {"hfu", hfu},
                    {"recompute", cfg.model.recompute_string()},
@@ -125,10 +127,10 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                  {"calls_per_step", p.calls / steps},
                  {"gflops", p.flops > 0 ? p.flops / p.seconds / 1e9 : 0.0}};
       if (!json) {
-        std::printf("  %-20s %7.3f s/step %5.1f%%%s\n", op.c_str(), p.seconds / steps,
-                    100 * p.seconds / seconds,
-                    p.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", p.flops / p.seconds / 1e9).c_str()
-                                : "");
+        std::printf(
+            "  %-20s %7.3f s/step %5.1f%%%s\n", op.c_str(), p.seconds / steps,
+            100 * p.seconds / seconds,
+            p.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", p.flops / p.seconds / 1e9).c_str() : "");
       }
     }
     j["profile"] = ops;
@@ -192,9 +194,8 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
       Buffer lse(tracker, MemoryCategory::workspace, DType::f32, s.B * s.NH * s.T);
       be->flash_attention_forward(out.view(0, {N, A}), lse.view(0, {s.B, s.NH, s.T}),
                                   qkv.view(0, {N, W}), s, blocks);
-      be->flash_attention_backward(dqkv.view(0, {N, W}), dout.view(0, {N, A}),
-                                   out.view(0, {N, A}), qkv.view(0, {N, W}),
-                                   lse.view(0, {s.B, s.NH, s.T}), s, blocks);
+      be->flash_attention_backward(dqkv.view(0, {N, W}), dout.view(0, {N, A}), out.view(0, {N, A}),
+                                   qkv.view(0, {N, W}), lse.view(0, {s.B, s.NH, s.T}), s, blocks);
     } else {
       Buffer probs(tracker, MemoryCategory::workspace, DType::f32, s.B * s.NH * s.T * s.T);
       be->attention_forward(out.view(0, {N, A}), probs.view(0, {s.B, s.NH, s.T, s.T}),
@@ -220,11 +221,12 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
                             .dump()
                             .c_str());
   } else {
-    std::printf("%s attention, B %lld T %lld heads %lld/%lld dim %lld: %.4f s fwd+bwd, %.1f "
-                "GFLOP/s, peak workspace %.2f MiB\n",
-                o.impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.T),
-                static_cast<long long>(s.NH), static_cast<long long>(s.KV),
-                static_cast<long long>(s.HD), best, flops / best / 1e9, workspace / 1048576.0);
+    std::printf(
+        "%s attention, B %lld T %lld heads %lld/%lld dim %lld: %.4f s fwd+bwd, %.1f "
+        "GFLOP/s, peak workspace %.2f MiB\n",
+        o.impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.T),
+        static_cast<long long>(s.NH), static_cast<long long>(s.KV), static_cast<long long>(s.HD),
+        best, flops / best / 1e9, workspace / 1048576.0);
   }
   return 0;
 }
@@ -239,7 +241,8 @@ int bench_command(int argc, char** argv) {
   int reps = 5;
   auto* gemm = app.add_subcommand("gemm", "fp32 GEMM peak with the engine's BLAS and threads");
   gemm->add_option("--size", size, "matrix size (square)")->check(CLI::Range(64, 16384));
-  gemm->add_option("--reps", reps, "timed repetitions (best is reported)")->check(CLI::Range(1, 100));
+  gemm->add_option("--reps", reps, "timed repetitions (best is reported)")
+      ->check(CLI::Range(1, 100));
   gemm->add_flag("--json", json, "print one JSON object");
 
   std::string config;
@@ -247,7 +250,8 @@ int bench_command(int argc, char** argv) {
   int steps = 3;
   auto* step = app.add_subcommand("step", "forward + backward + optimizer step: tokens/s and MFU");
   step->add_option("config", config, "run config (TOML)")->required()->check(CLI::ExistingFile);
-  step->add_option("--steps", steps, "timed steps after one warm-up step")->check(CLI::Range(1, 1000));
+  step->add_option("--steps", steps, "timed steps after one warm-up step")
+      ->check(CLI::Range(1, 1000));
   step->add_option("--set", overrides, "override a config key: section.key=value");
   step->add_option("--gemm-size", size, "size of the GEMM that measures the peak");
   step->add_flag("--json", json, "print one JSON object");
@@ -255,7 +259,8 @@ int bench_command(int argc, char** argv) {
   step->add_flag("--profile", profile, "time every backend operation (where the step goes)");
 
   AttentionBenchOptions ao;
-  auto* attention = app.add_subcommand("attention", "tiled vs materialised attention: time, memory");
+  auto* attention =
+      app.add_subcommand("attention", "tiled vs materialised attention: time, memory");
   attention->add_option("--seq", ao.seq, "sequence length")->check(CLI::Range(1, 1 << 20));
   attention->add_option("--batch", ao.batch, "batch size")->check(CLI::Range(1, 4096));
   attention->add_option("--heads", ao.heads, "query heads")->check(CLI::Range(1, 1024));

@@ -2,9 +2,9 @@
 // Prints per-step loss differences and the largest absolute difference of the final weights
 // (newest checkpoint of each run); exits 0 iff every difference is <= X (X = 0: bitwise), 1 if
 // not, 2 on a user error (missing run, different models).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,8 +107,8 @@ int compare_command(int argc, char** argv) {
     }
   }
   if (!(max_weight_diff <= tol) || (tol == 0 && !bitwise_equal)) ok = false;
-  std::printf("max |loss diff| %.3e, max |weight diff| %.3e%s, tolerance %.3e: %s\n",
-              max_loss_diff, max_weight_diff, bitwise_equal ? " (bitwise equal)" : "", tol,
+  std::printf("max |loss diff| %.3e, max |weight diff| %.3e%s, tolerance %.3e: %s\n", max_loss_diff,
+              max_weight_diff, bitwise_equal ? " (bitwise equal)" : "", tol,
               ok ? "MATCH" : "DIFFER");
   return ok ? 0 : 1;
 }

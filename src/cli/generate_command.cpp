@@ -2,9 +2,9 @@
 // (greedy at temperature 0, else temperature / top-k / top-p sampling with a seeded Philox
 // stream, so a seed always gives the same text). The context window is the model's seq_len; the
 // whole window is recomputed per token (no KV cache: fine for the small models this runs on).
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -44,7 +44,8 @@ int32_t sample_token(const std::vector<double>& logits, const SamplingOptions& o
   std::vector<double> p(keep);
   const double mx = logits[order[0]];
   double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += p[i] = std::exp((logits[order[i]] - mx) / o.temperature);
+  for (int64_t i = 0; i < keep; ++i)
+    sum += p[i] = std::exp((logits[order[i]] - mx) / o.temperature);
   // Nucleus: the smallest prefix whose probability reaches top_p.
   double cum = 0;
   int64_t cut = keep;
@@ -69,8 +70,8 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
   int64_t id;
   while (ss >> id) {
     if (id < 0 || id >= vocab) {
-      throw Error(fmt::format("--prompt-ids: token {} is outside the model vocabulary [0, {})", id,
-                              vocab));
+      throw Error(
+          fmt::format("--prompt-ids: token {} is outside the model vocabulary [0, {})", id, vocab));
     }
     ids.push_back(static_cast<int32_t>(id));
   }
@@ -123,8 +124,11 @@ int generate_command(int argc, char** argv) {
         break;
       }
     }
-    if (!found) throw Error(fmt::format("'{}' is neither a checkpoint nor a run directory with a "
-                                        "valid checkpoint", checkpoint));
+    if (!found)
+      throw Error(
+          fmt::format("'{}' is neither a checkpoint nor a run directory with a "
+                      "valid checkpoint",
+                      checkpoint));
     dir = *found;
   }
   const RunConfig cfg = parse_run_config(read_checkpoint_config(dir), dir + "/config.toml", {});
@@ -140,8 +144,9 @@ int generate_command(int argc, char** argv) {
     context = parse_ids(prompt_ids, cfg.model.vocab_size);
   } else {
     if (!tokenizer) {
-      throw Error("no tokenizer for --prompt: pass --tokenizer FILE, or --prompt-ids for a model "
-                  "trained on synthetic tokens");
+      throw Error(
+          "no tokenizer for --prompt: pass --tokenizer FILE, or --prompt-ids for a model "
+          "trained on synthetic tokens");
     }
     context.push_back(tokenizer->bos_id());
     tokenizer->encode_append(prompt, context);
@@ -169,7 +174,8 @@ int generate_command(int argc, char** argv) {
       be->gemm(row.view(0, {1, V}), false, true, model.final_hidden().rows(len - 1, len),
                model.head_weight(), 1.0, 0.0);
       be->copy(Tensor(logits.data(), DType::f64, {V}), row.flat());
-      const int32_t next = sample_token(logits, so, rng.uniform(static_cast<uint64_t>(s) << 32 | i));
+      const int32_t next =
+          sample_token(logits, so, rng.uniform(static_cast<uint64_t>(s) << 32 | i));
       if (tokenizer && next == tokenizer->eos_id()) break;
       seq.push_back(next);
     }

@@ -1,7 +1,6 @@
 // `trillion train CONFIG.toml --run-dir DIR [--set section.key=value ...] [--resume]`.
 // SIGINT/SIGTERM ask the trainer to finish the current step, checkpoint and stop cleanly.
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 
 #include "cli/commands.h"
@@ -11,7 +10,9 @@
 namespace trillion::cli {
 
 namespace {
-extern "C" void request_stop(int) { g_stop_requested.store(true); }
+extern "C" void request_stop(int) {
+  g_stop_requested.store(true);
+}
 }  // namespace
 
 int train_command(int argc, char** argv) {

@@ -13,9 +13,12 @@ enum class DType : uint8_t { f32, f64, bf16 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
   }
   return 0;
 }
@@ -49,10 +52,16 @@ inline bf16 float_to_bf16(float f) {
 template <typename T>
 constexpr DType dtype_of();
 template <>
-constexpr DType dtype_of<float>() { return DType::f32; }
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
 template <>
-constexpr DType dtype_of<double>() { return DType::f64; }
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
 template <>
-constexpr DType dtype_of<bf16>() { return DType::bf16; }
+constexpr DType dtype_of<bf16>() {
+  return DType::bf16;
+}
 
 }  // namespace trillion

@@ -19,7 +19,7 @@ class Error : public std::runtime_error {
 
 }  // namespace trillion
 
-#define TRILLION_CHECK(cond, msg)                                      \
-  do {                                                                 \
+#define TRILLION_CHECK(cond, msg)                                            \
+  do {                                                                       \
     if (!(cond)) ::trillion::check_failed(#cond, __FILE__, __LINE__, (msg)); \
   } while (0)

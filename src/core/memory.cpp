@@ -13,11 +13,16 @@ namespace trillion {
 
 std::string_view memory_category_name(MemoryCategory c) {
   switch (c) {
-    case MemoryCategory::parameters: return "parameters";
-    case MemoryCategory::gradients: return "gradients";
-    case MemoryCategory::optimizer: return "optimizer";
-    case MemoryCategory::activations: return "activations";
-    case MemoryCategory::workspace: return "workspace";
+    case MemoryCategory::parameters:
+      return "parameters";
+    case MemoryCategory::gradients:
+      return "gradients";
+    case MemoryCategory::optimizer:
+      return "optimizer";
+    case MemoryCategory::activations:
+      return "activations";
+    case MemoryCategory::workspace:
+      return "workspace";
   }
   return "?";
 }
@@ -64,7 +69,9 @@ Buffer::Buffer(MemoryTracker& tracker, MemoryCategory category, DType dtype, int
   tracker_->allocate(category_, n);
 }
 
-Buffer::~Buffer() { reset(); }
+Buffer::~Buffer() {
+  reset();
+}
 
 void Buffer::reset() {
   if (tracker_ != nullptr) tracker_->release(category_, bytes());
@@ -74,7 +81,9 @@ void Buffer::reset() {
   count_ = 0;
 }
 
-Buffer::Buffer(Buffer&& other) noexcept { *this = std::move(other); }
+Buffer::Buffer(Buffer&& other) noexcept {
+  *this = std::move(other);
+}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
@@ -95,8 +104,8 @@ Tensor Buffer::view(int64_t offset, std::initializer_list<int64_t> shape) const 
   Tensor t(static_cast<char*>(data_) + offset * static_cast<int64_t>(dtype_size(dtype_)), dtype_,
            shape);
   TRILLION_CHECK(offset >= 0 && offset + t.numel() <= count_,
-                 fmt::format("view {} at offset {} exceeds buffer of {} elements",
-                             t.shape_string(), offset, count_));
+                 fmt::format("view {} at offset {} exceeds buffer of {} elements", t.shape_string(),
+                             offset, count_));
   return t;
 }
 

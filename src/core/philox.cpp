@@ -46,10 +46,14 @@ PhiloxCounter Philox::block(uint64_t index) const {
 
 namespace {
 // Maps a 32-bit word to the open interval (0, 1).
-inline double to_unit(uint32_t w) { return (static_cast<double>(w) + 0.5) * 0x1p-32; }
+inline double to_unit(uint32_t w) {
+  return (static_cast<double>(w) + 0.5) * 0x1p-32;
+}
 }  // namespace
 
-double Philox::uniform(uint64_t index) const { return to_unit(block(index)[0]); }
+double Philox::uniform(uint64_t index) const {
+  return to_unit(block(index)[0]);
+}
 
 double Philox::normal(uint64_t index) const {
   PhiloxCounter w = block(index);

@@ -57,7 +57,8 @@ Tensor Tensor::rows(int64_t begin, int64_t end) const {
   TRILLION_CHECK(rank_ >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
                  fmt::format("rows [{}, {}) of {}", begin, end, shape_string()));
   Tensor t = *this;
-  t.data_ = static_cast<char*>(data_) + begin * strides_[0] * static_cast<int64_t>(dtype_size(dtype_));
+  t.data_ =
+      static_cast<char*>(data_) + begin * strides_[0] * static_cast<int64_t>(dtype_size(dtype_));
   t.shape_[0] = end - begin;
   return t;
 }
@@ -66,7 +67,8 @@ Tensor Tensor::columns(int64_t begin, int64_t end) const {
   TRILLION_CHECK(rank_ == 2 && 0 <= begin && begin <= end && end <= shape_[1],
                  fmt::format("columns [{}, {}) of {}", begin, end, shape_string()));
   Tensor t = *this;
-  t.data_ = static_cast<char*>(data_) + begin * strides_[1] * static_cast<int64_t>(dtype_size(dtype_));
+  t.data_ =
+      static_cast<char*>(data_) + begin * strides_[1] * static_cast<int64_t>(dtype_size(dtype_));
   t.shape_[1] = end - begin;
   return t;
 }

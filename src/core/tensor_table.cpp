@@ -33,7 +33,8 @@ int TensorTable::index(const std::string& name) const {
 Tensor TensorTable::view(const Buffer& buffer, int index) const {
   const TensorSpec& s = spec(index);
   TRILLION_CHECK(buffer.count() >= total_, "buffer smaller than the tensor table");
-  char* base = static_cast<char*>(buffer.raw()) + s.offset * static_cast<int64_t>(dtype_size(buffer.dtype()));
+  char* base = static_cast<char*>(buffer.raw()) +
+               s.offset * static_cast<int64_t>(dtype_size(buffer.dtype()));
   return Tensor(base, buffer.dtype(), s.shape.data(), static_cast<int>(s.shape.size()));
 }
 

@@ -8,8 +8,8 @@ BlockActivations BlockActivations::carve(Carver& kept, Carver& shared, LayerReco
                                          const AttentionShape& s, int64_t C, int64_t F,
                                          bool tiled) {
   const int64_t N = s.B * s.T;
-  Carver& base = r == LayerRecompute::full ? shared : kept;           // full keeps only out
-  Carver& core = r == LayerRecompute::none ? kept : shared;           // attention core, act
+  Carver& base = r == LayerRecompute::full ? shared : kept;  // full keeps only out
+  Carver& core = r == LayerRecompute::none ? kept : shared;  // attention core, act
   BlockActivations a;
   a.norm1 = base.take({N, C});
   a.rstd1 = base.take({N});
@@ -81,9 +81,9 @@ void TransformerBlock::forward(const BlockWeights& w, const BlockActivations& a,
   be_.gemm(a.out, false, true, a.act, w.w_down, 1.0, 1.0);
 }
 
-void TransformerBlock::backward_input(Tensor dres, const BlockWeights& w,
-                                      const BlockActivations& a, const BlockStash& g,
-                                      const BlockScratch& t, const Tensor& cos_sin) {
+void TransformerBlock::backward_input(Tensor dres, const BlockWeights& w, const BlockActivations& a,
+                                      const BlockStash& g, const BlockScratch& t,
+                                      const Tensor& cos_sin) {
   // MLP half, in reverse. dres holds dL/d(out); the residual passes it through to mid.
   be_.copy(g.d_out, dres);
   be_.gemm(t.d_act, false, false, dres, w.w_down, 1.0, 0.0);

@@ -23,31 +23,31 @@ struct BlockWeights {  // parameters or their gradients (same layout)
 };
 
 struct BlockActivations {  // saved by forward for backward
-  Tensor x;        // [N, C] block input (residual stream)
-  Tensor norm1;    // [N, C]
-  Tensor rstd1;    // [N]
-  Tensor qkv;      // [N, QKV] after RoPE
-  Tensor attn_state;  // tiled: lse [B, NH, T]; materialised: probs [B, NH, T, T]
-  Tensor attn;     // [N, NH*HD]
-  Tensor mid;      // [N, C] residual after attention
-  Tensor norm2;    // [N, C]
-  Tensor rstd2;    // [N]
-  Tensor gate_up;  // [N, 2F]
-  Tensor act;      // [N, F] swiglu output
-  Tensor out;      // [N, C] block output (the next block's x)
+  Tensor x;                // [N, C] block input (residual stream)
+  Tensor norm1;            // [N, C]
+  Tensor rstd1;            // [N]
+  Tensor qkv;              // [N, QKV] after RoPE
+  Tensor attn_state;       // tiled: lse [B, NH, T]; materialised: probs [B, NH, T, T]
+  Tensor attn;             // [N, NH*HD]
+  Tensor mid;              // [N, C] residual after attention
+  Tensor norm2;            // [N, C]
+  Tensor rstd2;            // [N]
+  Tensor gate_up;          // [N, 2F]
+  Tensor act;              // [N, F] swiglu output
+  Tensor out;              // [N, C] block output (the next block's x)
   // Carves every tensor but x (owned by the previous layer): what the layer keeps from `kept`,
   // what it recomputes from `shared` (one buffer reused by every layer).
   static BlockActivations carve(Carver& kept, Carver& shared, LayerRecompute recompute,
                                 const AttentionShape& s, int64_t C, int64_t F, bool tiled);
 };
 
-struct BlockStash {   // output gradients of each weight-bearing op, for backward_weight
-  Tensor d_out;       // [N, C]   dL/d(out), feeds w_down
-  Tensor d_gate_up;   // [N, 2F]  feeds w_gate_up
-  Tensor d_norm2;     // [N, C]   feeds mlp_norm
-  Tensor d_mid;       // [N, C]   feeds wo
-  Tensor d_qkv;       // [N, QKV] feeds wqkv
-  Tensor d_norm1;     // [N, C]   feeds attn_norm
+struct BlockStash {  // output gradients of each weight-bearing op, for backward_weight
+  Tensor d_out;      // [N, C]   dL/d(out), feeds w_down
+  Tensor d_gate_up;  // [N, 2F]  feeds w_gate_up
+  Tensor d_norm2;    // [N, C]   feeds mlp_norm
+  Tensor d_mid;      // [N, C]   feeds wo
+  Tensor d_qkv;      // [N, QKV] feeds wqkv
+  Tensor d_norm1;    // [N, C]   feeds attn_norm
   static BlockStash carve(Carver& c, const AttentionShape& s, int64_t C, int64_t F);
 };
 
@@ -71,8 +71,7 @@ class TransformerBlock {
                  LayerRecompute r);
   // dres [N, C]: dL/d(out) on entry, dL/d(x) on exit. Fills `stash`.
   void backward_input(Tensor dres, const BlockWeights& w, const BlockActivations& a,
-                      const BlockStash& stash, const BlockScratch& scratch,
-                      const Tensor& cos_sin);
+                      const BlockStash& stash, const BlockScratch& scratch, const Tensor& cos_sin);
   // grads += the weight gradients, from the saved activations and the stash.
   void backward_weight(const BlockWeights& grads, const BlockActivations& a,
                        const BlockStash& stash);

@@ -40,7 +40,8 @@ void ModelConfig::validate() {
   if (vocab_size > (int64_t{1} << 31) - 1) {
     throw Error(fmt::format("model.vocab_size = {} exceeds 2^31 - 1", vocab_size));
   }
-  if (!(rope_theta > 0)) throw Error(fmt::format("model.rope_theta must be > 0, got {}", rope_theta));
+  if (!(rope_theta > 0))
+    throw Error(fmt::format("model.rope_theta must be > 0, got {}", rope_theta));
   if (!(norm_eps > 0)) throw Error(fmt::format("model.norm_eps must be > 0, got {}", norm_eps));
   if (!(init_std > 0)) throw Error(fmt::format("model.init_std must be > 0, got {}", init_std));
   if (attention_block < 0) {
@@ -48,8 +49,8 @@ void ModelConfig::validate() {
                             attention_block));
   }
   if (dtype != DType::f32 && dtype != DType::f64) {
-    throw Error(fmt::format("model.dtype = {}: the CPU engine computes in f32 or f64",
-                            dtype_name(dtype)));
+    throw Error(
+        fmt::format("model.dtype = {}: the CPU engine computes in f32 or f64", dtype_name(dtype)));
   }
 }
 
@@ -67,9 +68,10 @@ void ModelConfig::set_recompute(const std::string& text) {
       k = 0;
     }
     if (kind != "full" || k < 1) {
-      throw Error(fmt::format("model.recompute = '{}': expected none, selective, full or full:K "
-                              "with K >= 1 (full recompute of every K-th layer)",
-                              text));
+      throw Error(
+          fmt::format("model.recompute = '{}': expected none, selective, full or full:K "
+                      "with K >= 1 (full recompute of every K-th layer)",
+                      text));
     }
     recompute_every = k;
   }
@@ -80,15 +82,17 @@ void ModelConfig::set_recompute(const std::string& text) {
   } else if (kind == "full") {
     recompute = plan::Recompute::kFull;
   } else {
-    throw Error(fmt::format("model.recompute = '{}': expected none, selective, full or full:K",
-                            text));
+    throw Error(
+        fmt::format("model.recompute = '{}': expected none, selective, full or full:K", text));
   }
 }
 
 std::string ModelConfig::recompute_string() const {
   switch (recompute) {
-    case plan::Recompute::kNone: return "none";
-    case plan::Recompute::kSelective: return "selective";
+    case plan::Recompute::kNone:
+      return "none";
+    case plan::Recompute::kSelective:
+      return "selective";
     case plan::Recompute::kFull:
       return recompute_every == 1 ? "full" : fmt::format("full:{}", recompute_every);
   }

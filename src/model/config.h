@@ -13,14 +13,14 @@
 namespace trillion {
 
 struct ModelConfig {
-  int64_t vocab_size = 0;   // V
-  int64_t d_model = 0;      // C
-  int64_t n_layers = 0;     // L
-  int64_t n_heads = 0;      // NH
-  int64_t n_kv_heads = 0;   // KV (0 means = n_heads)
-  int64_t head_dim = 0;     // HD (0 means d_model / n_heads)
-  int64_t ffn_hidden = 0;   // F
-  int64_t seq_len = 0;      // T: the longest sequence the model is built for
+  int64_t vocab_size = 0;  // V
+  int64_t d_model = 0;     // C
+  int64_t n_layers = 0;    // L
+  int64_t n_heads = 0;     // NH
+  int64_t n_kv_heads = 0;  // KV (0 means = n_heads)
+  int64_t head_dim = 0;    // HD (0 means d_model / n_heads)
+  int64_t ffn_hidden = 0;  // F
+  int64_t seq_len = 0;     // T: the longest sequence the model is built for
   bool tied_embeddings = false;
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;

@@ -29,8 +29,8 @@ void LmHeadLoss::for_each_dlogits_block(const Tensor& x, const Tensor& w, const 
   }
 }
 
-void LmHeadLoss::backward(Tensor dx, Tensor dw, const Tensor& x, const Tensor& w,
-                          const Tensor& lse, const int32_t* targets, double grad_scale) {
+void LmHeadLoss::backward(Tensor dx, Tensor dw, const Tensor& x, const Tensor& w, const Tensor& lse,
+                          const int32_t* targets, double grad_scale) {
   for_each_dlogits_block(x, w, lse, targets, grad_scale,
                          [&](int64_t r0, int64_t r1, const Tensor& dlogits) {
                            be_->gemm(dx.rows(r0, r1), false, false, dlogits, w, 1.0, 0.0);

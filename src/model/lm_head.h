@@ -16,8 +16,7 @@ class LmHeadLoss {
   LmHeadLoss(Backend& backend, Tensor logits_block) : be_(&backend), logits_(logits_block) {}
 
   // losses[N] = lse - logit[target], lse[N] saved for backward.
-  void forward(Tensor losses, Tensor lse, const Tensor& x, const Tensor& w,
-               const int32_t* targets);
+  void forward(Tensor losses, Tensor lse, const Tensor& x, const Tensor& w, const int32_t* targets);
   // dx[N, C] = dL/dx and dw[V, C] += dL/dw, where dL/dloss_n = grad_scale for every n.
   void backward(Tensor dx, Tensor dw, const Tensor& x, const Tensor& w, const Tensor& lse,
                 const int32_t* targets, double grad_scale);

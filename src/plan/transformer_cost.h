@@ -11,13 +11,13 @@ namespace trillion::plan {
 // Dimension letters as in the glossary: C d_model, L layers, NH heads, KV kv heads, HD head dim,
 // F ffn width (SwiGLU: three C x F matrices), V vocab, T sequence length.
 struct DenseShape {
-  int64_t vocab = 0;           // V
-  int64_t d_model = 0;         // C
-  int64_t n_layers = 0;        // L
-  int64_t n_heads = 0;         // NH
-  int64_t n_kv_heads = 0;      // KV
-  int64_t head_dim = 0;        // HD (usually C / NH)
-  int64_t ffn_hidden = 0;      // F
+  int64_t vocab = 0;       // V
+  int64_t d_model = 0;     // C
+  int64_t n_layers = 0;    // L
+  int64_t n_heads = 0;     // NH
+  int64_t n_kv_heads = 0;  // KV
+  int64_t head_dim = 0;    // HD (usually C / NH)
+  int64_t ffn_hidden = 0;  // F
   bool tied_embeddings = false;
 };
 

@@ -41,7 +41,9 @@ std::string read_bytes(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-std::string step_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string step_name(int64_t step) {
+  return fmt::format("step_{:08d}", step);
+}
 
 }  // namespace
 
@@ -128,9 +130,10 @@ CheckpointState load_checkpoint(const std::string& dir, Buffer& params, Buffer* 
   }
   const std::string p = read_bytes((fs::path(dir) / "params.bin").string());
   if (p.size() != params.bytes()) {
-    throw Error(fmt::format("checkpoint '{}' holds {} parameter bytes but this model has {}: it is "
-                            "a checkpoint of a different model config",
-                            dir, p.size(), params.bytes()));
+    throw Error(
+        fmt::format("checkpoint '{}' holds {} parameter bytes but this model has {}: it is "
+                    "a checkpoint of a different model config",
+                    dir, p.size(), params.bytes()));
   }
   std::memcpy(params.raw(), p.data(), p.size());
   if (first_moment != nullptr && second_moment != nullptr) {

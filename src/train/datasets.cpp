@@ -19,7 +19,8 @@ std::shared_ptr<data::TokenDataset> random_dataset(const DataConfig& d, int64_t 
   const Philox rng(d.seed, std::string("random-tokens:") + stream);
   for (int64_t i = 0; i < n; ++i) tokens[i] = static_cast<int32_t>(rng.below(i, d.vocab));
   return std::make_shared<data::InMemoryDataset>(
-      std::move(tokens), d.vocab, fmt::format("uniform random tokens ({}, vocab {})", stream, d.vocab),
+      std::move(tokens), d.vocab,
+      fmt::format("uniform random tokens ({}, vocab {})", stream, d.vocab),
       std::log(static_cast<double>(d.vocab)));
 }
 }  // namespace
@@ -50,9 +51,10 @@ RunDatasets open_run_datasets(const RunConfig& c) {
   const int64_t T = c.model.seq_len;
   for (const auto& set : {ds.train, ds.validation}) {
     if (set->num_samples(static_cast<int>(T)) < 1) {
-      throw Error(fmt::format("{} has {} tokens: too few for one sample of model.seq_len = {} "
-                              "(+1) tokens",
-                              set->describe(), set->num_tokens(), T));
+      throw Error(
+          fmt::format("{} has {} tokens: too few for one sample of model.seq_len = {} "
+                      "(+1) tokens",
+                      set->describe(), set->num_tokens(), T));
     }
   }
   return ds;

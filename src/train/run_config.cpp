@@ -2,11 +2,11 @@
 #include "train/run_config.h"
 
 #include <fmt/format.h>
-
-#include <set>
-#include <fstream>
-#include <sstream>
 #include <toml++/toml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -99,16 +99,17 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    throw Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line,
-                            e.source().begin.column, e.description()));
+    throw Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column,
+                            e.description()));
   }
   for (const std::string& o : overrides) apply_override(root, o, source);
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
     if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel") {
-      throw Error(fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
-                              "parallel)",
-                              source, k));
+      throw Error(
+          fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
+                      "parallel)",
+                      source, k));
     }
     if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
   }
@@ -193,12 +194,14 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   o.read("decay_fraction", oc.decay_fraction);
   o.reject_unknown();
   if (oc.name != "adamw" && oc.name != "lamb") {
-    throw Error(fmt::format("{}: optim.name = '{}': supported optimizers: adamw, lamb", source,
-                            oc.name));
+    throw Error(
+        fmt::format("{}: optim.name = '{}': supported optimizers: adamw, lamb", source, oc.name));
   }
   if (!(oc.lr > 0) || oc.min_lr < 0 || oc.min_lr > oc.lr) {
-    throw Error(fmt::format("{}: need 0 <= optim.min_lr <= optim.lr and optim.lr > 0 (got lr {}, "
-                            "min_lr {})", source, oc.lr, oc.min_lr));
+    throw Error(
+        fmt::format("{}: need 0 <= optim.min_lr <= optim.lr and optim.lr > 0 (got lr {}, "
+                    "min_lr {})",
+                    source, oc.lr, oc.min_lr));
   }
   if (!(oc.beta1 >= 0 && oc.beta1 < 1 && oc.beta2 >= 0 && oc.beta2 < 1)) {
     throw Error(fmt::format("{}: optim.beta1/beta2 must be in [0, 1)", source));
@@ -225,8 +228,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
                             dc.source));
   }
   if (dc.source == "shards" && dc.path.empty()) {
-    throw Error(fmt::format("{}: data.source = 'shards' needs data.path (the output of 'trillion "
-                            "data prepare')", source));
+    throw Error(
+        fmt::format("{}: data.source = 'shards' needs data.path (the output of 'trillion "
+                    "data prepare')",
+                    source));
   }
   SectionReader p(root["parallel"].as_table(), "parallel", source);
   ParallelConfig& pc = rc.parallel;
@@ -237,24 +242,26 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   p.reject_unknown();
   at_least("parallel.dp", pc.dp, 1);
   if (pc.zero < 0 || pc.zero > 3) {
-    throw Error(fmt::format("{}: parallel.zero = {}: expected a ZeRO stage 0, 1, 2 or 3", source,
-                            pc.zero));
+    throw Error(
+        fmt::format("{}: parallel.zero = {}: expected a ZeRO stage 0, 1, 2 or 3", source, pc.zero));
   }
   if (!(pc.bucket_mb > 0)) {
     throw Error(fmt::format("{}: parallel.bucket_mb = {} must be > 0 (25 is a good default)",
                             source, pc.bucket_mb));
   }
   if (rc.train.micro_batch % pc.dp != 0) {
-    throw Error(fmt::format("{}: parallel.dp = {} does not divide train.micro_batch = {} (the "
-                            "global micro-batch is split over the dp ranks); choose a dp that "
-                            "divides it",
-                            source, pc.dp, rc.train.micro_batch));
+    throw Error(
+        fmt::format("{}: parallel.dp = {} does not divide train.micro_batch = {} (the "
+                    "global micro-batch is split over the dp ranks); choose a dp that "
+                    "divides it",
+                    source, pc.dp, rc.train.micro_batch));
   }
   if (pc.zero >= 2 && mc.tied_embeddings) {
-    throw Error(fmt::format("{}: parallel.zero = {} does not support model.tied_embeddings = true "
-                            "(the head would use the embedding's gathered shard); set "
-                            "tied_embeddings = false or zero <= 1",
-                            source, pc.zero));
+    throw Error(
+        fmt::format("{}: parallel.zero = {} does not support model.tied_embeddings = true "
+                    "(the head would use the embedding's gathered shard); set "
+                    "tied_embeddings = false or zero <= 1",
+                    source, pc.zero));
   }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
@@ -274,12 +281,18 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 
 std::string to_toml(const RunConfig& c) {
   const ModelConfig& m = c.model;
-  toml::table model{{"vocab_size", m.vocab_size}, {"d_model", m.d_model},
-                    {"n_layers", m.n_layers},     {"n_heads", m.n_heads},
-                    {"n_kv_heads", m.n_kv_heads}, {"head_dim", m.head_dim},
-                    {"ffn_hidden", m.ffn_hidden}, {"seq_len", m.seq_len},
-                    {"tied_embeddings", m.tied_embeddings}, {"rope_theta", m.rope_theta},
-                    {"norm_eps", m.norm_eps},     {"init_std", m.init_std},
+  toml::table model{{"vocab_size", m.vocab_size},
+                    {"d_model", m.d_model},
+                    {"n_layers", m.n_layers},
+                    {"n_heads", m.n_heads},
+                    {"n_kv_heads", m.n_kv_heads},
+                    {"head_dim", m.head_dim},
+                    {"ffn_hidden", m.ffn_hidden},
+                    {"seq_len", m.seq_len},
+                    {"tied_embeddings", m.tied_embeddings},
+                    {"rope_theta", m.rope_theta},
+                    {"norm_eps", m.norm_eps},
+                    {"init_std", m.init_std},
                     {"dtype", std::string(dtype_name(m.dtype))},
                     {"recompute", m.recompute_string()},
                     {"attention", m.tiled_attention ? "tiled" : "materialized"},
@@ -295,22 +308,31 @@ std::string to_toml(const RunConfig& c) {
                     {"checkpoint_every", t.checkpoint_every},
                     {"keep_checkpoints", t.keep_checkpoints}};
   const OptimConfig& o = c.optim;
-  toml::table optim{{"name", o.name},         {"lr", o.lr},
-                    {"min_lr", o.min_lr},     {"beta1", o.beta1},
-                    {"beta2", o.beta2},       {"eps", o.eps},
-                    {"weight_decay", o.weight_decay}, {"grad_clip", o.grad_clip},
-                    {"schedule", o.schedule}, {"warmup_steps", o.warmup_steps},
+  toml::table optim{{"name", o.name},
+                    {"lr", o.lr},
+                    {"min_lr", o.min_lr},
+                    {"beta1", o.beta1},
+                    {"beta2", o.beta2},
+                    {"eps", o.eps},
+                    {"weight_decay", o.weight_decay},
+                    {"grad_clip", o.grad_clip},
+                    {"schedule", o.schedule},
+                    {"warmup_steps", o.warmup_steps},
                     {"decay_fraction", o.decay_fraction}};
   const DataConfig& d = c.data;
-  toml::table data{{"source", d.source}, {"path", d.path},
-                   {"order", d.order},   {"vocab", d.vocab},
-                   {"seed", static_cast<int64_t>(d.seed)}, {"tokens", d.tokens},
-                   {"val_tokens", d.val_tokens}, {"sharpness", d.sharpness}};
+  toml::table data{{"source", d.source},
+                   {"path", d.path},
+                   {"order", d.order},
+                   {"vocab", d.vocab},
+                   {"seed", static_cast<int64_t>(d.seed)},
+                   {"tokens", d.tokens},
+                   {"val_tokens", d.val_tokens},
+                   {"sharpness", d.sharpness}};
   const ParallelConfig& p = c.parallel;
-  toml::table parallel{{"dp", p.dp}, {"zero", p.zero}, {"bucket_mb", p.bucket_mb},
-                       {"overlap", p.overlap}};
-  toml::table root{{"model", model}, {"train", train},      {"optim", optim},
-                   {"data", data},   {"parallel", parallel}};
+  toml::table parallel{
+      {"dp", p.dp}, {"zero", p.zero}, {"bucket_mb", p.bucket_mb}, {"overlap", p.overlap}};
+  toml::table root{
+      {"model", model}, {"train", train}, {"optim", optim}, {"data", data}, {"parallel", parallel}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

@@ -13,13 +13,13 @@
 namespace trillion {
 
 struct TrainConfig {
-  int64_t micro_batch = 8;     // B: sequences per micro-batch
-  int64_t grad_accum = 1;      // micro-batches per optimizer step
-  int64_t steps = 100;         // optimizer steps
-  uint64_t seed = 1234;        // parameter init and data order
-  int64_t log_every = 10;      // steps between progress lines
-  int64_t eval_every = 0;      // steps between validation passes (0: only at the end)
-  int64_t eval_batches = 8;    // micro-batches per validation pass
+  int64_t micro_batch = 8;       // B: sequences per micro-batch
+  int64_t grad_accum = 1;        // micro-batches per optimizer step
+  int64_t steps = 100;           // optimizer steps
+  uint64_t seed = 1234;          // parameter init and data order
+  int64_t log_every = 10;        // steps between progress lines
+  int64_t eval_every = 0;        // steps between validation passes (0: only at the end)
+  int64_t eval_batches = 8;      // micro-batches per validation pass
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int64_t keep_checkpoints = 2;  // newest checkpoints kept on disk
 };
@@ -30,10 +30,10 @@ struct OptimConfig {
   double min_lr = 3e-5;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0.1;
-  double grad_clip = 1.0;        // global norm; 0 disables
+  double grad_clip = 1.0;           // global norm; 0 disables
   std::string schedule = "cosine";  // constant | cosine | wsd
   int64_t warmup_steps = 0;
-  double decay_fraction = 0.2;   // wsd: fraction of steps in the final decay
+  double decay_fraction = 0.2;  // wsd: fraction of steps in the final decay
 };
 
 struct DataConfig {

@@ -124,8 +124,8 @@ double evaluate(StepRunner& runner, const data::DataLoader& loader, int64_t batc
   std::vector<int32_t> tokens(B * T), targets(B * T);
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    loader.batch(static_cast<uint64_t>(i * global_b + rank * B), static_cast<int>(B),
-                 tokens.data(), targets.data());
+    loader.batch(static_cast<uint64_t>(i * global_b + rank * B), static_cast<int>(B), tokens.data(),
+                 targets.data());
     total += model.forward(tokens.data(), targets.data());
   }
   return runner.data_parallel().mean_across_ranks(total / static_cast<double>(batches));
@@ -137,9 +137,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const fs::path dir = opt.run_dir;
   const std::string metrics_path = (dir / "metrics.jsonl").string();
   if (!opt.resume && (fs::exists(metrics_path) || !list_checkpoints(opt.run_dir).empty())) {
-    throw Error(fmt::format("run directory '{}' already holds a run; pass --resume to continue it "
-                            "or choose a new --run-dir (nothing was changed)",
-                            opt.run_dir));
+    throw Error(
+        fmt::format("run directory '{}' already holds a run; pass --resume to continue it "
+                    "or choose a new --run-dir (nothing was changed)",
+                    opt.run_dir));
   }
   // Everything that can fail on user input is checked before the directory is touched.
   const RunDatasets datasets = open_run_datasets(config);
@@ -151,8 +152,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   comm::Communicator& world = mpi ? static_cast<comm::Communicator&>(mpi->world()) : local_world;
   const ModelConfig& mc = config.model;
   comm::DeviceMesh mesh(world, {.dp = static_cast<int>(config.parallel.dp)},
-                        {.n_heads = mc.n_heads, .n_kv_heads = mc.n_kv_heads,
-                         .n_layers = mc.n_layers, .micro_batch = config.train.micro_batch,
+                        {.n_heads = mc.n_heads,
+                         .n_kv_heads = mc.n_kv_heads,
+                         .n_layers = mc.n_layers,
+                         .micro_batch = config.train.micro_batch,
                          .seq_len = mc.seq_len});
   const int rank = world.rank();
   const bool lead = rank == 0;  // writes the run directory and prints
@@ -180,7 +183,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if (opt.resume) {
     for (const std::string& ckpt : list_checkpoints(opt.run_dir)) {
       if (auto problem = verify_checkpoint(ckpt)) {
-        event(fmt::format("checkpoint {} is corrupt ({}); trying the previous one", ckpt, *problem));
+        event(
+            fmt::format("checkpoint {} is corrupt ({}); trying the previous one", ckpt, *problem));
         continue;
       }
       Buffer params = full_buffer(), m = full_buffer(), v = full_buffer();
@@ -195,8 +199,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     }
     if (start_step == 0) {
       if (!list_checkpoints(opt.run_dir).empty()) {
-        throw Error(fmt::format("no valid checkpoint in '{}/checkpoints' (all are corrupt; see "
-                                "events.log)", opt.run_dir));
+        throw Error(
+            fmt::format("no valid checkpoint in '{}/checkpoints' (all are corrupt; see "
+                        "events.log)",
+                        opt.run_dir));
       }
       event("no checkpoint to resume from; starting at step 0");
     }
@@ -214,11 +220,12 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const double flops_per_token =
       plan::training_flops_per_token(config.model.shape(), config.model.seq_len);
   const int64_t params = plan::count_parameters(config.model.shape()).total;
-  event(fmt::format("training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, "
-                    "GEMM peak {:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {})",
-                    params, datasets.train->describe(), start_step + 1, config.train.steps,
-                    runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(),
-                    config.parallel.dp, config.parallel.zero, config.optim.name));
+  event(
+      fmt::format("training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, "
+                  "GEMM peak {:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {})",
+                  params, datasets.train->describe(), start_step + 1, config.train.steps,
+                  runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(),
+                  config.parallel.dp, config.parallel.zero, config.optim.name));
 
   // Rank r reads samples [first + r * B_local, first + (r + 1) * B_local) of each global
   // micro-batch: the global sample order never depends on dp.
@@ -233,7 +240,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     dp.gather_state(runner.optimizer().first_moment(), m);
     dp.gather_state(runner.optimizer().second_moment(), v);
     if (!lead) return;
-    CheckpointContents c{&params, &m, &v,
+    CheckpointContents c{&params,
+                         &m,
+                         &v,
                          {step, runner.optimizer().steps_taken(),
                           static_cast<uint64_t>(step * accum * B), config.train.seed},
                          config_toml};
@@ -282,8 +291,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     const std::string progress =
         fmt::format("step {}/{} | loss {:.4f}{} | {:.0f} tok/s | MFU {:.1f}% | ETA {}", step,
                     config.train.steps, st.loss,
-                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
-                    tokens_per_s, 100 * mfu, format_duration(eta));
+                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(), tokens_per_s,
+                    100 * mfu, format_duration(eta));
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
@@ -304,8 +313,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     if (stop && step < config.train.steps) {
       if (tty) std::fprintf(stderr, "\n");
       event(fmt::format("stopping after step {} ({})", step,
-                        g_stop_requested ? "signal" : budget_spent ? "time budget spent"
-                                                                   : "--stop-after"));
+                        g_stop_requested ? "signal"
+                        : budget_spent   ? "time budget spent"
+                                         : "--stop-after"));
       stopped_early = true;
       break;
     }
@@ -320,20 +330,20 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker);
 
-  nlohmann::json summary{{"steps", step},
-                         {"completed", !stopped_early},
-                         {"final_train_loss", last_loss},
-                         {"final_val_loss", val_loss},
-                         {"tokens_per_s", steps_run > 0 ? static_cast<double>(steps_run) *
-                                                              runner.tokens_per_step() /
-                                                              train_seconds
-                                                        : 0.0},
-                         {"params", params},
-                         {"world_size", world.size()},
-                         {"parallel", {{"dp", config.parallel.dp}, {"zero", config.parallel.zero}}},
-                         {"memory_per_rank", per_rank},
-                         {"gemm_peak_gflops", peak.gflops},
-                         {"memory", memory_json(tracker)}};
+  nlohmann::json summary{
+      {"steps", step},
+      {"completed", !stopped_early},
+      {"final_train_loss", last_loss},
+      {"final_val_loss", val_loss},
+      {"tokens_per_s",
+       steps_run > 0 ? static_cast<double>(steps_run) * runner.tokens_per_step() / train_seconds
+                     : 0.0},
+      {"params", params},
+      {"world_size", world.size()},
+      {"parallel", {{"dp", config.parallel.dp}, {"zero", config.parallel.zero}}},
+      {"memory_per_rank", per_rank},
+      {"gemm_peak_gflops", peak.gflops},
+      {"memory", memory_json(tracker)}};
   if (auto h = datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
   if (auto bpt = datasets.validation->bytes_per_token()) {
     summary["val_bits_per_byte"] = val_loss / std::log(2.0) / *bpt;

@@ -3,13 +3,12 @@
 // and bad inputs exit non-zero with a clear message while existing outputs stay intact.
 #include <gtest/gtest.h>
 
-#include "../train/cli_util.h"
-
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
+#include "../train/cli_util.h"
 #include "data/file_io.h"
 #include "data/loader.h"
 #include "data/markov.h"

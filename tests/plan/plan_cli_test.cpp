@@ -3,13 +3,13 @@
 // report with its charts, and user errors exit 2 with one line.
 #include <gtest/gtest.h>
 
-#include "../train/cli_util.h"
-
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "../train/cli_util.h"
 
 namespace {
 

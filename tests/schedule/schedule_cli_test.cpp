@@ -2,13 +2,13 @@
 // in-flight activations, --svg writes a drawing, and bad input is a one-line user error.
 #include <gtest/gtest.h>
 
-#include "../train/cli_util.h"
-
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+
+#include "../train/cli_util.h"
 
 namespace {
 

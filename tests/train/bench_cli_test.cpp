@@ -16,14 +16,14 @@ TEST(BenchCli, GemmJson) {
 
 TEST(BenchCli, StepJsonHasThePromisedFields) {
   for (const char* policy : {"none", "selective", "full:2"}) {
-    const auto r = run_trillion("bench step " + config_path("tiny.toml") +
-                                " --steps 2 --gemm-size 256 --json --profile --set model.recompute=" +
-                                policy);
+    const auto r =
+        run_trillion("bench step " + config_path("tiny.toml") +
+                     " --steps 2 --gemm-size 256 --json --profile --set model.recompute=" + policy);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto j = nlohmann::json::parse(r.output);
-    for (const char* key : {"tokens_per_s", "model_flops_per_token", "mfu", "hfu", "peak_gflops",
-                            "params", "memory", "peak_activation_bytes",
-                            "predicted_activation_bytes", "profile"}) {
+    for (const char* key :
+         {"tokens_per_s", "model_flops_per_token", "mfu", "hfu", "peak_gflops", "params", "memory",
+          "peak_activation_bytes", "predicted_activation_bytes", "profile"}) {
       EXPECT_TRUE(j.contains(key)) << key;
     }
     for (const char* cat : {"parameters", "gradients", "optimizer", "activations", "workspace"}) {

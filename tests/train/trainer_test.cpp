@@ -14,13 +14,15 @@ using namespace trillion::testing;
 namespace fs = std::filesystem;
 
 namespace {
-std::string tiny() { return config_path("tiny.toml"); }
+std::string tiny() {
+  return config_path("tiny.toml");
+}
 }  // namespace
 
 TEST(MarkovConvergence, Order1Vocab64ReachesTheEntropyRate) {
   const std::string dir = fresh_dir("markov1");
-  const auto r = run_trillion("train " + config_path("markov.toml") + " --run-dir " + dir +
-                              " --quiet");
+  const auto r =
+      run_trillion("train " + config_path("markov.toml") + " --run-dir " + dir + " --quiet");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto s = read_json(dir + "/summary.json");
   const double h = s["entropy_rate"], val = s["final_val_loss"];
@@ -81,8 +83,7 @@ TEST(Resume, CorruptCheckpointIsReportedAndThePreviousOneUsed) {
 TEST(Compare, DetectsDifferentRunsAndHonoursTheTolerance) {
   const std::string a = fresh_dir("cmp_a"), b = fresh_dir("cmp_b");
   ASSERT_EQ(run_trillion("train " + tiny() + " --run-dir " + a + " --quiet").exit_code, 0);
-  ASSERT_EQ(run_trillion("train " + tiny() + " --run-dir " + b +
-                         " --quiet --set optim.lr=2.9e-3")
+  ASSERT_EQ(run_trillion("train " + tiny() + " --run-dir " + b + " --quiet --set optim.lr=2.9e-3")
                 .exit_code,
             0);
   EXPECT_EQ(run_trillion("compare " + a + " " + b + " --tol 0").exit_code, 1);
@@ -93,8 +94,8 @@ TEST(Compare, DetectsDifferentRunsAndHonoursTheTolerance) {
 TEST(Generate, IsDeterministicForASeed) {
   const std::string dir = fresh_dir("gen");
   ASSERT_EQ(run_trillion("train " + tiny() + " --run-dir " + dir + " --quiet").exit_code, 0);
-  const std::string cmd = "generate --checkpoint " + dir +
-                          " --prompt-ids '1 2 3' --max-tokens 12 --seed 4 --top-k 10";
+  const std::string cmd =
+      "generate --checkpoint " + dir + " --prompt-ids '1 2 3' --max-tokens 12 --seed 4 --top-k 10";
   const auto a = run_trillion(cmd), b = run_trillion(cmd);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(a.output, b.output);
@@ -130,7 +131,8 @@ TEST(BadInput, ConfigErrorsNameTheKey) {
   r = run_trillion("train " + tiny() + " --run-dir " + dir + " --set train.stepz=3");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("unknown key 'train.stepz'"), std::string::npos) << r.output;
-  r = run_trillion("train " + tiny() + " --run-dir " + dir + " --set data.source=shards "
+  r = run_trillion("train " + tiny() + " --run-dir " + dir +
+                   " --set data.source=shards "
                    "--set data.path=/nonexistent");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("/nonexistent"), std::string::npos) << r.output;

@@ -37,9 +37,11 @@ void compare(const Case& c, double tol) {
   auto qkv = cast(random_vector(N * W, 100 + s.T, 1.5)), dout = cast(random_vector(N * O, 200));
   std::vector<T> out_ref(N * O), out(N * O), probs(s.B * s.NH * s.T * s.T), lse(s.B * s.NH * s.T);
   std::vector<T> dqkv_ref(N * W), dqkv(N * W, T(3));
-  be->attention_forward(Tensor(out_ref.data(), dt, {N, O}), Tensor(probs.data(), dt, {s.B, s.NH, s.T, s.T}),
+  be->attention_forward(Tensor(out_ref.data(), dt, {N, O}),
+                        Tensor(probs.data(), dt, {s.B, s.NH, s.T, s.T}),
                         Tensor(qkv.data(), dt, {N, W}), s);
-  be->flash_attention_forward(Tensor(out.data(), dt, {N, O}), Tensor(lse.data(), dt, {s.B, s.NH, s.T}),
+  be->flash_attention_forward(Tensor(out.data(), dt, {N, O}),
+                              Tensor(lse.data(), dt, {s.B, s.NH, s.T}),
                               Tensor(qkv.data(), dt, {N, W}), s, c.blocks);
   EXPECT_LT(max_rel_diff(out, out_ref), tol) << "forward T=" << s.T;
   be->attention_backward(Tensor(dqkv_ref.data(), dt, {N, W}), Tensor(dout.data(), dt, {N, O}),

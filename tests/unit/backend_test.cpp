@@ -1,9 +1,10 @@
 // CPU backend ops: GEMM in every transpose case against naive loops (f32 and f64, batched,
 // accumulate), and every layer op's backward against central finite differences in f64
 // (relative error < 1e-6). Scalar test loss: sum(R * out) for a fixed random R.
+#include "backend/backend.h"
+
 #include <gtest/gtest.h>
 
-#include "backend/backend.h"
 #include "test_util.h"
 
 using namespace trillion;
@@ -58,8 +59,12 @@ void check_gemm(Backend& be, double tol) {
 
 }  // namespace
 
-TEST_F(BackendTest, GemmAllTransposesF32) { check_gemm<float>(*be, 1e-5); }
-TEST_F(BackendTest, GemmAllTransposesF64) { check_gemm<double>(*be, 1e-12); }
+TEST_F(BackendTest, GemmAllTransposesF32) {
+  check_gemm<float>(*be, 1e-5);
+}
+TEST_F(BackendTest, GemmAllTransposesF64) {
+  check_gemm<double>(*be, 1e-12);
+}
 
 TEST_F(BackendTest, GemmBatchedMatchesPerBatchGemm) {
   const int64_t batch = 5, M = 6, N = 4, K = 3;

@@ -55,8 +55,8 @@ TEST_P(ModelGradientTest, EveryParameterMatchesFiniteDifferencesInF64) {
   const auto* grads = static_cast<const double*>(model.gradients().raw());
   auto loss = [&] { return model.forward(tokens.data(), targets.data()); };
   for (const TensorSpec& spec : model.table().specs()) {
-    const double err = gradient_error(loss, params + spec.offset, spec.numel(),
-                                      grads + spec.offset, 24);
+    const double err =
+        gradient_error(loss, params + spec.offset, spec.numel(), grads + spec.offset, 24);
     EXPECT_LT(err, 1e-6) << spec.name;
   }
 }
@@ -71,7 +71,8 @@ TEST(Model, SplitBackwardEqualsFusedBitwise) {
   Transformer split(cfg, {3, 6}, *be, tracker, /*split_backward=*/true);
   fused.init_parameters(3);
   split.init_parameters(3);
-  auto tokens = random_tokens(18, cfg.vocab_size, 4), targets = random_tokens(18, cfg.vocab_size, 5);
+  auto tokens = random_tokens(18, cfg.vocab_size, 4),
+       targets = random_tokens(18, cfg.vocab_size, 5);
   for (Transformer* m : {&fused, &split}) {
     m->zero_grad();
     m->forward(tokens.data(), targets.data());
@@ -91,7 +92,8 @@ TEST(Model, TwoMicroBatchesEqualOneConcatenatedBatch) {
   Transformer whole(cfg, {4, 6}, *be, tracker);
   half.init_parameters(11);
   whole.init_parameters(11);
-  auto tokens = random_tokens(24, cfg.vocab_size, 6), targets = random_tokens(24, cfg.vocab_size, 7);
+  auto tokens = random_tokens(24, cfg.vocab_size, 6),
+       targets = random_tokens(24, cfg.vocab_size, 7);
   half.zero_grad();
   double loss_half = 0;
   for (int micro = 0; micro < 2; ++micro) {
@@ -172,7 +174,8 @@ TEST(Model, TrainingLowersTheLossOnARepeatedBatch) {
   Transformer model(cfg, {2, 6}, *be, tracker);
   model.init_parameters(1);
   AdamW opt(model.table(), DType::f32, {0.9, 0.95, 1e-8, 0.0}, *be, tracker);
-  auto tokens = random_tokens(12, cfg.vocab_size, 8), targets = random_tokens(12, cfg.vocab_size, 9);
+  auto tokens = random_tokens(12, cfg.vocab_size, 8),
+       targets = random_tokens(12, cfg.vocab_size, 9);
   double first = 0, last = 0;
   for (int step = 0; step < 60; ++step) {
     model.zero_grad();
@@ -192,9 +195,9 @@ struct PolicyCase {
   bool tiled;
 };
 
-const PolicyCase kPolicies[] = {{"none", true},      {"selective", true}, {"full", true},
-                                {"full:2", true},    {"none", false},     {"selective", false},
-                                {"full", false},     {"full:3", false}};
+const PolicyCase kPolicies[] = {{"none", true},   {"selective", true}, {"full", true},
+                                {"full:2", true}, {"none", false},     {"selective", false},
+                                {"full", false},  {"full:3", false}};
 
 }  // namespace
 
@@ -203,7 +206,8 @@ TEST(Recompute, EveryPolicyGivesBitwiseTheSameLossesAndGradients) {
   auto be = make_cpu_backend(tracker);
   ModelConfig base = tiny_config(DType::f32, false);
   base.n_layers = 3;
-  auto tokens = random_tokens(18, base.vocab_size, 12), targets = random_tokens(18, base.vocab_size, 13);
+  auto tokens = random_tokens(18, base.vocab_size, 12),
+       targets = random_tokens(18, base.vocab_size, 13);
   for (bool tiled : {true, false}) {
     std::vector<char> reference_grads;
     double reference_loss = 0;
@@ -244,7 +248,8 @@ TEST(Recompute, GradientsMatchFiniteDifferencesUnderFullRecompute) {
   cfg.set_recompute("full:2");
   Transformer model(cfg, {2, 6}, *be, tracker);
   model.init_parameters(7);
-  auto tokens = random_tokens(12, cfg.vocab_size, 1), targets = random_tokens(12, cfg.vocab_size, 2);
+  auto tokens = random_tokens(12, cfg.vocab_size, 1),
+       targets = random_tokens(12, cfg.vocab_size, 2);
   model.zero_grad();
   model.forward(tokens.data(), targets.data());
   model.backward(1.0 / 12);

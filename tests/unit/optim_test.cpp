@@ -20,7 +20,7 @@ TEST(LrSchedule, WarmupThenCosineToMin) {
 TEST(LrSchedule, WarmupStableDecay) {
   LrSchedule s{LrScheduleKind::wsd, 1.0, 0.0, 5, 100, 0.2};
   EXPECT_DOUBLE_EQ(s.at(50), 1.0);
-  EXPECT_DOUBLE_EQ(s.at(80), 1.0);   // decay starts at 100 - 20
+  EXPECT_DOUBLE_EQ(s.at(80), 1.0);  // decay starts at 100 - 20
   EXPECT_NEAR(s.at(90), 0.5, 1e-12);
   EXPECT_NEAR(s.at(100), 0.0, 1e-12);
   EXPECT_THROW(parse_lr_schedule("linear"), Error);

@@ -59,8 +59,8 @@ GemmDims gemm_dims(const Tensor& C, bool ta, bool tb, const Tensor& A, const Ten
   const int64_t bk = tb ? B.size(B.rank() - 1) : B.size(B.rank() - 2);
   const int64_t bn = tb ? B.size(B.rank() - 2) : B.size(B.rank() - 1);
   TRILLION_CHECK(am == M && bk == K && bn == N,
-                 fmt::format("gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
-                             C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));
+                 fmt::format("gemm shapes: C {} = op(A {}) op(B {}), trans {} {}", C.shape_string(),
+                             A.shape_string(), B.shape_string(), ta, tb));
   return {M, N, K};
 }
 
@@ -163,9 +163,15 @@ D convert(S s) {
 template <typename F>
 void dispatch_any(DType dtype, F&& f) {
   switch (dtype) {
-    case DType::f32: f(float{}); return;
-    case DType::f64: f(double{}); return;
-    case DType::bf16: f(bf16{}); return;
+    case DType::f32:
+      f(float{});
+      return;
+    case DType::f64:
+      f(double{});
+      return;
+    case DType::bf16:
+      f(bf16{});
+      return;
   }
 }
 }  // namespace

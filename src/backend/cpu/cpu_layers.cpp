@@ -72,9 +72,9 @@ void CpuBackend::rmsnorm_forward(Tensor out, Tensor rstd, const Tensor& x, const
                                  double eps) {
   check_same_dtype(out, x, "rmsnorm_forward");
   const Matrix mo = as_matrix(out), mx = as_matrix(x);
-  TRILLION_CHECK(mo.rows == mx.rows && mo.cols == mx.cols && w.numel() == mx.cols &&
-                     rstd.numel() == mx.rows,
-                 "rmsnorm_forward shapes");
+  TRILLION_CHECK(
+      mo.rows == mx.rows && mo.cols == mx.cols && w.numel() == mx.cols && rstd.numel() == mx.rows,
+      "rmsnorm_forward shapes");
   dispatch(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -251,8 +251,7 @@ void CpuBackend::cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& 
                                        const int32_t* targets) {
   check_same_dtype(losses, logits, "cross_entropy_forward");
   const Matrix m = as_matrix(logits);
-  TRILLION_CHECK(losses.numel() == m.rows && lse.numel() == m.rows,
-                 "cross_entropy_forward shapes");
+  TRILLION_CHECK(losses.numel() == m.rows && lse.numel() == m.rows, "cross_entropy_forward shapes");
   check_tokens(targets, m.rows, m.cols, "target");
   dispatch(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
