@@ -160,20 +160,6 @@ D convert(S s) {
   }
 }
 
-template <typename F>
-void dispatch_any(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      f(float{});
-      return;
-    case DType::f64:
-      f(double{});
-      return;
-    case DType::bf16:
-      f(bf16{});
-      return;
-  }
-}
 }  // namespace
 
 void CpuBackend::copy(Tensor dst, const Tensor& src) {

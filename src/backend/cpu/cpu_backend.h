@@ -30,9 +30,9 @@ Matrix as_matrix(const Tensor& t);
 AttentionBlocks choose_attention_blocks(int64_t head_dim, int64_t seq_len, size_t element_bytes,
                                         AttentionBlocks requested);
 
-// Calls f(T{}) with T = float or double matching dtype; other dtypes are an error.
+// Calls f(T{}) with T = float, double or bf16 matching dtype (storage ops: copy/convert).
 template <typename F>
-void dispatch(DType dtype, F&& f) {
+void dispatch_any(DType dtype, F&& f) {
   switch (dtype) {
     case DType::f32:
       f(float{});
@@ -40,10 +40,24 @@ void dispatch(DType dtype, F&& f) {
     case DType::f64:
       f(double{});
       return;
-    default:
+    case DType::bf16:
+      f(bf16{});
+      return;
+  }
+}
+
+// Calls f(T{}) with T = float or double matching dtype (compute kernels); bf16 is an error, and
+// no kernel is instantiated for it.
+template <typename F>
+void dispatch(DType dtype, F&& f) {
+  dispatch_any(dtype, [&](auto tag) {
+    if constexpr (std::is_same_v<decltype(tag), bf16>) {
       throw Error(std::string("CPU kernel has no ") + std::string(dtype_name(dtype)) +
                   " version; use f32 or f64 compute");
-  }
+    } else {
+      f(tag);
+    }
+  });
 }
 
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
