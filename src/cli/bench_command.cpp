@@ -13,8 +13,9 @@
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/activation_memory.h"
-#include "plan/transformer_cost.h"
+#include "plan/model_spec.h"
 #include "train/gemm_peak.h"
+#include "train/metrics.h"
 #include "train/step_runner.h"
 
 namespace trillion::cli {
@@ -85,16 +86,17 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   const GemmPeak peak_after = measure_gemm_peak(gemm_size, 3);
   if (peak_after.gflops > peak.gflops) peak = peak_after;
   const double tokens_per_s = static_cast<double>(runner.tokens_per_step()) * steps / seconds;
-  const double flops_per_token =
-      plan::training_flops_per_token(cfg.model.shape(), cfg.model.seq_len);
+  const plan::ModelSpec spec = cfg.model.spec();
+  const MfuConvention convention = mfu_convention(spec, cfg.model.seq_len);
+  const double flops_per_token = convention.flops_per_token;
   const double mfu = flops_per_token * tokens_per_s / (peak.gflops * 1e9);
-  const plan::ParameterCount params = plan::count_parameters(cfg.model.shape());
+  const int64_t params = plan::count_model(spec).total;
   const double recompute_flops = plan::recompute_flops_per_token(
-      cfg.model.shape(), cfg.model.seq_len, cfg.model.activation_policy());
+      spec, cfg.model.seq_len, cfg.model.activation_policy(), convention.attention);
   const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak.gflops * 1e9);
   const int64_t elem = static_cast<int64_t>(dtype_size(cfg.model.dtype));
   const int64_t predicted_activations =
-      plan::engine_activation_bytes(cfg.model.shape(), cfg.train.micro_batch, cfg.model.seq_len,
+      plan::engine_activation_bytes(spec, cfg.train.micro_batch, cfg.model.seq_len,
                                     cfg.model.activation_policy(), elem, elem)
           .total();
   nlohmann::json j{{"config", config_path},
@@ -103,6 +105,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"seconds_per_step", seconds / steps},
                    {"tokens_per_s", tokens_per_s},
                    {"model_flops_per_token", flops_per_token},
+                   {"mfu_attention_flops", plan::attention_flops_name(convention.attention)},
                    {"achieved_gflops", flops_per_token * tokens_per_s / 1e9},
                    {"peak_gflops", peak.gflops},
                    {"mfu", mfu},
@@ -116,7 +119,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"peak_activation_bytes", tracker.peak(MemoryCategory::activations)},
                    {"predicted_activation_bytes", predicted_activations},
                    {"threads", be->threads()},
-                   {"params", params.total},
+                   {"params", params},
                    {"final_loss", loss},
                    {"memory", memory_json(tracker, true)}};
   if (profile) {
@@ -140,11 +143,12 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   } else {
     std::printf(
         "%s: %lld params, %.0f tokens/s, %.2f s/step, %.1f GFLOP/s of %.1f peak: MFU %.1f%%, "
-        "HFU %.1f%% (recompute %s, %s attention); fastest step MFU %.1f%%\n",
-        config_path.c_str(), static_cast<long long>(params.total), tokens_per_s, seconds / steps,
+        "HFU %.1f%% (recompute %s, %s attention); fastest step MFU %.1f%%\n"
+        "  MFU counts %s\n",
+        config_path.c_str(), static_cast<long long>(params), tokens_per_s, seconds / steps,
         flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu, 100 * hfu,
         cfg.model.recompute_string().c_str(), cfg.model.tiled_attention ? "tiled" : "materialized",
-        100 * j["mfu_best_step"].get<double>());
+        100 * j["mfu_best_step"].get<double>(), convention.describe().c_str());
     std::printf("  activations: %.2f MiB measured peak, %.2f MiB predicted by plan/\n",
                 tracker.peak(MemoryCategory::activations) / 1048576.0,
                 predicted_activations / 1048576.0);

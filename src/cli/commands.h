@@ -14,5 +14,6 @@ int schedule_command(int argc, char** argv);
 int tokenizer_command(int argc, char** argv);
 int data_command(int argc, char** argv);
 int launch_command(int argc, char** argv);
+int inspect_command(int argc, char** argv);
 
 }  // namespace trillion::cli

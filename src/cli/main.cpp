@@ -26,6 +26,7 @@ constexpr Subcommand kSubcommands[] = {
     {"tokenizer", trillion::cli::tokenizer_command, "train, apply and invert a BPE tokenizer"},
     {"data", trillion::cli::data_command, "prepare, synthesise and inspect token shards"},
     {"launch", trillion::cli::launch_command, "run a subcommand as N MPI processes (mpirun)"},
+    {"inspect", trillion::cli::inspect_command, "show a config's parameter table, shards, stages"},
 };
 
 void usage(FILE* out) {

@@ -99,8 +99,10 @@ std::string ModelConfig::recompute_string() const {
   return "none";
 }
 
-plan::DenseShape ModelConfig::shape() const {
-  plan::DenseShape s;
+plan::ModelSpec ModelConfig::spec() const {
+  plan::ModelSpec s;
+  s.name = "model";
+  s.source = "run config [model]";
   s.vocab = vocab_size;
   s.d_model = d_model;
   s.n_layers = n_layers;
@@ -109,6 +111,8 @@ plan::DenseShape ModelConfig::shape() const {
   s.head_dim = head_dim;
   s.ffn_hidden = ffn_hidden;
   s.tied_embeddings = tied_embeddings;
+  s.default_seq = seq_len;
+  s.init_std = init_std;
   return s;
 }
 

@@ -8,7 +8,7 @@
 
 #include "core/dtype.h"
 #include "plan/activation_memory.h"
-#include "plan/transformer_cost.h"
+#include "plan/model_spec.h"
 
 namespace trillion {
 
@@ -42,7 +42,9 @@ struct ModelConfig {
   // Fills the derived defaults (n_kv_heads, head_dim) and throws Error naming the first invalid
   // field and how to fix it.
   void validate();
-  plan::DenseShape shape() const;
+  // The planner's description of this model: plan::parameter_table(spec()) is the table the
+  // engine allocates, and plan's counts and FLOPs of it are the engine's.
+  plan::ModelSpec spec() const;
 };
 
 }  // namespace trillion

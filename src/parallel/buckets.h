@@ -1,5 +1,5 @@
 // BucketPlan: how data parallelism and ZeRO cut the flat parameter/gradient layout. Buckets are
-// runs of whole model units (model/transformer.h), formed in backward order (the head first) so a
+// runs of whole model units (model/parameters.h), formed in backward order (the head first) so a
 // bucket's gradients are complete as soon as its lowest unit's backward ends and its reduction
 // can start while the layers below still run. Each bucket is padded to a multiple of the dp size
 // n and cut into n equal chunks; rank r owns chunk r of every bucket. This rank's shard (optimizer
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/tensor_table.h"
-#include "model/transformer.h"
+#include "model/parameters.h"
 
 namespace trillion::parallel {
 

@@ -1,22 +1,18 @@
-// DataParallel: data parallelism over a dp communicator with ZeRO stage 0-3, driven by the
-// model's unit hooks. One optimizer step (StepRunner) goes:
+// DataParallel: data parallelism over a dp communicator, driven by the unit hooks of the rank's
+// ParameterSet (model/unit_hooks.h). It owns the bucketed, overlapped gradient reduction; the
+// ZeRO stage only chooses its stores (zero.h). One optimizer step (StepRunner) goes:
 //   begin_step()                       zero this rank's gradients
-//   per micro-batch: set_last_micro(); forward; backward   (hooks start bucket reductions)
+//   micro-batches: forward and backward passes of the stages (hooks start bucket reductions)
 //   finish_gradients()                 wait for the reductions still in flight
 //   clip_gradients(max_norm)           global norm over all shards (one all-reduce of a double)
 //   optimizer.step(optimizer_params(), optimizer_grads(), lr)  over segments()
 //   finish_step()                      ZeRO-1/2: all-gather the updated parameters
 //
-// Stage 0: gradients all-reduced bucket by bucket, in place, started in backward as each bucket
-//   completes (last micro-batch only: earlier micro-batches accumulate locally). Every rank
-//   updates all parameters with full optimizer state.
-// Stage 1: buckets reduce-scattered instead; each rank updates its shard with 1/n of the
-//   optimizer state, then parameters are all-gathered.
-// Stage 2: gradients live in per-bucket buffers (zero.h GradientShards) that exist only from the
-//   bucket's first backward unit until its reduce-scatter starts, accumulated into a 1/n
-//   gradient shard (every micro-batch is reduced).
-// Stage 3: parameters sharded too (zero.h ParameterShards): each unit is all-gathered before its
-//   forward and again before its backward, released after, the next unit prefetched.
+// A bucket is reduced as soon as every unit in it has finished its backward (or backward_weight)
+// pass of the micro-batch that completes it: the last of the step when gradients accumulate in
+// the model's buffer (stages 0-1), every micro-batch when they live in temporary bucket buffers
+// (stages 2-3). Counting finished passes per unit, rather than trusting a pass order, is what
+// makes it work under any schedule, including zero-bubble ones that defer W passes.
 // Per rank per step with accumulation 1, bytes sent = 2 P (n-1)/n elements for stages 0-2 and
 // 3 P (n-1)/n for stage 3, plus a few doubles (loss, norms) — what the tests assert.
 //
@@ -38,6 +34,7 @@ struct DataParallelOptions {
   int stage = 0;                // ZeRO stage 0-3
   int64_t bucket_elements = 0;  // stages 0-2; stage 3 always reduces and gathers per unit
   bool overlap = true;          // false: wait for each bucket as soon as it starts (to measure)
+  int64_t micro_batches = 1;    // backward passes per unit per step (gradient accumulation)
 };
 
 class DataParallel : public UnitHooks {
@@ -45,67 +42,59 @@ class DataParallel : public UnitHooks {
   // What the model must allocate itself under `stage`.
   static ModelStorage model_storage(int stage);
 
-  // The model must be built with model_storage(options.stage); hooks are installed here.
-  DataParallel(Transformer& model, comm::Communicator& dp, Backend& backend, MemoryTracker& tracker,
-               const DataParallelOptions& options);
+  // params must be built with model_storage(options.stage); the hooks are added to its chain.
+  DataParallel(ParameterSet& params, comm::Communicator& dp, Backend& backend,
+               MemoryTracker& tracker, const DataParallelOptions& options);
   ~DataParallel() override;
   int stage() const { return options_.stage; }
   const BucketPlan& plan() const { return plan_; }
   comm::Communicator& group() { return dp_; }
 
   // The same initial values as one process (Philox keyed by tensor and element, not by rank).
-  void init_parameters(uint64_t seed);
+  void init_parameters(uint64_t seed) { params_store_->init(seed); }
   // Full table-layout copies for checkpoints (every rank gets them), and loading them back.
-  void gather_parameters(const Buffer& full);
-  void load_parameters(const Buffer& full);
+  void gather_parameters(const Buffer& full) { params_store_->gather_full(full); }
+  void load_parameters(const Buffer& full) { params_store_->load_full(full); }
   void gather_state(const Buffer& state, const Buffer& full);
   void load_state(const Buffer& full, const Buffer& state);
 
   // What the optimizer updates.
-  const Buffer& optimizer_params();
-  const Buffer& optimizer_grads();
+  const Buffer& optimizer_params() { return params_store_->optimizer_params(); }
+  const Buffer& optimizer_grads() { return grads_store_->optimizer_grads(); }
   const std::vector<OptimSegment>& segments() const { return segments_; }
   int64_t state_elements() const;
   SumAcrossRanks sum_across_ranks();
 
   void begin_step();
-  void set_last_micro(bool last) { last_micro_ = last; }
   void finish_gradients();
   // Returns the global gradient norm before clipping; scales this rank's gradients if above max.
   double clip_gradients(double max_norm);
-  void finish_step();
+  void finish_step() { params_store_->finish_step(); }
   double mean_across_ranks(double value);
   // Seconds finish_gradients() spent waiting in the last step: reduction time not hidden behind
   // backward.
   double exposed_wait_seconds() const { return wait_seconds_; }
 
-  void before_forward(int unit) override;
-  void after_forward(int unit) override;
-  void before_backward(int unit) override;
-  void after_backward(int unit) override;
+  void before(int unit, Pass pass, Use use) override;
+  void after(int unit, Pass pass, Use use) override;
 
  private:
-  struct InFlight {
-    int bucket = 0;
-    comm::Handle handle;
-    Buffer input, output;  // padded bucket gradients (stages 2-3, or 1 when padded), chunk result
-  };
+  void maybe_reduce(int bucket);
   void start_reduction(int bucket);
-  void complete(InFlight& f);
   void poll();
 
-  Transformer& model_;
+  ParameterSet& params_;
   comm::Communicator& dp_;
   Backend& be_;
   MemoryTracker& tracker_;
   DataParallelOptions options_;
   BucketPlan plan_;
-  std::vector<OwnedPiece> pieces_;
+  std::unique_ptr<ParameterStore> params_store_;
+  std::unique_ptr<GradientStore> grads_store_;
   std::vector<OptimSegment> segments_;
-  std::unique_ptr<GradientShards> grads_;    // stages 2-3
-  std::unique_ptr<ParameterShards> params_;  // stage 3
-  std::vector<InFlight> in_flight_;
-  bool last_micro_ = true;
+  std::vector<int64_t> finished_;  // per unit: backward passes finished this step
+  std::vector<int64_t> reduced_;   // per bucket: micro-batches whose reduction has started
+  std::vector<Reduction> in_flight_;
   double wait_seconds_ = 0;
 };
 

@@ -1,21 +1,30 @@
-// ZeRO (Rajbhandari et al. 1910.02054) building blocks over a BucketPlan:
-// - shard <-> full conversions: gather_shards (all-gather every bucket's chunks into the full
-//   table layout: ZeRO-1/2 parameter refresh after the update, checkpoints of sharded state) and
-//   take_shard (copy this rank's owned pieces out of a full buffer: initialisation, resume);
-// - GradientShards, the ZeRO-2/3 gradient store: the persistent shard (P/n elements) plus, per
-//   bucket, a full (padded) gradient buffer that exists only from the bucket's first backward unit
-//   until its reduce-scatter is started; the reduced chunk is then added into the shard (+=, so
-//   micro-batches accumulate);
-// - ParameterShards, ZeRO-3's parameter store: the persistent shard (P/n elements) plus, per
-//   unit, a gathered full copy that exists only between gather() and release(). The model's unit
-//   is bound to the gathered copy while it exists, so a use outside that window is caught.
-//   prefetch() starts the next unit's all-gather early so it overlaps the current unit's compute.
+// ZeRO (Rajbhandari et al. 1910.02054) as a choice of stores. A ZeRO stage is nothing but which
+// parameter store and which gradient store data parallelism uses (make_parameter_store /
+// make_gradient_store), and whether the optimizer state is sharded (stage >= 1):
+//
+//   stage   parameters               gradients                         optimizer state
+//   0       replicated               replicated, all-reduced           full
+//   1       replicated, refreshed    replicated, reduce-scattered      shard
+//   2       replicated, refreshed    sharded (bucket buffers + shard)  shard
+//   3       sharded (gather per use) sharded (bucket buffers + shard)  shard
+//
+// "refreshed": every rank updates only its owned pieces, then all-gathers the parameters.
+// Shards follow a BucketPlan (buckets.h): rank r owns chunk r of every bucket. Helpers:
+// gather_shards (all-gather every bucket's chunks into the full table layout) and take_shard
+// (copy this rank's owned pieces out of a full buffer).
+//
+// Invariants: the sharded gradient store holds a bucket's full gradient buffer only from the
+// first backward use of one of its units until its reduce-scatter starts; the sharded parameter
+// store binds a unit to a gathered copy only between gather() and release(), so a use outside
+// that window is caught as an unbound view.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "comm/communicator.h"
+#include "model/parameters.h"
 #include "parallel/buckets.h"
 
 namespace trillion::parallel {
@@ -29,52 +38,55 @@ void gather_shards(comm::Communicator& dp, Backend& be, MemoryTracker& tracker,
 // shard <- this rank's owned pieces of `full` (padding left as it is).
 void take_shard(Backend& be, const BucketPlan& plan, const Buffer& full, const Buffer& shard);
 
-class GradientShards {
+// Where the parameters live between steps, and how they are made usable.
+class ParameterStore {
  public:
-  GradientShards(Transformer& model, const BucketPlan& plan, MemoryTracker& tracker);
-  Buffer& shard() { return shard_; }
-  // Allocates bucket b's zeroed buffer and binds its units' gradients to it (once per bucket).
-  void open(int bucket);
-  // Unbinds bucket b's units and hands its buffer (chunk * n elements) to the reduction.
-  Buffer close(int bucket);
-  // shard chunk of bucket b += reduced (chunk elements).
-  void accumulate(Backend& be, int bucket, const Buffer& reduced);
-
- private:
-  Transformer& model_;
-  const BucketPlan& plan_;
-  MemoryTracker& tracker_;
-  Buffer shard_;
-  std::vector<Buffer> buckets_;
+  virtual ~ParameterStore() = default;
+  virtual bool sharded() const = 0;  // the optimizer updates a shard-layout buffer
+  // What the optimizer updates (the model's buffer, or this rank's shard).
+  virtual const Buffer& optimizer_params() = 0;
+  // Unit u is about to be used / is no longer used; `next` (or -1) will be used after it.
+  virtual void acquire(int unit, int next) {}
+  virtual void release(int unit) {}
+  virtual void poll() {}
+  // After the optimizer step: make every rank's parameters whole again.
+  virtual void finish_step() {}
+  virtual void init(uint64_t seed) = 0;
+  virtual void gather_full(const Buffer& full) = 0;  // every rank gets the table layout
+  virtual void load_full(const Buffer& full) = 0;
 };
 
-class ParameterShards {
- public:
-  // plan must have one unit per bucket.
-  ParameterShards(Transformer& model, comm::Communicator& dp, const BucketPlan& plan,
-                  MemoryTracker& tracker);
-  Buffer& shard() { return shard_; }
-  // Starts unit u's all-gather if it is neither gathered nor in flight.
-  void prefetch(int unit);
-  // Completes unit u's all-gather and binds the model's unit to it.
-  void gather(int unit);
-  // Unbinds and frees unit u's gathered copy.
-  void release(int unit);
-  // Makes progress on in-flight gathers without blocking.
-  void poll();
-
- private:
-  struct Gathered {
-    Buffer full;  // padded: chunk * n elements
-    comm::Handle pending;
-    bool bound = false;
-  };
-  Transformer& model_;
-  comm::Communicator& dp_;
-  const BucketPlan& plan_;
-  MemoryTracker& tracker_;
-  Buffer shard_;
-  std::vector<Gathered> units_;
+// One bucket's reduction in flight.
+struct Reduction {
+  int bucket = 0;
+  comm::Handle handle;
+  Buffer input, output;  // padded bucket gradients (when they cannot be reduced in place), result
 };
+
+// Where gradients accumulate and how a finished bucket is reduced across the dp group.
+class GradientStore {
+ public:
+  virtual ~GradientStore() = default;
+  virtual bool sharded() const = 0;  // the optimizer reads a shard-layout buffer
+  // Whether each micro-batch is reduced (sharded stores: their bucket buffers are temporary), or
+  // only the last one (the model's own buffer accumulates the micro-batches).
+  virtual bool reduces_every_micro_batch() const = 0;
+  virtual void begin_step() = 0;  // zero the gradients
+  virtual void open(int bucket) {}  // a backward pass is about to write the bucket's gradients
+  virtual Reduction start(int bucket) = 0;
+  virtual void complete(Reduction& r) = 0;
+  virtual const Buffer& optimizer_grads() = 0;
+  // Sum of squares of the gradients this rank is responsible for (all of them when replicated).
+  virtual double sum_squares() = 0;
+  virtual void scale(double factor) = 0;
+};
+
+std::unique_ptr<ParameterStore> make_parameter_store(int stage, ParameterSet& params,
+                                                     comm::Communicator& dp, Backend& be,
+                                                     MemoryTracker& tracker,
+                                                     const BucketPlan& plan);
+std::unique_ptr<GradientStore> make_gradient_store(int stage, ParameterSet& params,
+                                                   comm::Communicator& dp, Backend& be,
+                                                   MemoryTracker& tracker, const BucketPlan& plan);
 
 }  // namespace trillion::parallel

@@ -22,15 +22,17 @@
 // state and attn out, recomputed from qkv) and the SwiGLU output (from gate_up); full recompute
 // keeps only `out` (the next layer's input) and recomputes the block from its input. Recomputed
 // tensors live in one shared per-model buffer sized for one layer (allocated once if any layer
-// needs it), so the peak is stored layers + one layer's recompute set. Model-level tensors:
-// embedding output N*C (layer 0's input), final norm output N*C, its rstd N, the loss lse N
-// and per-position losses N.
+// needs it), so the peak is stored layers + one layer's recompute set. Stage-level tensors: the
+// stage input N*C (the embedding output on the first stage, the received activation on the
+// others) and, on the stage with the head, the final norm output N*C, its rstd N, the loss lse N
+// and the per-position losses N. A stage keeps one copy of everything but the recompute buffer
+// per activation slot (micro-batch in flight).
 #pragma once
 
 #include <cstdint>
 
 #include "plan/layout.h"
-#include "plan/transformer_cost.h"
+#include "plan/model_spec.h"
 
 namespace trillion::plan {
 
@@ -46,15 +48,26 @@ struct ActivationBytes {
   int64_t total() const { return stored + scratch; }
 };
 
-ActivationBytes engine_activation_bytes(const DenseShape& m, int64_t batch, int64_t seq_len,
+// The layers of one pipeline stage (a StageModel): global layers [first_layer, first_layer +
+// n_layers), and whether the LM head (final norm + loss) is on it. n_layers < 0: every layer.
+struct StageExtent {
+  int64_t first_layer = 0;
+  int64_t n_layers = -1;
+  bool has_head = true;
+};
+
+// Activation bytes of one stage with `slots` micro-batches in flight (the whole model, one slot,
+// by default). m must be the engine's block (require_engine_block).
+ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t batch, int64_t seq_len,
                                         const ActivationPolicy& policy, int64_t elem_bytes,
-                                        int64_t stat_bytes);
+                                        int64_t stat_bytes, const StageExtent& stage = {},
+                                        int64_t slots = 1);
 
 // Extra FLOPs per token that recomputation adds to a training step (count them for HFU, not
-// MFU), in the convention of training_flops_per_token: matmul FLOPs and the full T x T attention
-// square. Includes the LM head's logits, which the fused loss recomputes in backward under every
-// policy.
-double recompute_flops_per_token(const DenseShape& m, int64_t seq_len,
-                                 const ActivationPolicy& policy);
+// MFU), in the convention of model_flops_per_token with the same attention convention: matmul
+// FLOPs and the attention scores (full square or causal half). Includes the LM head's logits,
+// which the fused loss recomputes in backward under every policy.
+double recompute_flops_per_token(const ModelSpec& m, int64_t seq_len,
+                                 const ActivationPolicy& policy, AttentionFlops attention);
 
 }  // namespace trillion::plan

@@ -6,75 +6,103 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "plan/parameter_table.h"
 
 namespace trillion::plan {
 
-ModelCounts count_model(const ModelSpec& m) {
-  ModelCounts c;
-  const int64_t C = m.d_model, NH = m.n_heads;
-  if (m.is_mla()) {
-    // DeepSeek-V2 §2.1: queries through a low-rank q_lora (or directly), keys/values through a
-    // shared kv_lora latent plus a decoupled RoPE key; each latent has its own RMSNorm.
-    const int64_t q = m.q_lora_rank > 0
-                          ? C * m.q_lora_rank + m.q_lora_rank * NH * m.qk_dim() + m.q_lora_rank
-                          : C * NH * m.qk_dim();
-    const int64_t kv = C * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank +
-                       m.kv_lora_rank * NH * (m.qk_nope_dim + m.v_head_dim);
-    c.attention = q + kv + NH * m.v_head_dim * C;
-  } else {
-    c.attention = C * NH * m.head_dim + 2 * C * m.n_kv_heads * m.head_dim + NH * m.head_dim * C;
+namespace {
+
+ModelCounts sum_table(const ModelSpec& m) {
+  const TensorTable table = parameter_table(m);
+  int64_t attention = 0, layer_norms = 0, mlp = 0, router = 0, routed = 0, embedding = 0;
+  int64_t head = 0, matmul_dense = 0;
+  for (const TensorSpec& s : table.specs()) {
+    const int64_t n = s.global_numel();
+    switch (s.role) {
+      case TensorRole::attention:
+        attention += n;
+        break;
+      case TensorRole::norm:
+        if (s.unit != head_unit(m)) layer_norms += n;
+        break;
+      case TensorRole::mlp:
+        mlp += n;
+        break;
+      case TensorRole::router:
+        router += n;
+        break;
+      case TensorRole::routed_expert:
+        routed += n;
+        break;
+      case TensorRole::embedding:
+        embedding += n;
+        break;
+      default:
+        break;
+    }
+    if (s.unit == head_unit(m)) head += n;
+    // Matrices multiply every token; vectors (norms) and the embedding lookup do not.
+    const bool matrix = s.global_shape.size() >= 2;
+    if (matrix && s.role != TensorRole::embedding && s.role != TensorRole::routed_expert) {
+      matmul_dense += n;
+    }
   }
-  c.norms = 2 * C;
-  c.dense_mlp = m.mlp_matrices * C * m.ffn_hidden;
-  c.expert = 3 * C * m.expert_ffn;
-  c.router = m.is_moe() ? C * m.n_routed_experts : 0;
-  c.embedding = m.vocab * C;
-  c.head = (m.tied_embeddings ? 0 : m.vocab * C) + C;
-  const int64_t per_dense = c.attention + c.norms + c.dense_mlp;
-  const int64_t per_moe_shared = c.attention + c.norms + c.router + m.n_shared_experts * c.expert;
-  c.routed_total = m.moe_layers() * m.n_routed_experts * c.expert;
-  c.dense_total =
-      m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding + c.head;
-  c.total = c.dense_total + c.routed_total;
-  c.activated = c.dense_total + m.moe_layers() * m.top_k * c.expert;
-  // Norm weights and the embedding lookup do no matmul; a tied head still multiplies.
-  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C +
-                    m.vocab * C * (m.tied_embeddings ? 1 : 0);
-  if (m.is_mla())
-    c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
+  ModelCounts c;
+  c.attention = attention / m.n_layers;
+  c.norms = layer_norms / m.n_layers;
+  c.dense_mlp = m.dense_layers() > 0 ? mlp / m.dense_layers() : 0;
+  c.router = m.moe_layers() > 0 ? router / m.moe_layers() : 0;
+  c.expert = m.moe_layers() > 0 ? routed / (m.moe_layers() * m.n_routed_experts) : 0;
+  c.embedding = embedding;
+  c.head = head;
+  c.routed_total = routed;
+  c.total = table.total_elements();
+  c.dense_total = c.total - c.routed_total;
+  const int64_t active_experts = m.moe_layers() * m.top_k * c.expert;
+  c.activated = c.dense_total + active_experts;
+  // A tied head still multiplies: the embedding matrix is used once more as the output layer.
+  c.matmul_active = matmul_dense + active_experts + (m.tied_embeddings ? m.vocab * m.d_model : 0);
   return c;
 }
 
-double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len, bool causal) {
-  return 6.0 * m.n_heads * (m.qk_dim() + m.v_dim()) * seq_len * (causal ? 0.5 : 1.0);
+}  // namespace
+
+ModelCounts count_model(const ModelSpec& m) {
+  // The planner's search asks for the same model's counts many times: keep the last answer.
+  thread_local ModelSpec last;
+  thread_local ModelCounts counts;
+  thread_local bool valid = false;
+  if (!valid || !(last == m)) {
+    counts = sum_table(m);
+    last = m;
+    valid = true;
+  }
+  return counts;
 }
 
-double model_flops_per_token(const ModelSpec& m, int64_t seq_len, bool causal) {
-  return 6.0 * count_model(m).matmul_active +
-         m.n_layers * attention_flops_per_token_layer(m, seq_len, causal);
+std::string_view attention_flops_name(AttentionFlops a) {
+  return a == AttentionFlops::kCausal ? "causal" : "full_square";
 }
 
-DenseShape dense_shape(const ModelSpec& m) {
+AttentionFlops parse_attention_flops(std::string_view name) {
+  if (name == "causal") return AttentionFlops::kCausal;
+  if (name == "full_square" || name == "full") return AttentionFlops::kFullSquare;
+  throw Error(fmt::format("attention FLOPs convention '{}': use causal or full_square", name));
+}
+
+double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len, AttentionFlops a) {
+  return 6.0 * m.n_heads * (m.qk_dim() + m.v_dim()) * seq_len *
+         (a == AttentionFlops::kCausal ? 0.5 : 1.0);
+}
+
+double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops a) {
+  return 6.0 * static_cast<double>(count_model(m).matmul_active) +
+         static_cast<double>(m.n_layers) * attention_flops_per_token_layer(m, seq_len, a);
+}
+
+void require_engine_block(const ModelSpec& m) {
   if (m.is_moe() || m.is_mla() || m.mlp_matrices != 3)
     throw Error(fmt::format("model '{}' is not a dense SwiGLU/GQA model", m.name));
-  return {m.vocab,      m.d_model,  m.n_layers,   m.n_heads,
-          m.n_kv_heads, m.head_dim, m.ffn_hidden, m.tied_embeddings};
-}
-
-ModelSpec model_spec_from_dense(const DenseShape& d, int64_t seq_len) {
-  ModelSpec m;
-  m.name = "dense model";
-  m.source = "engine model config";
-  m.vocab = d.vocab;
-  m.d_model = d.d_model;
-  m.n_layers = d.n_layers;
-  m.n_heads = d.n_heads;
-  m.n_kv_heads = d.n_kv_heads;
-  m.head_dim = d.head_dim;
-  m.ffn_hidden = d.ffn_hidden;
-  m.tied_embeddings = d.tied_embeddings;
-  m.default_seq = seq_len;
-  return m;
 }
 
 namespace {

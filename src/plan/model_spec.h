@@ -4,15 +4,16 @@
 // From a spec come the counts the planner needs: parameters by kind (so they can be sharded by
 // TP, PP, EP and ZeRO), activated parameters and model FLOPs per token.
 //
-// Invariants: for a dense SwiGLU/GQA spec every count equals transformer_cost's (the engine's)
-// exactly; FLOPs count matrix multiplies only (norms, embedding lookups and softmax excluded).
+// Invariants: every count is a sum over the spec's parameter table (plan/parameter_table.h), the
+// table the engine allocates, so planner and engine cannot disagree; FLOPs count matrix
+// multiplies only (norms, embedding lookups and softmax excluded).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "plan/transformer_cost.h"
 
 namespace trillion::plan {
 
@@ -31,6 +32,7 @@ struct ModelSpec {
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int64_t default_seq = 4096;
   double default_batch_tokens = 0;  // tokens per step the model was trained with (0: unknown)
+  double init_std = 0.02;           // std of the normal init of matrices (the engine's init)
 
   bool is_moe() const { return n_routed_experts > 0; }
   bool is_mla() const { return kv_lora_rank > 0; }
@@ -38,11 +40,13 @@ struct ModelSpec {
   int64_t moe_layers() const { return n_layers - dense_layers(); }
   int64_t qk_dim() const { return is_mla() ? qk_nope_dim + qk_rope_dim : head_dim; }
   int64_t v_dim() const { return is_mla() ? v_head_dim : head_dim; }
+  bool operator==(const ModelSpec&) const = default;
 };
 
-// Parameter counts by where they live (each a count of parameters, not bytes).
+// Parameter counts by where they live (each a count of parameters, not bytes), summed from the
+// parameter table.
 struct ModelCounts {
-  int64_t attention = 0;     // one layer's attention matrices (+ its norms)
+  int64_t attention = 0;     // one layer's attention matrices (+ MLA's latent norms)
   int64_t dense_mlp = 0;     // one dense layer's MLP
   int64_t norms = 0;         // one layer's RMSNorm weights
   int64_t expert = 0;        // one routed or shared expert
@@ -58,18 +62,25 @@ struct ModelCounts {
 
 ModelCounts count_model(const ModelSpec& m);
 
-// Training FLOPs per token (forward + backward, PaLM 2204.02311 App. B): 6 * matmul_active plus
-// attention scores 6 * L * NH * (d_qk + d_v) * T * f, where f = 1 counts the full T x T matrix
-// (PaLM's 12 L h T) and f = 1/2 only the causal half that FlashAttention computes.
-double model_flops_per_token(const ModelSpec& m, int64_t seq_len, bool causal);
-// Attention-score FLOPs alone per token and layer (same conventions).
-double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len, bool causal);
+// How the attention-score FLOPs of model FLOPs are counted. PaLM (2204.02311 App. B) counts the
+// full T x T score matrix: 6N + 12 L h T per token (kFullSquare). With a causal mask only half of
+// it is computed, and FlashAttention skips the masked half: 6N + 6 L h T (kCausal). MFU numbers
+// say which one they use; the engine, `bench step` and `plan` default to kCausal.
+enum class AttentionFlops { kCausal, kFullSquare };
+std::string_view attention_flops_name(AttentionFlops a);  // "causal", "full_square"
+AttentionFlops parse_attention_flops(std::string_view name);
 
-// Dense SwiGLU/GQA shape for transformer_cost (throws for MoE, MLA or GELU specs), and back:
-// the engine's model config as a planner spec (so its tests can ask the memory model, e.g.
-// block_terms(model_spec_from_dense(shape, T), false, 4.0) for fp32 activations).
-DenseShape dense_shape(const ModelSpec& m);
-ModelSpec model_spec_from_dense(const DenseShape& shape, int64_t seq_len);
+// Training model FLOPs per token (forward + backward, no recompute): 6 * matmul_active plus
+// attention scores 6 * L * NH * (d_qk + d_v) * T * f, f = 1/2 for kCausal, 1 for kFullSquare.
+// The one definition of model FLOPs in the system (MFU everywhere comes from it).
+double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops attention);
+// Attention-score FLOPs alone per token and layer (same conventions).
+double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len,
+                                       AttentionFlops attention);
+
+// Throws Error unless the spec is the engine's block (dense SwiGLU MLP, GQA attention): what the
+// engine's activation formulas (plan/activation_memory.h) describe.
+void require_engine_block(const ModelSpec& m);
 
 // Catalog: llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t. Unknown names
 // throw listing the catalog.

@@ -16,7 +16,7 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
   r.chinchilla_tokens = in.tokens <= 0;
   r.tokens = r.chinchilla_tokens ? chinchilla_tokens(static_cast<double>(counts.total)) : in.tokens;
   r.flops_6nd = 6.0 * counts.activated * r.tokens;
-  r.flops_exact = model_flops_per_token(in.model, in.seq_len, true) * r.tokens;
+  r.flops_exact = model_flops_per_token(in.model, in.seq_len, AttentionFlops::kCausal) * r.tokens;
   const double ideal_seconds = r.tokens / c.step.tokens_per_second;
   r.ideal_days = ideal_seconds / 86400;
   // A checkpoint is the fp32 master weights and two Adam moments (12 bytes per parameter; the

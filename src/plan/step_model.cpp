@@ -91,7 +91,7 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double moe_mm = c.attention + c.router + (m.n_shared_experts + m.top_k) * c.expert;
   const double layer_mm = st.moe_fraction * moe_mm + (1 - st.moe_fraction) * dense_mm;
   const double gemm_flops = 6.0 * tokens * layer_mm / l.tp;
-  const double attn_flops = tokens * attention_flops_per_token_layer(m, seq, true) / l.tp;
+  const double attn_flops = tokens * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / l.tp;
   const double t_gemm = gemm_flops / (peak * gemm_fraction(eff, l.precision));
   const double t_attn = attn_flops / (peak_bf16 * eff.attention);
   // Elementwise work (norms, RoPE, SwiGLU, residuals, softmax bookkeeping) is memory bound: the
@@ -219,16 +219,16 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.step = pipeline + r.dp_comm + r.optimizer;
 
   const double n = static_cast<double>(l.gpus());
-  r.model_flops = model_flops_per_token(m, seq, true) * batch_tokens;
+  r.model_flops = model_flops_per_token(m, seq, AttentionFlops::kCausal) * batch_tokens;
   r.mfu = r.model_flops / (n * peak * r.step);
   r.mfu_bf16 = r.model_flops / (n * peak_bf16 * r.step);
-  r.mfu_palm = model_flops_per_token(m, seq, false) * batch_tokens / (n * peak * r.step);
+  r.mfu_palm = model_flops_per_token(m, seq, AttentionFlops::kFullSquare) * batch_tokens / (n * peak * r.step);
   double hardware = r.model_flops;
   if (l.recompute == Recompute::kSelective)
-    hardware += m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3 * batch_tokens;
+    hardware += m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / 3 * batch_tokens;
   if (l.recompute == Recompute::kFull)
     hardware +=
-        (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, true) / 3) *
+        (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / 3) *
         batch_tokens;
   r.hfu = hardware / (n * peak * r.step);
   r.tokens_per_second = batch_tokens / r.step;

@@ -130,6 +130,15 @@ Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timelin
   return sim;
 }
 
+std::vector<int> inflight_slots(const Schedule& s, int rank) {
+  std::vector<int> now(s.num_chunks, 0), peak(s.num_chunks, 0);
+  for (const Action& a : s.actions.at(rank)) {
+    if (a.kind == ActionKind::kForward) peak[a.chunk] = std::max(peak[a.chunk], ++now[a.chunk]);
+    if (a.kind == ActionKind::kBackwardWeight) --now[a.chunk];
+  }
+  return peak;
+}
+
 std::vector<std::string> validate(const Schedule& s) {
   std::vector<std::string> problems;
   if (static_cast<int>(s.actions.size()) != s.num_ranks) {

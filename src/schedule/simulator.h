@@ -35,6 +35,12 @@ struct Simulation {
 // record_timeline = false leaves timeline empty (faster: the planner needs only the numbers).
 Simulation simulate(const Schedule& schedule, const OpCosts& costs, bool record_timeline = true);
 
+// Activation slots rank `rank` needs per chunk: the most micro-batches of one chunk whose forward
+// has run and whose weight gradient has not, walking the rank's list in order (its execution
+// order). This is the simulator's in-flight count per chunk and what the engine's StageModel of
+// that chunk allocates.
+std::vector<int> inflight_slots(const Schedule& schedule, int rank);
+
 // Every problem found, one sentence each; empty when the schedule is valid: each (micro-batch,
 // stage) has exactly one F, B and W on the stage's rank, in that order; every SEND has its RECV
 // on the neighbouring stage's rank and vice versa, a RECV precedes its consumer and a SEND

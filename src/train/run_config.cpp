@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "schedule/action.h"
 
 namespace trillion {
 
@@ -236,11 +237,28 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   SectionReader p(root["parallel"].as_table(), "parallel", source);
   ParallelConfig& pc = rc.parallel;
   p.read("dp", pc.dp);
+  p.read("tp", pc.tp);
+  p.read("pp", pc.pp);
+  p.read("cp", pc.cp);
+  p.read("ep", pc.ep);
   p.read("zero", pc.zero);
   p.read("bucket_mb", pc.bucket_mb);
   p.read("overlap", pc.overlap);
+  p.read("schedule", pc.schedule);
+  p.read("chunks", pc.chunks);
+  p.read("split_backward", pc.split_backward);
   p.reject_unknown();
   at_least("parallel.dp", pc.dp, 1);
+  at_least("parallel.tp", pc.tp, 1);
+  at_least("parallel.pp", pc.pp, 1);
+  at_least("parallel.cp", pc.cp, 1);
+  at_least("parallel.ep", pc.ep, 1);
+  at_least("parallel.chunks", pc.chunks, 1);
+  try {
+    schedule::parse_schedule_kind(pc.schedule);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: parallel.schedule: {}", source, e.what()));
+  }
   if (pc.zero < 0 || pc.zero > 3) {
     throw Error(
         fmt::format("{}: parallel.zero = {}: expected a ZeRO stage 0, 1, 2 or 3", source, pc.zero));
@@ -255,13 +273,6 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
                     "global micro-batch is split over the dp ranks); choose a dp that "
                     "divides it",
                     source, pc.dp, rc.train.micro_batch));
-  }
-  if (pc.zero >= 2 && mc.tied_embeddings) {
-    throw Error(
-        fmt::format("{}: parallel.zero = {} does not support model.tied_embeddings = true "
-                    "(the head would use the embedding's gathered shard); set "
-                    "tied_embeddings = false or zero <= 1",
-                    source, pc.zero));
   }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
@@ -329,8 +340,17 @@ std::string to_toml(const RunConfig& c) {
                    {"val_tokens", d.val_tokens},
                    {"sharpness", d.sharpness}};
   const ParallelConfig& p = c.parallel;
-  toml::table parallel{
-      {"dp", p.dp}, {"zero", p.zero}, {"bucket_mb", p.bucket_mb}, {"overlap", p.overlap}};
+  toml::table parallel{{"dp", p.dp},
+                       {"tp", p.tp},
+                       {"pp", p.pp},
+                       {"cp", p.cp},
+                       {"ep", p.ep},
+                       {"zero", p.zero},
+                       {"bucket_mb", p.bucket_mb},
+                       {"overlap", p.overlap},
+                       {"schedule", p.schedule},
+                       {"chunks", p.chunks},
+                       {"split_backward", p.split_backward}};
   toml::table root{
       {"model", model}, {"train", train}, {"optim", optim}, {"data", data}, {"parallel", parallel}};
   std::stringstream ss;

@@ -47,14 +47,23 @@ struct DataConfig {
   double sharpness = 2.0;         // markov: peakiness of transition rows (see data/markov.h)
 };
 
-// [parallel]: data parallelism over `dp` processes (started by `trillion launch -n dp`), ZeRO
-// stage 0-3 and the gradient bucket size. train.micro_batch is the global micro-batch: each dp
-// rank runs micro_batch / dp sequences, so any dp trains the same run (docs/multiprocess.md).
+// [parallel]: the layout. Data parallelism over `dp` processes (started by `trillion launch -n
+// dp`), ZeRO stage 0-3 and the gradient bucket size; the pipeline schedule each rank runs
+// (`schedule`, with `chunks` model chunks per rank; with pp = 1 the chunks are stages of one
+// process) and whether backward passes are split into dgrad and wgrad. tp, pp, cp and ep are
+// read so `trillion inspect` can show any layout; training with them > 1 comes with their
+// parallelisms. train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp
+// sequences of it, so any dp trains the same run (docs/multiprocess.md).
 struct ParallelConfig {
   int64_t dp = 1;
+  int64_t tp = 1, pp = 1, cp = 1, ep = 1;
   int64_t zero = 0;         // 0: all-reduce; 1: optimizer state; 2: + gradients; 3: + parameters
   double bucket_mb = 25.0;  // gradient bucket size in MB (1e6 bytes), stages 0-2
   bool overlap = true;      // false: wait for each bucket at once (to measure what overlap hides)
+  std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | dualpipe
+  int64_t chunks = 1;             // model chunks per rank (interleaved: >= 2)
+  bool split_backward = false;    // run every backward as separate B (dgrad) and W (wgrad) passes
+  int64_t world_size() const { return dp * tp * pp * cp; }
 };
 
 struct RunConfig {

@@ -1,27 +1,24 @@
-// See trainer.h.
+// See trainer.h. train() wires the pieces: processes and mesh, the run directory
+// (run_directory.h), this rank's data (data_shard.h), the step runner, checkpoints and resume
+// (resume.h) and what is reported (metrics.h).
 #include "train/trainer.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <ctime>
-#include <filesystem>
-#include <fstream>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
 #include "core/timer.h"
-#include "data/file_io.h"
-#include "data/loader.h"
-#include "plan/transformer_cost.h"
-#include "train/checkpoint.h"
+#include "train/data_shard.h"
 #include "train/datasets.h"
 #include "train/gemm_peak.h"
+#include "train/metrics.h"
+#include "train/resume.h"
+#include "train/run_directory.h"
 #include "train/step_runner.h"
-
-namespace fs = std::filesystem;
 
 namespace trillion {
 
@@ -29,230 +26,84 @@ std::atomic<bool> g_stop_requested{false};
 
 namespace {
 
-// Only rank 0 writes run files and prints; the other ranks' logs go nowhere.
-class EventLog {
- public:
-  EventLog(const std::string& path, bool echo, bool enabled)
-      : echo_(echo && enabled), enabled_(enabled) {
-    if (enabled) out_.open(path, std::ios::app);
-  }
-  void operator()(const std::string& line) {
-    if (!enabled_) return;
-    const std::time_t now = std::time(nullptr);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    out_ << stamp << " " << line << "\n";
-    out_.flush();
-    if (echo_) std::fprintf(stderr, "%s\n", line.c_str());
-  }
-
- private:
-  std::ofstream out_;
-  bool echo_, enabled_;
-};
-
-nlohmann::json memory_json(const MemoryTracker& t) {
-  nlohmann::json j;
-  for (int c = 0; c < kMemoryCategories; ++c) {
-    const auto cat = static_cast<MemoryCategory>(c);
-    j[std::string(memory_category_name(cat))] = t.peak(cat);
-  }
-  return j;
-}
-
-// Bytes sent per collective kind, under the group's name (kinds with traffic only).
-nlohmann::json comm_json(const std::string& group, const comm::CommCounters& c) {
-  nlohmann::json kinds = nlohmann::json::object();
-  for (int k = 0; k < comm::kCollectiveKinds; ++k) {
-    const auto kind = static_cast<comm::Collective>(k);
-    if (c.sent(kind) > 0) kinds[std::string(comm::collective_name(kind))] = c.sent(kind);
-  }
-  return {{group, kinds}};
-}
-
-// Every rank's current and peak bytes per category, gathered over the world (collective).
-nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t) {
-  constexpr int K = kMemoryCategories;
-  std::vector<double> mine(2 * K), all(2 * K * world.size());
-  for (int c = 0; c < K; ++c) {
-    mine[c] = static_cast<double>(t.current(static_cast<MemoryCategory>(c)));
-    mine[K + c] = static_cast<double>(t.peak(static_cast<MemoryCategory>(c)));
-  }
-  world.all_gather(Tensor(mine.data(), DType::f64, {2 * K}),
-                   Tensor(all.data(), DType::f64, {2 * K * world.size()}));
-  nlohmann::json ranks = nlohmann::json::array();
-  for (int r = 0; r < world.size(); ++r) {
-    nlohmann::json current, peak;
-    for (int c = 0; c < K; ++c) {
-      const std::string name(memory_category_name(static_cast<MemoryCategory>(c)));
-      current[name] = static_cast<uint64_t>(all[2 * K * r + c]);
-      peak[name] = static_cast<uint64_t>(all[2 * K * r + K + c]);
-    }
-    ranks.push_back({{"rank", r}, {"current", current}, {"peak", peak}});
-  }
-  return ranks;
-}
-
-// Keeps the metrics of steps <= last_step (a resumed run rewrites what came after).
-void truncate_metrics(const std::string& path, int64_t last_step) {
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= last_step) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
-      // A torn last line from a killed run: drop it.
-    }
-  }
-  data::write_file_atomic(path, {kept});
-}
-
-std::string format_duration(double seconds) {
-  const int64_t s = static_cast<int64_t>(seconds);
-  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
-  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
-  return fmt::format("{}s", s);
-}
-
 // Mean validation loss over `batches` global micro-batches; this rank reads its part of each.
-double evaluate(StepRunner& runner, const data::DataLoader& loader, int64_t batches, int rank) {
-  Transformer& model = runner.model();
-  const int64_t B = model.batch().batch, T = model.batch().seq_len;
-  const int64_t global_b = B * runner.data_parallel().group().size();
-  std::vector<int32_t> tokens(B * T), targets(B * T);
+double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches) {
+  const int64_t n = shard.local_batch() * runner.context().shape.seq;
+  std::vector<int32_t> tokens(n), targets(n);
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
-    loader.batch(static_cast<uint64_t>(i * global_b + rank * B), static_cast<int>(B), tokens.data(),
-                 targets.data());
-    total += model.forward(tokens.data(), targets.data());
+    shard.validation_batch(i, tokens.data(), targets.data());
+    total += runner.evaluate(tokens.data(), targets.data());
   }
   return runner.data_parallel().mean_across_ranks(total / static_cast<double>(batches));
+}
+
+// All ranks stop together, when any rank was asked to.
+bool any_rank(comm::Communicator& world, bool mine) {
+  if (world.size() == 1) return mine;
+  double any = mine ? 1.0 : 0.0;
+  world.all_reduce(Tensor(&any, DType::f64, {1}), comm::ReduceOp::max);
+  return any > 0;
 }
 
 }  // namespace
 
 std::string train(const RunConfig& config, const TrainOptions& opt) {
-  const fs::path dir = opt.run_dir;
-  const std::string metrics_path = (dir / "metrics.jsonl").string();
-  if (!opt.resume && (fs::exists(metrics_path) || !list_checkpoints(opt.run_dir).empty())) {
-    throw Error(
-        fmt::format("run directory '{}' already holds a run; pass --resume to continue it "
-                    "or choose a new --run-dir (nothing was changed)",
-                    opt.run_dir));
-  }
   // Everything that can fail on user input is checked before the directory is touched.
   const RunDatasets datasets = open_run_datasets(config);
   // Processes: MPI when a launcher started this one (trillion launch, mpirun, srun), else a
-  // group of one. The mesh checks the world size against parallel.dp before any allocation.
+  // group of one. The mesh checks the world size against the layout before any allocation.
   std::unique_ptr<comm::MpiRuntime> mpi;
   comm::LocalCommunicator local_world("world");
   if (comm::launch_environment().found) mpi = std::make_unique<comm::MpiRuntime>();
   comm::Communicator& world = mpi ? static_cast<comm::Communicator&>(mpi->world()) : local_world;
   const ModelConfig& mc = config.model;
-  comm::DeviceMesh mesh(world, {.dp = static_cast<int>(config.parallel.dp)},
+  const ParallelConfig& pc = config.parallel;
+  comm::DeviceMesh mesh(world,
+                        {.pp = static_cast<int>(pc.pp),
+                         .dp = static_cast<int>(pc.dp),
+                         .cp = static_cast<int>(pc.cp),
+                         .tp = static_cast<int>(pc.tp),
+                         .ep = static_cast<int>(pc.ep)},
                         {.n_heads = mc.n_heads,
                          .n_kv_heads = mc.n_kv_heads,
                          .n_layers = mc.n_layers,
                          .micro_batch = config.train.micro_batch,
                          .seq_len = mc.seq_len});
-  const int rank = world.rank();
-  const bool lead = rank == 0;  // writes the run directory and prints
-  const int64_t B = config.train.micro_batch, T = config.model.seq_len;
-  const int64_t accum = config.train.grad_accum;
-  data::DataLoader train_loader(datasets.train, static_cast<int>(T), config.train.seed);
-  data::DataLoader val_loader(datasets.validation, static_cast<int>(T), config.train.seed,
-                              data::SampleOrder::kSequential);
-
-  if (lead) fs::create_directories(dir);
-  EventLog event((dir / "events.log").string(), !opt.quiet, lead);
+  RunDirectory dir(opt.run_dir, opt.resume, world.rank() == 0, !opt.quiet);
   MemoryTracker tracker;
   auto backend = make_cpu_backend(tracker);
   StepRunner runner(config, *backend, tracker, &mesh.group(comm::MeshGroup::dp));
-  parallel::DataParallel& dp = runner.data_parallel();
-  const int64_t B_local = runner.local_micro_batch();
-  // Full table-layout buffers for checkpoints, alive only while one is read or written.
-  auto full_buffer = [&] {
-    return Buffer(tracker, MemoryCategory::workspace, config.model.dtype,
-                  runner.model().table().total_elements());
-  };
+  const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const std::string config_toml = to_toml(config);
 
-  int64_t start_step = 0;
-  if (opt.resume) {
-    for (const std::string& ckpt : list_checkpoints(opt.run_dir)) {
-      if (auto problem = verify_checkpoint(ckpt)) {
-        event(
-            fmt::format("checkpoint {} is corrupt ({}); trying the previous one", ckpt, *problem));
-        continue;
-      }
-      Buffer params = full_buffer(), m = full_buffer(), v = full_buffer();
-      const CheckpointState st = load_checkpoint(ckpt, params, &m, &v);
-      dp.load_parameters(params);
-      dp.load_state(m, runner.optimizer().first_moment());
-      dp.load_state(v, runner.optimizer().second_moment());
-      runner.optimizer().set_steps_taken(st.optimizer_steps);
-      start_step = st.step;
-      event(fmt::format("resumed from {} at step {}", ckpt, st.step));
-      break;
-    }
-    if (start_step == 0) {
-      if (!list_checkpoints(opt.run_dir).empty()) {
-        throw Error(
-            fmt::format("no valid checkpoint in '{}/checkpoints' (all are corrupt; see "
-                        "events.log)",
-                        opt.run_dir));
-      }
-      event("no checkpoint to resume from; starting at step 0");
-    }
-  }
+  const int64_t start_step =
+      opt.resume ? resume_from_checkpoint(dir, runner, tracker, config) : int64_t{0};
   if (start_step == 0) runner.init_parameters(config.train.seed);
-  if (lead) {
-    truncate_metrics(metrics_path, start_step);
-    data::write_file_atomic((dir / "config.toml").string(), {config_toml});
-  }
+  dir.start(config_toml, start_step);
 
   // One rank measures the GEMM peak (ranks share the machine's cores) and tells the others.
   GemmPeak peak;
-  if (lead) peak = measure_gemm_peak(2048, 2);
+  if (dir.lead()) peak = measure_gemm_peak(2048, 2);
   world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
-  const double flops_per_token =
-      plan::training_flops_per_token(config.model.shape(), config.model.seq_len);
-  const int64_t params = plan::count_parameters(config.model.shape()).total;
-  event(
-      fmt::format("training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, "
-                  "GEMM peak {:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {})",
-                  params, datasets.train->describe(), start_step + 1, config.train.steps,
-                  runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(),
-                  config.parallel.dp, config.parallel.zero, config.optim.name));
+  const MfuConvention mfu_flops = mfu_convention(mc.spec(), mc.seq_len);
+  const int64_t params = plan::count_model(mc.spec()).total;
+  dir.event(fmt::format(
+      "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, GEMM peak "
+      "{:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
+      "counts {})",
+      params, datasets.train->describe(), start_step + 1, config.train.steps,
+      runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(), pc.dp, pc.zero,
+      config.optim.name, pc.schedule, runner.num_stages(), mfu_flops.describe()));
 
-  // Rank r reads samples [first + r * B_local, first + (r + 1) * B_local) of each global
-  // micro-batch: the global sample order never depends on dp.
   auto batches = [&](int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) {
-    const uint64_t first = static_cast<uint64_t>((step * accum + micro) * B + rank * B_local);
-    train_loader.batch(first, static_cast<int>(B_local), tokens, targets);
+    shard.train_batch(step, micro, tokens, targets);
   };
-  // Sharded state is gathered into the one-process layout, so any layout resumes any checkpoint.
   auto checkpoint = [&](int64_t step) {
-    Buffer params = full_buffer(), m = full_buffer(), v = full_buffer();
-    dp.gather_parameters(params);
-    dp.gather_state(runner.optimizer().first_moment(), m);
-    dp.gather_state(runner.optimizer().second_moment(), v);
-    if (!lead) return;
-    CheckpointContents c{&params,
-                         &m,
-                         &v,
-                         {step, runner.optimizer().steps_taken(),
-                          static_cast<uint64_t>(step * accum * B), config.train.seed},
-                         config_toml};
-    const std::string where = write_checkpoint(opt.run_dir, c, config.train.keep_checkpoints);
-    event(fmt::format("checkpoint {} written", where));
+    save_checkpoint(dir, runner, tracker, config, config_toml, step, shard.first_sample(step));
   };
 
-  std::ofstream metrics;
-  if (lead) metrics.open(metrics_path, std::ios::app);
-  const bool tty = lead && !opt.quiet && ::isatty(STDERR_FILENO);
+  const bool tty = dir.lead() && !opt.quiet && ::isatty(STDERR_FILENO);
   Timer wall;
   double train_seconds = 0;
   int64_t steps_run = 0, step = start_step;
@@ -265,7 +116,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     train_seconds += st.seconds;
     last_loss = st.loss;
     const double tokens_per_s = static_cast<double>(st.tokens) / st.seconds;
-    const double mfu = flops_per_token * tokens_per_s / (peak.gflops * 1e9);
+    const double mfu = mfu_flops.flops_per_token * tokens_per_s / (peak.gflops * 1e9);
     nlohmann::json line{{"step", step},
                         {"loss", st.loss},
                         {"lr", st.lr},
@@ -279,13 +130,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;
-    if (eval_now) {
-      line["val_loss"] = val_loss = evaluate(runner, val_loader, config.train.eval_batches, rank);
-    }
-    if (lead) {
-      metrics << line.dump() << "\n";
-      metrics.flush();
-    }
+    if (eval_now) line["val_loss"] = val_loss = evaluate(runner, shard, config.train.eval_batches);
+    dir.metrics(line.dump());
 
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
     const std::string progress =
@@ -296,26 +142,21 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
-    } else if (lead && !opt.quiet &&
+    } else if (dir.lead() && !opt.quiet &&
                (step % config.train.log_every == 0 || step == config.train.steps)) {
       std::fprintf(stderr, "%s\n", progress.c_str());
     }
 
     const bool budget_spent =
         opt.max_minutes > 0 && wall.seconds() + train_seconds / steps_run > opt.max_minutes * 60;
-    bool stop = g_stop_requested.load() || budget_spent ||
-                (opt.stop_after_step > 0 && step >= opt.stop_after_step);
-    if (world.size() > 1) {  // all ranks stop together, when any rank was asked to
-      double any = stop ? 1.0 : 0.0;
-      world.all_reduce(Tensor(&any, DType::f64, {1}), comm::ReduceOp::max);
-      stop = any > 0;
-    }
+    const bool stop = any_rank(world, g_stop_requested.load() || budget_spent ||
+                                          (opt.stop_after_step > 0 && step >= opt.stop_after_step));
     if (stop && step < config.train.steps) {
       if (tty) std::fprintf(stderr, "\n");
-      event(fmt::format("stopping after step {} ({})", step,
-                        g_stop_requested ? "signal"
-                        : budget_spent   ? "time budget spent"
-                                         : "--stop-after"));
+      dir.event(fmt::format("stopping after step {} ({})", step,
+                            g_stop_requested ? "signal"
+                            : budget_spent   ? "time budget spent"
+                                             : "--stop-after"));
       stopped_early = true;
       break;
     }
@@ -326,7 +167,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   if (steps_run > 0 || start_step == 0) checkpoint(step);
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
-    val_loss = evaluate(runner, val_loader, config.train.eval_batches, rank);
+    val_loss = evaluate(runner, shard, config.train.eval_batches);
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker);
 
@@ -339,8 +180,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
        steps_run > 0 ? static_cast<double>(steps_run) * runner.tokens_per_step() / train_seconds
                      : 0.0},
       {"params", params},
+      {"model_flops_per_token", mfu_flops.flops_per_token},
+      {"mfu_attention_flops", plan::attention_flops_name(mfu_flops.attention)},
       {"world_size", world.size()},
-      {"parallel", {{"dp", config.parallel.dp}, {"zero", config.parallel.zero}}},
+      {"parallel",
+       {{"dp", pc.dp},
+        {"zero", pc.zero},
+        {"schedule", pc.schedule},
+        {"stages", runner.num_stages()},
+        {"split_backward", pc.split_backward}}},
       {"memory_per_rank", per_rank},
       {"gemm_peak_gflops", peak.gflops},
       {"memory", memory_json(tracker)}};
@@ -350,9 +198,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   if (std::isnan(last_loss)) summary["final_train_loss"] = nullptr;
   const std::string text = summary.dump(2) + "\n";
-  if (lead) data::write_file_atomic((dir / "summary.json").string(), {text});
-  event(fmt::format("{} at step {}: val loss {:.4f}", stopped_early ? "stopped" : "finished", step,
-                    val_loss));
+  dir.summary(text);
+  dir.event(fmt::format("{} at step {}: val loss {:.4f}", stopped_early ? "stopped" : "finished",
+                        step, val_loss));
   return text;
 }
 

@@ -12,6 +12,7 @@
 #include "optim/lamb.h"
 #include "parallel/data.h"
 #include "train/run_config.h"
+#include "model/transformer.h"
 #include "train/step_runner.h"
 
 namespace trillion {
@@ -115,7 +116,7 @@ std::pair<std::vector<double>, std::vector<float>> run_one_process(const RunConf
     losses.push_back(runner.step(s, batch).loss);
   }
   Buffer full(tracker, MemoryCategory::workspace, DType::f32,
-              runner.model().table().total_elements());
+              runner.table().total_elements());
   runner.data_parallel().gather_parameters(full);
   const auto* f = static_cast<const float*>(full.raw());
   return {losses, std::vector<float>(f, f + full.count())};
@@ -158,7 +159,7 @@ TEST(OneProcess, StageZeroIsTheOneProcessAlgorithmBitwise) {
     EXPECT_EQ(model.forward(tok.data(), tgt.data()), loss[s]);
     model.backward(1.0 / static_cast<double>(n));
     clip_grad_norm(*be, model.gradients(), c.optim.grad_clip);
-    opt.step(model.parameters(), model.gradients(), schedule_only.schedule().at(s));
+    opt.step(model.parameters(), model.gradients(), schedule_only.lr_schedule().at(s));
   }
   const auto* p = static_cast<const float*>(model.parameters().raw());
   EXPECT_EQ(std::vector<float>(p, p + model.parameters().count()), w);

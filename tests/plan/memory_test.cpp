@@ -89,23 +89,29 @@ TEST(Activations, OurBlockTerms) {
 // (plan/activation_memory.h, checked by the engine's tests against its measured buffers) for
 // every policy, with fp32 elements and statistics and tiled attention (no s^2 term).
 TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
-  for (const DenseShape shape :
-       {DenseShape{1000, 64, 3, 4, 2, 16, 160, false}, DenseShape{512, 96, 2, 6, 6, 16, 256, true},
-        dense_shape(find_model("llama3-8b"))}) {
-    const ModelSpec spec = model_spec_from_dense(shape, 128);
+  auto dense = [](int64_t V, int64_t C, int64_t L, int64_t NH, int64_t KV, int64_t HD, int64_t F,
+                  bool tied) {
+    ModelSpec m;
+    m.name = "test";
+    m.vocab = V, m.d_model = C, m.n_layers = L, m.n_heads = NH, m.n_kv_heads = KV;
+    m.head_dim = HD, m.ffn_hidden = F, m.tied_embeddings = tied, m.default_seq = 128;
+    return m;
+  };
+  for (const ModelSpec& spec : {dense(1000, 64, 3, 4, 2, 16, 160, false),
+                                dense(512, 96, 2, 6, 6, 16, 256, true), find_model("llama3-8b")}) {
     const int64_t batch = 3, seq = 128, tokens = batch * seq;
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       ActivationPolicy policy;
       policy.recompute = r;
-      DenseShape one = shape, two = shape;
+      ModelSpec one = spec, two = spec;
       one.n_layers = 1;
       two.n_layers = 2;
       const double engine_layer =
           static_cast<double>(engine_activation_bytes(two, batch, seq, policy, 4, 4).stored -
                               engine_activation_bytes(one, batch, seq, policy, 4, 4).stored);
       const double ours = tokens * layer_bytes_per_token(block_terms(spec, false, 4.0), 1, false, r,
-                                                         4.0 * shape.d_model);
-      EXPECT_DOUBLE_EQ(ours, engine_layer) << recompute_name(r) << " C=" << shape.d_model;
+                                                         4.0 * spec.d_model);
+      EXPECT_DOUBLE_EQ(ours, engine_layer) << recompute_name(r) << " C=" << spec.d_model;
     }
   }
 }

@@ -1,28 +1,117 @@
-// Model catalog and counts: dense specs agree exactly with the engine's transformer_cost, and
-// the catalog's totals match the published parameter counts; Chinchilla's Table 3; layouts.
+// Model catalog and counts: the parameter table (shared with the engine) equals an independent
+// closed form for every catalog model and carries shards, init and units; the catalog's totals
+// match the published parameter counts; Chinchilla's Table 3; layouts.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/model_spec.h"
+#include "plan/parameter_table.h"
+
+#include <cmath>
 
 namespace trillion::plan {
 namespace {
 
-TEST(Models, DenseCountsEqualTheEnginesCostModel) {
-  for (const char* name : {"llama3-8b", "llama3-70b", "llama3-405b"}) {
-    const ModelSpec& m = find_model(name);
-    const DenseShape shape = dense_shape(m);
-    const ParameterCount p = count_parameters(shape);
-    const ModelCounts c = count_model(m);
-    EXPECT_EQ(c.total, p.total) << name;
-    EXPECT_EQ(c.activated, p.total) << name;
-    for (int64_t seq : {2048, 8192, 131072})
-      EXPECT_DOUBLE_EQ(model_flops_per_token(m, seq, false), training_flops_per_token(shape, seq));
-    // And back: an engine config round-trips to the same counts.
-    EXPECT_EQ(count_model(model_spec_from_dense(shape, 8192)).total, p.total);
+// An independent closed form of the counts (DeepSeek-V2 §2.1 for MLA, V3 §2.1.2 for MoE),
+// written out term by term, against the planner's counts, which sum the parameter table the
+// engine allocates: equal for every catalog model (dense, GELU, MoE, MLA).
+ModelCounts closed_form(const ModelSpec& m) {
+  ModelCounts c;
+  const int64_t C = m.d_model, NH = m.n_heads;
+  if (m.is_mla()) {
+    const int64_t q = m.q_lora_rank > 0
+                          ? C * m.q_lora_rank + m.q_lora_rank * NH * m.qk_dim() + m.q_lora_rank
+                          : C * NH * m.qk_dim();
+    const int64_t kv = C * (m.kv_lora_rank + m.qk_rope_dim) + m.kv_lora_rank +
+                       m.kv_lora_rank * NH * (m.qk_nope_dim + m.v_head_dim);
+    c.attention = q + kv + NH * m.v_head_dim * C;
+  } else {
+    c.attention = C * NH * m.head_dim + 2 * C * m.n_kv_heads * m.head_dim + NH * m.head_dim * C;
   }
+  c.norms = 2 * C;
+  c.dense_mlp = m.mlp_matrices * C * m.ffn_hidden;
+  c.expert = m.is_moe() ? 3 * C * m.expert_ffn : 0;
+  c.router = m.is_moe() ? C * m.n_routed_experts : 0;
+  c.embedding = m.vocab * C;
+  c.head = (m.tied_embeddings ? 0 : m.vocab * C) + C;
+  const int64_t per_dense = c.attention + c.norms + c.dense_mlp;
+  const int64_t per_moe_shared =
+      c.attention + c.norms + c.router + m.n_shared_experts * 3 * C * m.expert_ffn;
+  c.routed_total = m.moe_layers() * m.n_routed_experts * c.expert;
+  c.dense_total =
+      m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding + c.head;
+  c.total = c.dense_total + c.routed_total;
+  c.activated = c.dense_total + m.moe_layers() * m.top_k * c.expert;
+  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C +
+                    m.vocab * C * (m.tied_embeddings ? 1 : 0);
+  if (m.is_mla())
+    c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
+  return c;
+}
+
+TEST(Models, EveryCatalogModelsTableEqualsTheClosedForm) {
+  for (const ModelSpec& m : model_catalog()) {
+    const ModelCounts c = count_model(m), f = closed_form(m);
+    EXPECT_EQ(c.total, f.total) << m.name;
+    EXPECT_EQ(c.total, parameter_table(m).total_elements()) << m.name;
+    EXPECT_EQ(c.activated, f.activated) << m.name;
+    EXPECT_EQ(c.matmul_active, f.matmul_active) << m.name;
+    EXPECT_EQ(c.attention, f.attention) << m.name;
+    EXPECT_EQ(c.dense_mlp, f.dense_mlp) << m.name;
+    EXPECT_EQ(c.expert, f.expert) << m.name;
+    EXPECT_EQ(c.router, f.router) << m.name;
+    EXPECT_EQ(c.embedding, f.embedding) << m.name;
+    EXPECT_EQ(c.head, f.head) << m.name;
+    EXPECT_EQ(c.routed_total, f.routed_total) << m.name;
+    for (int64_t seq : {2048, 8192, 131072}) {
+      const double attention = 6.0 * m.n_layers * m.n_heads * (m.qk_dim() + m.v_dim()) * seq;
+      EXPECT_DOUBLE_EQ(model_flops_per_token(m, seq, AttentionFlops::kFullSquare),
+                       6.0 * f.matmul_active + attention)
+          << m.name;
+      EXPECT_DOUBLE_EQ(model_flops_per_token(m, seq, AttentionFlops::kCausal),
+                       6.0 * f.matmul_active + attention / 2)
+          << m.name;
+    }
+  }
+}
+
+TEST(Models, TableSpecsCarryShardInitAndUnit) {
+  const ModelSpec& m = find_model("deepseek-v3");
+  const TensorTable t = parameter_table(m);
+  const TensorSpec& experts = t.spec(t.index("layers.5.moe.experts.w_down"));
+  EXPECT_EQ(experts.shard.group, ShardGroup::ep);
+  EXPECT_EQ(experts.shard.dim, 0);
+  EXPECT_EQ(experts.unit, layer_unit(5));
+  EXPECT_EQ(experts.role, TensorRole::routed_expert);
+  EXPECT_DOUBLE_EQ(experts.init.std, m.init_std / std::sqrt(2.0 * 61));  // residual output
+  const TensorSpec& wo = t.spec(t.index("layers.0.attn.wo"));
+  EXPECT_EQ(wo.shard.group, ShardGroup::tp);
+  EXPECT_EQ(wo.shard.dim, 1);  // row-parallel
+  const TensorSpec& norm = t.spec(t.index("layers.0.attn.kv_norm"));
+  EXPECT_EQ(norm.init.kind, InitKind::ones);
+  EXPECT_FALSE(norm.weight_decay);
+  EXPECT_EQ(t.spec(t.index("final_norm")).unit, head_unit(m));
+  EXPECT_FALSE(t.contains("layers.2.moe.router"));  // the first 3 layers are dense
+  EXPECT_TRUE(t.contains("layers.3.moe.router"));
+}
+
+TEST(Models, LocalTableCutsShardsAndKeepsUnits) {
+  const ModelSpec& m = find_model("llama3-8b");
+  const TensorTable t = parameter_table(m);
+  const ShardCoord tp4{4, 1, 1, 0};
+  const TensorTable local = t.local([](int unit) { return unit >= 1 && unit <= 4; }, tp4);
+  EXPECT_EQ(local.spec(0).name, "layers.0.attn_norm");
+  const TensorSpec& wq = local.spec(local.index("layers.0.attn.wq"));
+  EXPECT_EQ(wq.shape, (std::vector<int64_t>{4096 / 4, 4096}));
+  const TensorSpec& wo = local.spec(local.index("layers.0.attn.wo"));
+  EXPECT_EQ(wo.shape, (std::vector<int64_t>{4096, 4096 / 4}));
+  // Element (row 2, column 3) of rank 1's wo shard is element (2, 1024 + 3) of the whole tensor.
+  EXPECT_EQ(global_element_index(wo, tp4, 2 * 1024 + 3), 2 * 4096 + 1024 + 3);
+  EXPECT_EQ(global_element_index(wq, tp4, 5 * 4096 + 7), (1024 + 5) * 4096 + 7);
+  const ShardCoord tp3{3, 0, 1, 0};
+  EXPECT_THROW(t.local([](int) { return true; }, tp3), Error);  // 32 heads do not split in 3
 }
 
 TEST(Models, CatalogMatchesPublishedSizes) {
@@ -37,10 +126,11 @@ TEST(Models, CatalogMatchesPublishedSizes) {
   EXPECT_NEAR(count_model(find_model("moe-2t")).activated / 1e9, 87.4, 0.1);
   // Causal attention counts half of PaLM's 12 L h s.
   const ModelSpec& m = find_model("llama3-405b");
-  EXPECT_DOUBLE_EQ(model_flops_per_token(m, 8192, false) - model_flops_per_token(m, 8192, true),
+  EXPECT_DOUBLE_EQ(model_flops_per_token(m, 8192, AttentionFlops::kFullSquare) -
+                       model_flops_per_token(m, 8192, AttentionFlops::kCausal),
                    6.0 * 126 * 16384 * 8192);
   EXPECT_THROW(find_model("llama5"), Error);
-  EXPECT_THROW(dense_shape(find_model("deepseek-v3")), Error);
+  EXPECT_THROW(require_engine_block(find_model("deepseek-v3")), Error);
 }
 
 TEST(Models, ChinchillaTable3) {

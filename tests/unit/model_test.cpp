@@ -6,7 +6,8 @@
 
 #include "model/transformer.h"
 #include "optim/adamw.h"
-#include "plan/transformer_cost.h"
+#include "plan/memory.h"
+#include "plan/model_spec.h"
 #include "test_util.h"
 
 using namespace trillion;
@@ -138,9 +139,9 @@ TEST(Model, MemoryEqualsThePlanFormulaExactly) {
     const ModelConfig cfg = tiny_config(DType::f32, tied);
     Transformer model(cfg, {2, 6}, *be, tracker);
     AdamW opt(model.table(), DType::f32, {}, *be, tracker);
-    const plan::ParameterCount count = plan::count_parameters(model.config().shape());
-    EXPECT_EQ(model.table().total_elements(), count.total);
-    const plan::ModelStateBytes expect = plan::model_state_bytes(count.total, 4, 4, 8);
+    const int64_t count = plan::count_model(model.config().spec()).total;
+    EXPECT_EQ(model.table().total_elements(), count);
+    const plan::ModelStates expect = plan::zero_model_states(static_cast<double>(count), 0, 1, 4, 4, 8);
     EXPECT_EQ(tracker.current(MemoryCategory::parameters), static_cast<size_t>(expect.parameters));
     EXPECT_EQ(tracker.current(MemoryCategory::gradients), static_cast<size_t>(expect.gradients));
     EXPECT_EQ(tracker.current(MemoryCategory::optimizer), static_cast<size_t>(expect.optimizer));
@@ -286,7 +287,7 @@ TEST(Recompute, MeasuredActivationBytesEqualThePlanFormula) {
       c.set_recompute(p.recompute);
       Transformer m(c, {sh.B, sh.T}, *be, tracker);
       const plan::ActivationBytes predicted = plan::engine_activation_bytes(
-          m.config().shape(), sh.B, sh.T, m.config().activation_policy(), 4, 4);
+          m.config().spec(), sh.B, sh.T, m.config().activation_policy(), 4, 4);
       EXPECT_EQ(tracker.current(MemoryCategory::activations),
                 static_cast<size_t>(predicted.total()))
           << "C " << sh.C << " " << p.recompute << " tiled " << p.tiled;
@@ -298,7 +299,7 @@ TEST(Recompute, MeasuredActivationBytesEqualThePlanFormula) {
     c.n_layers = 8;
     c.seq_len = 64;
     c.set_recompute(policy);
-    return plan::engine_activation_bytes(c.shape(), 4, 64, c.activation_policy(), 2, 4).total();
+    return plan::engine_activation_bytes(c.spec(), 4, 64, c.activation_policy(), 2, 4).total();
   };
   EXPECT_LT(bytes("selective"), bytes("none"));
   EXPECT_LT(bytes("full"), bytes("selective"));

@@ -1,0 +1,59 @@
+// Attention module: the attention sublayer of a block, from the normed input to the residual
+// add. out += Wo · attention(rope(Wqkv · x)), causal grouped-query attention over this rank's
+// heads (LocalShape: NH/tp query heads, KV/tp key/value heads). The core is tiled
+// (FlashAttention-2: only the log-sum-exp is kept) or materialised (probabilities kept; the
+// reference). See model/glossary.h for the letters and the accumulation rule.
+#pragma once
+
+#include "model/carver.h"
+#include "model/parallel_context.h"
+
+namespace trillion {
+
+struct AttentionWeights {  // parameters or their gradients (same layout)
+  Tensor wqkv;             // [QKV, C]: wq | wk | wv stored back to back
+  Tensor wo;               // [C, NH*HD]
+};
+
+struct AttentionActivations {  // saved by forward for backward
+  Tensor qkv;                  // [N, QKV] after RoPE
+  Tensor state;                // tiled: lse [B, NH, T]; materialised: probs [B, NH, T, T]
+  Tensor heads;                // [N, NH*HD] attention output before Wo
+};
+
+struct AttentionStash {  // kept from backward_input for backward_weight
+  Tensor d_qkv;          // [N, QKV]
+};
+
+class Attention {
+ public:
+  Attention(Backend& backend, const ParallelContext& ctx, bool tiled, AttentionBlocks blocks)
+      : be_(backend), ctx_(ctx), tiled_(tiled), blocks_(blocks) {}
+
+  // Carves the saved tensors: qkv from `kept`, the core (state, heads) from `core` (the shared
+  // recompute buffer under selective recompute).
+  AttentionActivations carve(Carver& kept, Carver& core) const;
+  AttentionStash carve_stash(Carver& c) const;
+  Tensor carve_scratch(Carver& c) const;  // d_heads [N, NH*HD]
+
+  // out[N, C] += Wo · attention(rope(Wqkv · x)); x [N, C] is the normed input.
+  void forward(Tensor out, const Tensor& x, const AttentionWeights& w,
+               const AttentionActivations& a, const Tensor& cos_sin);
+  // Recomputes state and heads from qkv (bitwise what forward wrote).
+  void recompute_core(const AttentionActivations& a);
+  // dx[N, C] = dL/dx from dout[N, C] = dL/d(out); fills the stash.
+  void backward_input(Tensor dx, const Tensor& dout, const AttentionWeights& w,
+                      const AttentionActivations& a, const AttentionStash& stash,
+                      const Tensor& d_heads, const Tensor& cos_sin);
+  // grads += weight gradients from x, the saved activations, dout and the stash.
+  void backward_weight(const AttentionWeights& grads, const Tensor& x, const Tensor& dout,
+                       const AttentionActivations& a, const AttentionStash& stash);
+
+ private:
+  Backend& be_;
+  const ParallelContext& ctx_;
+  bool tiled_;
+  AttentionBlocks blocks_;
+};
+
+}  // namespace trillion

@@ -1,0 +1,29 @@
+// ParallelContext: what a layer module needs to know about the layout — this rank's LocalShape,
+// its shard coordinates (which slice of each sharded tensor it holds) and the communicators of
+// the groups a layer talks over (tensor, context, expert). Built once per rank from the mesh
+// and passed explicitly to every module (no globals). With every degree 1 the groups are absent
+// and every module computes exactly the one-process math.
+#pragma once
+
+#include "comm/communicator.h"
+#include "core/tensor_table.h"
+#include "model/local_shape.h"
+
+namespace trillion {
+
+struct ParallelContext {
+  LocalShape shape;
+  ShardDegrees degrees;
+  ShardCoord shard;  // tp / ep coordinates, for the parameter table's shards
+  // nullptr: a group of one.
+  comm::Communicator* tp = nullptr;
+  comm::Communicator* cp = nullptr;
+  comm::Communicator* ep = nullptr;
+
+  // The one-process context of a [batch, seq_len] micro-batch.
+  static ParallelContext single(const ModelConfig& config, int64_t batch, int64_t seq_len) {
+    return {local_shape(config, batch, seq_len), {}, {}};
+  }
+};
+
+}  // namespace trillion

@@ -1,0 +1,119 @@
+// StageModel: a contiguous slice of the model — global units [first_unit, last_unit], with the
+// embedding if unit 0 is in it and the LM head + loss if the last unit is — that a pipeline rank
+// runs for each micro-batch in flight. Its activations live in slots, one per micro-batch in
+// flight (as many as the schedule's simulator says the rank holds at its peak); a slot is taken by
+// forward and stays until the micro-batch's backward (or backward_weight) is done.
+//
+//   input(slot)        [N, C]  non-first stages: the executor writes the received activation here
+//   forward(slot)      returns the sum of the per-position losses on the head stage (0 elsewhere)
+//   output(slot)       [N, C]  non-last stages: the activation to send on
+//   grad(slot)         [N, C]  non-last stages: the executor writes dL/d(output) here before the
+//                              backward; after it, it holds dL/d(input) (to send back)
+//   backward(slot, s)  dgrad + wgrad layer by layer (s = dL/dloss per position on the head stage)
+//   backward_input(slot, s), backward_weight(slot)   the same in two passes (split_backward)
+//
+// Parameters come from the rank's ParameterSet (bound per unit; hooks bracket every pass). One
+// stage holding every unit with one slot is today's one-process model (model/transformer.h).
+// See model/glossary.h for letters and the accumulation rule.
+#pragma once
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "model/block.h"
+#include "model/config.h"
+#include "model/embedding.h"
+#include "model/lm_head.h"
+#include "model/parameters.h"
+#include "plan/activation_memory.h"
+
+namespace trillion {
+
+struct StageRange {
+  int first_unit = 0, last_unit = 0;  // global units, inclusive
+};
+
+struct StageOptions {
+  int slots = 1;
+  // Keep what backward_weight needs per slot and layer, so backward_input and backward_weight
+  // can run as separate passes (zero-bubble schedules defer W).
+  bool split_backward = false;
+};
+
+class StageModel {
+ public:
+  // config must be validated; ctx and params must outlive the stage.
+  StageModel(const ModelConfig& config, const ParallelContext& ctx, ParameterSet& params,
+             StageRange range, StageOptions options, Backend& backend, MemoryTracker& tracker);
+
+  const StageRange& range() const { return range_; }
+  bool has_embedding() const { return range_.first_unit == 0; }
+  bool has_head() const { return range_.last_unit == static_cast<int>(config_.n_layers) + 1; }
+  int slots() const { return options_.slots; }
+  bool split_backward() const { return options_.split_backward; }
+  // The layers of this stage, for the activation formula.
+  plan::StageExtent extent() const;
+
+  void set_tokens(int slot, const int32_t* tokens);    // [N]; read by the embedding
+  void set_targets(int slot, const int32_t* targets);  // [N]; read by the loss
+  Tensor input(int slot) const { return slot_at(slot).input; }
+  Tensor output(int slot) const;
+  Tensor grad(int slot) const { return slot_at(slot).grad; }
+  const Tensor& losses(int slot) const { return slot_at(slot).head.losses; }
+  const Tensor& final_hidden(int slot) const { return slot_at(slot).head.normed; }
+
+  double forward(int slot);
+  void backward(int slot, double grad_scale);
+  void backward_input(int slot, double grad_scale);
+  void backward_weight(int slot);
+
+ private:
+  struct LayerSpecs {  // table indices of one layer's tensors
+    int attn_norm, wq, wo, mlp_norm, w_gate, w_down;
+  };
+  struct Slot {
+    Tensor input;  // [N, C]
+    std::vector<BlockActivations> layers;
+    LmHeadActivations head;
+    Tensor grad;                    // [N, C]
+    Tensor d_normed;                // [N, C] (shared unless split_backward)
+    std::vector<BlockStash> stash;  // one per layer with split_backward, else shared
+    std::vector<int32_t> tokens, targets;
+    double grad_scale = 0;
+  };
+  const Slot& slot_at(int slot) const;
+  Slot& slot_at(int slot) { return const_cast<Slot&>(std::as_const(*this).slot_at(slot)); }
+  int64_t global_layer(size_t i) const {  // layer i of this stage in the whole model
+    return std::max(range_.first_unit, 1) - 1 + static_cast<int64_t>(i);
+  }
+  LayerRecompute layer_recompute(size_t i) const;
+  BlockWeights block_weights(bool grads, size_t i) const;
+  LmHeadWeights head_weights(bool grads) const;
+  // Refills the shared recompute buffer with layer i of `slot` unless it already holds it.
+  void ensure_recomputed(int slot, size_t i);
+  // Hooks of the head pass (and of the tied embedding it borrows).
+  void head_hooks(bool before, Pass pass);
+
+  ModelConfig config_;
+  ParallelContext ctx_;
+  ParameterSet& params_;
+  StageRange range_;
+  StageOptions options_;
+  Backend& be_;
+  Embedding embedding_;
+  Block block_;
+  LmHead head_;
+  std::vector<LayerSpecs> layer_specs_;
+  std::vector<int> layer_units_;  // local unit of each layer
+  int embed_unit_ = -1, head_unit_ = -1, embed_spec_ = -1, final_norm_spec_ = -1, head_spec_ = -1;
+  bool head_borrows_embedding_ = false;
+  Buffer activations_, recompute_, workspace_;
+  std::vector<Slot> slots_;
+  BlockScratch scratch_;
+  Tensor cos_sin_;  // [T, HD]
+  int recomputed_slot_ = -1;
+  int64_t recomputed_layer_ = -1;
+};
+
+}  // namespace trillion

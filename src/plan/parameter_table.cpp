@@ -1,0 +1,140 @@
+// See parameter_table.h.
+#include "plan/parameter_table.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace trillion::plan {
+
+namespace {
+
+constexpr TensorShard kReplicated{};
+constexpr TensorShard kColumn{0, ShardGroup::tp};  // output features split over tp
+constexpr TensorShard kRow{1, ShardGroup::tp};     // input features split over tp
+constexpr TensorShard kExperts{0, ShardGroup::ep};
+
+struct Builder {
+  TensorTable table;
+  DType dtype;
+  double init_std, resid_std;
+  int unit = 0;
+
+  void add(const std::string& name, std::vector<int64_t> shape, TensorRole role,
+           TensorShard shard, TensorInit init) {
+    TensorSpec s;
+    s.name = name;
+    s.global_shape = std::move(shape);
+    s.dtype = dtype;
+    s.shard = shard;
+    s.init = init;
+    s.role = role;
+    s.unit = unit;
+    s.weight_decay = init.kind == InitKind::normal;  // matrices decay; norms and biases do not
+    table.add(std::move(s));
+  }
+  void matrix(const std::string& name, std::vector<int64_t> shape, TensorRole role,
+              TensorShard shard) {
+    add(name, std::move(shape), role, shard, {InitKind::normal, init_std});
+  }
+  // Residual-stream output projections get the scaled init.
+  void output(const std::string& name, std::vector<int64_t> shape, TensorRole role,
+              TensorShard shard) {
+    add(name, std::move(shape), role, shard, {InitKind::normal, resid_std});
+  }
+  void norm(const std::string& name, int64_t width, TensorRole role = TensorRole::norm) {
+    add(name, {width}, role, kReplicated, {InitKind::ones, 0});
+  }
+  // SwiGLU (gate + up + down) or GELU (up + down) matrices of width f, under `prefix`.
+  void mlp(const std::string& prefix, int64_t C, int64_t f, bool swiglu, TensorRole role) {
+    if (swiglu) matrix(prefix + "w_gate", {f, C}, role, kColumn);
+    matrix(prefix + "w_up", {f, C}, role, kColumn);
+    output(prefix + "w_down", {C, f}, role, kRow);
+  }
+};
+
+void check_positive(const ModelSpec& m) {
+  auto positive = [&](const char* key, int64_t v) {
+    if (v <= 0) throw Error(fmt::format("model '{}': {} must be positive, got {}", m.name, key, v));
+  };
+  positive("vocab_size", m.vocab);
+  positive("d_model", m.d_model);
+  positive("n_layers", m.n_layers);
+  positive("n_heads", m.n_heads);
+  if (!m.is_mla()) {
+    positive("n_kv_heads", m.n_kv_heads);
+    positive("head_dim", m.head_dim);
+  }
+  if (m.dense_layers() > 0) positive("ffn_hidden", m.ffn_hidden);
+  if (m.is_moe()) {
+    positive("expert_ffn", m.expert_ffn);
+    positive("top_k", m.top_k);
+  }
+  if (m.mlp_matrices != 2 && m.mlp_matrices != 3) {
+    throw Error(fmt::format("model '{}': mlp_matrices = {} (3: SwiGLU, 2: GELU)", m.name,
+                            m.mlp_matrices));
+  }
+}
+
+}  // namespace
+
+TensorTable parameter_table(const ModelSpec& m, DType dtype) {
+  check_positive(m);
+  const int64_t C = m.d_model, NH = m.n_heads, V = m.vocab;
+  Builder b{{}, dtype, m.init_std, m.init_std / std::sqrt(2.0 * static_cast<double>(m.n_layers))};
+  const bool swiglu = m.mlp_matrices == 3;
+
+  b.unit = embedding_unit();
+  b.matrix("embed", {V, C}, TensorRole::embedding, kColumn);
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    b.unit = layer_unit(l);
+    const std::string p = fmt::format("layers.{}.", l);
+    b.norm(p + "attn_norm", C);
+    if (m.is_mla()) {
+      // DeepSeek-V2 §2.1: queries through a low-rank latent (or directly), keys and values
+      // through a shared latent plus a decoupled RoPE key; each latent has its own RMSNorm.
+      if (m.q_lora_rank > 0) {
+        b.matrix(p + "attn.wq_a", {m.q_lora_rank, C}, TensorRole::attention, kReplicated);
+        b.norm(p + "attn.q_norm", m.q_lora_rank, TensorRole::attention);
+        b.matrix(p + "attn.wq_b", {NH * m.qk_dim(), m.q_lora_rank}, TensorRole::attention,
+                 kColumn);
+      } else {
+        b.matrix(p + "attn.wq", {NH * m.qk_dim(), C}, TensorRole::attention, kColumn);
+      }
+      b.matrix(p + "attn.wkv_a", {m.kv_lora_rank + m.qk_rope_dim, C}, TensorRole::attention,
+               kReplicated);
+      b.norm(p + "attn.kv_norm", m.kv_lora_rank, TensorRole::attention);
+      b.matrix(p + "attn.wkv_b", {NH * (m.qk_nope_dim + m.v_head_dim), m.kv_lora_rank},
+               TensorRole::attention, kColumn);
+      b.output(p + "attn.wo", {C, NH * m.v_head_dim}, TensorRole::attention, kRow);
+    } else {
+      // wq, wk, wv back to back form the [QKV, C] matrix of one GEMM (per rank under tp).
+      b.matrix(p + "attn.wq", {NH * m.head_dim, C}, TensorRole::attention, kColumn);
+      b.matrix(p + "attn.wk", {m.n_kv_heads * m.head_dim, C}, TensorRole::attention, kColumn);
+      b.matrix(p + "attn.wv", {m.n_kv_heads * m.head_dim, C}, TensorRole::attention, kColumn);
+      b.output(p + "attn.wo", {C, NH * m.head_dim}, TensorRole::attention, kRow);
+    }
+    b.norm(p + "mlp_norm", C);
+    if (l < m.dense_layers()) {
+      // w_gate, w_up back to back form the [2F, C] matrix of one GEMM.
+      b.mlp(p + "mlp.", C, m.ffn_hidden, swiglu, TensorRole::mlp);
+    } else {
+      const int64_t E = m.n_routed_experts, FE = m.expert_ffn;
+      b.matrix(p + "moe.router", {E, C}, TensorRole::router, kReplicated);
+      if (m.n_shared_experts > 0) {
+        b.mlp(p + "moe.shared.", C, m.n_shared_experts * FE, true, TensorRole::shared_expert);
+      }
+      b.matrix(p + "moe.experts.w_gate", {E, FE, C}, TensorRole::routed_expert, kExperts);
+      b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExperts);
+      b.output(p + "moe.experts.w_down", {E, C, FE}, TensorRole::routed_expert, kExperts);
+    }
+  }
+  b.unit = head_unit(m);
+  b.norm("final_norm", C);
+  if (!m.tied_embeddings) b.matrix("lm_head", {V, C}, TensorRole::head, kColumn);
+  return std::move(b.table);
+}
+
+}  // namespace trillion::plan

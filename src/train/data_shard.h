@@ -1,0 +1,34 @@
+// DataShard: the samples one rank reads. A step's global batch is grad_accum micro-batches of
+// train.micro_batch sequences at consecutive global sample indices; the rank at position d of the
+// data-parallel group reads the d-th B_local = micro_batch / dp of each micro-batch. The shard is
+// keyed by the dp coordinate, never the world rank, so ranks of other groups (tensor, pipeline,
+// context) that share a dp coordinate read the same samples, and the global order never depends
+// on the layout (a resumed or re-laid-out run reads exactly the same tokens).
+#pragma once
+
+#include <cstdint>
+
+#include "data/loader.h"
+#include "train/datasets.h"
+
+namespace trillion {
+
+class DataShard {
+ public:
+  DataShard(const RunConfig& config, const RunDatasets& datasets, int dp_rank, int dp_size);
+
+  int64_t local_batch() const { return local_batch_; }
+  // This rank's part of micro-batch `micro` of step `step` ([B_local, T] each).
+  void train_batch(int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) const;
+  // This rank's part of validation micro-batch `i`.
+  void validation_batch(int64_t i, int32_t* tokens, int32_t* targets) const;
+  // Global index of the first training sample of step `step` (what a checkpoint records).
+  uint64_t first_sample(int64_t step) const;
+
+ private:
+  data::DataLoader train_, validation_;
+  int64_t micro_batch_, grad_accum_, local_batch_;
+  int dp_rank_;
+};
+
+}  // namespace trillion

@@ -1,0 +1,68 @@
+// See metrics.h.
+#include "train/metrics.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace trillion {
+
+nlohmann::json memory_json(const MemoryTracker& t) {
+  nlohmann::json j;
+  for (int c = 0; c < kMemoryCategories; ++c) {
+    const auto cat = static_cast<MemoryCategory>(c);
+    j[std::string(memory_category_name(cat))] = t.peak(cat);
+  }
+  return j;
+}
+
+nlohmann::json comm_json(const std::string& group, const comm::CommCounters& c) {
+  nlohmann::json kinds = nlohmann::json::object();
+  for (int k = 0; k < comm::kCollectiveKinds; ++k) {
+    const auto kind = static_cast<comm::Collective>(k);
+    if (c.sent(kind) > 0) kinds[std::string(comm::collective_name(kind))] = c.sent(kind);
+  }
+  return {{group, kinds}};
+}
+
+nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t) {
+  constexpr int K = kMemoryCategories;
+  std::vector<double> mine(2 * K), all(2 * K * world.size());
+  for (int c = 0; c < K; ++c) {
+    mine[c] = static_cast<double>(t.current(static_cast<MemoryCategory>(c)));
+    mine[K + c] = static_cast<double>(t.peak(static_cast<MemoryCategory>(c)));
+  }
+  world.all_gather(Tensor(mine.data(), DType::f64, {2 * K}),
+                   Tensor(all.data(), DType::f64, {2 * K * world.size()}));
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world.size(); ++r) {
+    nlohmann::json current, peak;
+    for (int c = 0; c < K; ++c) {
+      const std::string name(memory_category_name(static_cast<MemoryCategory>(c)));
+      current[name] = static_cast<uint64_t>(all[2 * K * r + c]);
+      peak[name] = static_cast<uint64_t>(all[2 * K * r + K + c]);
+    }
+    ranks.push_back({{"rank", r}, {"current", current}, {"peak", peak}});
+  }
+  return ranks;
+}
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds);
+  if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
+  if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string MfuConvention::describe() const {
+  return fmt::format("model FLOPs {} per token ({} attention)",
+                     attention == plan::AttentionFlops::kCausal ? "6N + 6·L·h·s" : "6N + 12·L·h·s",
+                     plan::attention_flops_name(attention));
+}
+
+MfuConvention mfu_convention(const plan::ModelSpec& model, int64_t seq_len,
+                             plan::AttentionFlops attention) {
+  return {plan::model_flops_per_token(model, seq_len, attention), attention};
+}
+
+}  // namespace trillion

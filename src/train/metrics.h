@@ -1,0 +1,36 @@
+// What a run reports: the JSON of one step's metrics (metrics.jsonl), memory by category and per
+// rank, communication bytes per group and kind, and the human progress line. Every number a user
+// sees is computed here once, with its unit.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "comm/communicator.h"
+#include "core/memory.h"
+#include "plan/model_spec.h"
+
+namespace trillion {
+
+// Peak bytes per memory category.
+nlohmann::json memory_json(const MemoryTracker& tracker);
+// Bytes sent per collective kind, under the group's name (kinds with traffic only).
+nlohmann::json comm_json(const std::string& group, const comm::CommCounters& counters);
+// Every rank's current and peak bytes per category, gathered over the world (collective).
+nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& tracker);
+
+// "1h02m", "3m07s", "12s".
+std::string format_duration(double seconds);
+
+// Model FLOPs per token of a run and the convention they follow, for MFU.
+struct MfuConvention {
+  double flops_per_token = 0;
+  plan::AttentionFlops attention = plan::AttentionFlops::kCausal;
+  // e.g. "model FLOPs 6N + 6·L·h·s per token (causal attention)".
+  std::string describe() const;
+};
+MfuConvention mfu_convention(const plan::ModelSpec& model, int64_t seq_len,
+                             plan::AttentionFlops attention = plan::AttentionFlops::kCausal);
+
+}  // namespace trillion

@@ -1,0 +1,66 @@
+// See resume.h.
+#include "train/resume.h"
+
+#include <fmt/format.h>
+
+#include "train/checkpoint.h"
+
+namespace trillion {
+
+namespace {
+// A full table-layout buffer, alive only while a checkpoint is read or written.
+Buffer full_buffer(StepRunner& runner, MemoryTracker& tracker, DType dtype) {
+  return Buffer(tracker, MemoryCategory::workspace, dtype, runner.table().total_elements());
+}
+}  // namespace
+
+void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
+                     const RunConfig& config, const std::string& config_toml, int64_t step,
+                     uint64_t next_sample) {
+  const DType dt = config.model.dtype;
+  Buffer params = full_buffer(runner, tracker, dt), m = full_buffer(runner, tracker, dt),
+         v = full_buffer(runner, tracker, dt);
+  parallel::DataParallel& dp = runner.data_parallel();
+  dp.gather_parameters(params);
+  dp.gather_state(runner.optimizer().first_moment(), m);
+  dp.gather_state(runner.optimizer().second_moment(), v);
+  if (!dir.lead()) return;
+  CheckpointContents c{&params,
+                       &m,
+                       &v,
+                       {step, runner.optimizer().steps_taken(), next_sample, config.train.seed},
+                       config_toml};
+  const std::string where = write_checkpoint(dir.path(), c, config.train.keep_checkpoints);
+  dir.event(fmt::format("checkpoint {} written", where));
+}
+
+int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
+                               const RunConfig& config) {
+  const std::vector<std::string> all = list_checkpoints(dir.path());
+  const DType dt = config.model.dtype;
+  for (const std::string& ckpt : all) {
+    if (auto problem = verify_checkpoint(ckpt)) {
+      dir.event(
+          fmt::format("checkpoint {} is corrupt ({}); trying the previous one", ckpt, *problem));
+      continue;
+    }
+    Buffer params = full_buffer(runner, tracker, dt), m = full_buffer(runner, tracker, dt),
+           v = full_buffer(runner, tracker, dt);
+    const CheckpointState st = load_checkpoint(ckpt, params, &m, &v);
+    parallel::DataParallel& dp = runner.data_parallel();
+    dp.load_parameters(params);
+    dp.load_state(m, runner.optimizer().first_moment());
+    dp.load_state(v, runner.optimizer().second_moment());
+    runner.optimizer().set_steps_taken(st.optimizer_steps);
+    dir.event(fmt::format("resumed from {} at step {}", ckpt, st.step));
+    return st.step;
+  }
+  if (!all.empty()) {
+    throw Error(fmt::format(
+        "no valid checkpoint in '{}/checkpoints' (all are corrupt; see events.log)", dir.path()));
+  }
+  dir.event("no checkpoint to resume from; starting at step 0");
+  return 0;
+}
+
+}  // namespace trillion

@@ -1,0 +1,76 @@
+// See run_directory.h.
+#include "train/run_directory.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/file_io.h"
+#include "train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace trillion {
+
+namespace {
+// Keeps the metrics of steps <= last_step (a resumed run rewrites what came after).
+void truncate_metrics(const std::string& path, int64_t last_step) {
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= last_step) kept += line + "\n";
+    } catch (const nlohmann::json::exception&) {
+      // A torn last line from a killed run: drop it.
+    }
+  }
+  data::write_file_atomic(path, {kept});
+}
+}  // namespace
+
+RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_events)
+    : dir_(std::move(dir)), lead_(lead), echo_(echo_events && lead) {
+  if (!resume && (fs::exists(metrics_path()) || !list_checkpoints(dir_).empty())) {
+    throw Error(
+        fmt::format("run directory '{}' already holds a run; pass --resume to continue it "
+                    "or choose a new --run-dir (nothing was changed)",
+                    dir_));
+  }
+  if (!lead_) return;
+  fs::create_directories(dir_);
+  events_.open(dir_ + "/events.log", std::ios::app);
+}
+
+void RunDirectory::start(const std::string& config_toml, int64_t first_step) {
+  if (!lead_) return;
+  truncate_metrics(metrics_path(), first_step);
+  data::write_file_atomic(dir_ + "/config.toml", {config_toml});
+  metrics_.open(metrics_path(), std::ios::app);
+}
+
+void RunDirectory::event(const std::string& line) {
+  if (!lead_) return;
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  events_ << stamp << " " << line << "\n";
+  events_.flush();
+  if (echo_) std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+void RunDirectory::metrics(const std::string& json_line) {
+  if (!lead_) return;
+  metrics_ << json_line << "\n";
+  metrics_.flush();
+}
+
+void RunDirectory::summary(const std::string& text) {
+  if (lead_) data::write_file_atomic(dir_ + "/summary.json", {text});
+}
+
+}  // namespace trillion

@@ -1,0 +1,38 @@
+// RunDirectory: the files of one run — config.toml (fully resolved), metrics.jsonl (one JSON
+// object per step), events.log, summary.json, checkpoints/. Only the lead rank (world rank 0)
+// writes; on the others every write is a no-op, so the trainer calls them unconditionally.
+// Invariants: a directory that already holds a run is never reused without --resume (nothing is
+// touched before that check); a resumed run's metrics.jsonl keeps only the steps up to the
+// checkpoint it resumed from (the later ones are written again); every file but the appended
+// logs is written atomically.
+#pragma once
+
+#include <fstream>
+#include <string>
+
+namespace trillion {
+
+class RunDirectory {
+ public:
+  // Throws Error (touching nothing) when `dir` already holds a run and resume is false.
+  RunDirectory(std::string dir, bool resume, bool lead, bool echo_events);
+
+  const std::string& path() const { return dir_; }
+  bool lead() const { return lead_; }
+  std::string metrics_path() const { return dir_ + "/metrics.jsonl"; }
+
+  // Creates the directory and writes config.toml; keeps metrics of steps <= first_step.
+  void start(const std::string& config_toml, int64_t first_step);
+  // A timestamped line in events.log (and on stderr unless quiet).
+  void event(const std::string& line);
+  // One line of metrics.jsonl, flushed (a killed run loses at most the line being written).
+  void metrics(const std::string& json_line);
+  void summary(const std::string& text);
+
+ private:
+  std::string dir_;
+  bool lead_, echo_;
+  std::ofstream events_, metrics_;
+};
+
+}  // namespace trillion
