@@ -10,9 +10,9 @@
 
 namespace trillion {
 
-StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx,
-                       ParameterSet& params, StageRange range, StageOptions options,
-                       Backend& backend, MemoryTracker& tracker)
+StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, ParameterSet& params,
+                       StageRange range, StageOptions options, Backend& backend,
+                       MemoryTracker& tracker)
     : config_(config),
       ctx_(ctx),
       params_(params),
@@ -25,8 +25,8 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx,
       head_(backend, ctx_, config.norm_eps) {
   const int L = static_cast<int>(config.n_layers);
   if (range.first_unit < 0 || range.last_unit > L + 1 || range.first_unit > range.last_unit) {
-    throw Error(fmt::format("stage units [{}, {}] are not a slice of units 0..{}",
-                            range.first_unit, range.last_unit, L + 1));
+    throw Error(fmt::format("stage units [{}, {}] are not a slice of units 0..{}", range.first_unit,
+                            range.last_unit, L + 1));
   }
   TRILLION_CHECK(options.slots >= 1, "a stage needs at least one activation slot");
   // Table indices and local units of what this stage runs.
@@ -132,13 +132,65 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx,
   std::vector<double> cs(T * HD);
   for (int64_t pos = 0; pos < T; ++pos) {
     for (int64_t i = 0; i < half; ++i) {
-      const double angle =
-          pos * std::pow(config.rope_theta, -2.0 * static_cast<double>(i) / HD);
+      const double angle = pos * std::pow(config.rope_theta, -2.0 * static_cast<double>(i) / HD);
       cs[pos * HD + i] = std::cos(angle);
       cs[pos * HD + half + i] = std::sin(angle);
     }
   }
   be_.copy(cos_sin_, Tensor(cs.data(), DType::f64, {T, HD}));
+  for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_input, Pass::backward_weight}) {
+    visits_[static_cast<int>(pass)] = visits(pass);
+  }
+}
+
+std::vector<StageModel::Visit> StageModel::visits(Pass pass) const {
+  std::vector<Visit> v;
+  auto head = [&](Use use) {
+    v.push_back({head_unit_, use});
+    if (head_borrows_embedding_) v.push_back({embed_unit_, Use::borrowed});
+  };
+  const bool weight = pass == Pass::backward_weight;
+  // A W pass reads a layer's parameters only to recompute its activations; the embedding's
+  // gradient is a scatter of the saved output gradient; the head recomputes its logits.
+  auto layer_use = [&](size_t i) {
+    return weight && layer_recompute(i) == LayerRecompute::none ? Use::gradients_only : Use::own;
+  };
+  if (pass == Pass::forward) {
+    if (has_embedding()) v.push_back({embed_unit_, Use::own});
+    for (size_t i = 0; i < layer_units_.size(); ++i) v.push_back({layer_units_[i], Use::own});
+    if (has_head()) head(Use::own);
+    return v;
+  }
+  if (has_head()) head(Use::own);
+  for (size_t i = layer_units_.size(); i-- > 0;) v.push_back({layer_units_[i], layer_use(i)});
+  if (has_embedding() && pass != Pass::backward_input) {
+    v.push_back({embed_unit_, weight ? Use::gradients_only : Use::own});
+  }
+  return v;
+}
+
+void StageModel::enter(Pass pass, const std::vector<Visit>& list, size_t k) const {
+  int next = -1;
+  for (size_t j = k + 1; j < list.size() && next < 0; ++j) {
+    if (list[j].use != Use::gradients_only) next = list[j].unit;
+  }
+  params_.hooks().before(list[k].unit, pass, list[k].use, next);
+}
+
+void StageModel::leave(Pass pass, const std::vector<Visit>& list, size_t k) const {
+  params_.hooks().after(list[k].unit, pass, list[k].use);
+}
+
+void StageModel::enter_head(Pass pass, const std::vector<Visit>& list) const {
+  const size_t k = pass == Pass::forward ? list.size() - (head_borrows_embedding_ ? 2 : 1) : 0;
+  enter(pass, list, k);
+  if (head_borrows_embedding_) enter(pass, list, k + 1);
+}
+
+void StageModel::leave_head(Pass pass, const std::vector<Visit>& list) const {
+  const size_t k = pass == Pass::forward ? list.size() - (head_borrows_embedding_ ? 2 : 1) : 0;
+  if (head_borrows_embedding_) leave(pass, list, k + 1);
+  leave(pass, list, k);
 }
 
 plan::StageExtent StageModel::extent() const {
@@ -210,89 +262,84 @@ void StageModel::ensure_recomputed(int slot, size_t i) {
   recomputed_layer_ = static_cast<int64_t>(i);
 }
 
-void StageModel::head_hooks(bool before, Pass pass) {
-  const HookChain& h = params_.hooks();
-  if (before) {
-    h.before(head_unit_, pass);
-    if (head_borrows_embedding_) h.before(embed_unit_, pass, Use::borrowed);
-  } else {
-    if (head_borrows_embedding_) h.after(embed_unit_, pass, Use::borrowed);
-    h.after(head_unit_, pass);
-  }
-}
-
 double StageModel::forward(int slot) {
   Slot& s = slot_at(slot);
-  const HookChain& h = params_.hooks();
+  const std::vector<Visit>& v = visits_[static_cast<int>(Pass::forward)];
+  size_t k = 0;
   if (has_embedding()) {
     TRILLION_CHECK(!s.tokens.empty(), "forward of the first stage before set_tokens");
-    h.before(embed_unit_, Pass::forward);
+    enter(Pass::forward, v, k);
     embedding_.forward(s.input, s.tokens.data(), params_.param(embed_spec_));
-    h.after(embed_unit_, Pass::forward);
+    leave(Pass::forward, v, k++);
   }
-  for (size_t i = 0; i < layer_specs_.size(); ++i) {
-    h.before(layer_units_[i], Pass::forward);
+  for (size_t i = 0; i < layer_specs_.size(); ++i, ++k) {
+    enter(Pass::forward, v, k);
     block_.forward(block_weights(false, i), s.layers[i], cos_sin_);
-    h.after(layer_units_[i], Pass::forward);
+    leave(Pass::forward, v, k);
   }
   recomputed_slot_ = -1;  // the shared recompute buffer holds whatever layer wrote it last
   if (!has_head()) return 0;
   TRILLION_CHECK(!s.targets.empty(), "forward of the last stage before set_targets");
-  head_hooks(true, Pass::forward);
+  enter_head(Pass::forward, v);
   head_.forward(output(slot), head_weights(false), s.head, s.targets.data());
-  head_hooks(false, Pass::forward);
+  leave_head(Pass::forward, v);
   const int64_t N = ctx_.shape.tokens();
   std::vector<double> host(N);
   be_.copy(Tensor(host.data(), DType::f64, {N}), s.head.losses);
   double sum = 0;
-  for (double v : host) sum += v;
+  for (double x : host) sum += x;
   return sum;
 }
 
+// In the backward passes the visits run head (+ borrowed embedding), layers downwards, embedding;
+// `k` walks them.
 void StageModel::backward(int slot, double grad_scale) {
   Slot& s = slot_at(slot);
-  const HookChain& h = params_.hooks();
+  const std::vector<Visit>& v = visits_[static_cast<int>(Pass::backward)];
+  size_t k = 0;
   if (has_head()) {
-    head_hooks(true, Pass::backward);
+    enter_head(Pass::backward, v);
     be_.fill(s.grad, 0.0);
     head_.backward(s.grad, s.d_normed, head_weights(true), output(slot), head_weights(false),
                    s.head, s.targets.data(), grad_scale);
-    head_hooks(false, Pass::backward);
+    leave_head(Pass::backward, v);
+    k = head_borrows_embedding_ ? 2 : 1;
   }
-  for (size_t i = layer_specs_.size(); i-- > 0;) {
-    h.before(layer_units_[i], Pass::backward);
+  for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
+    enter(Pass::backward, v, k);
     ensure_recomputed(slot, i);
     block_.backward_input(s.grad, block_weights(false, i), s.layers[i], s.stash[0], scratch_,
                           cos_sin_);
     block_.backward_weight(block_weights(true, i), s.layers[i], s.stash[0]);
-    h.after(layer_units_[i], Pass::backward);
+    leave(Pass::backward, v, k);
   }
   if (has_embedding()) {
-    h.before(embed_unit_, Pass::backward);
+    enter(Pass::backward, v, k);
     embedding_.backward_weight(params_.grad(embed_spec_), s.tokens.data(), s.grad);
-    h.after(embed_unit_, Pass::backward);
+    leave(Pass::backward, v, k);
   }
 }
 
 void StageModel::backward_input(int slot, double grad_scale) {
-  TRILLION_CHECK(options_.split_backward,
-                 "backward_input needs a stage built with split_backward");
+  TRILLION_CHECK(options_.split_backward, "backward_input needs a stage built with split_backward");
   Slot& s = slot_at(slot);
-  const HookChain& h = params_.hooks();
+  const std::vector<Visit>& v = visits_[static_cast<int>(Pass::backward_input)];
+  size_t k = 0;
   s.grad_scale = grad_scale;
   if (has_head()) {
-    head_hooks(true, Pass::backward_input);
+    enter_head(Pass::backward_input, v);
     be_.fill(s.grad, 0.0);
     head_.backward_input(s.grad, s.d_normed, output(slot), head_weights(false), s.head,
                          s.targets.data(), grad_scale);
-    head_hooks(false, Pass::backward_input);
+    leave_head(Pass::backward_input, v);
+    k = head_borrows_embedding_ ? 2 : 1;
   }
-  for (size_t i = layer_specs_.size(); i-- > 0;) {
-    h.before(layer_units_[i], Pass::backward_input);
+  for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
+    enter(Pass::backward_input, v, k);
     ensure_recomputed(slot, i);
     block_.backward_input(s.grad, block_weights(false, i), s.layers[i], s.stash[i], scratch_,
                           cos_sin_);
-    h.after(layer_units_[i], Pass::backward_input);
+    leave(Pass::backward_input, v, k);
   }
 }
 
@@ -300,24 +347,26 @@ void StageModel::backward_weight(int slot) {
   TRILLION_CHECK(options_.split_backward,
                  "backward_weight needs a stage built with split_backward");
   Slot& s = slot_at(slot);
-  const HookChain& h = params_.hooks();
+  const std::vector<Visit>& v = visits_[static_cast<int>(Pass::backward_weight)];
+  size_t k = 0;
   // Same order of accumulation into each gradient as backward(), so results are bitwise equal.
   if (has_head()) {
-    head_hooks(true, Pass::backward_weight);
-    head_.backward_weight(head_weights(true), s.d_normed, output(slot), head_weights(false),
-                          s.head, s.targets.data(), s.grad_scale);
-    head_hooks(false, Pass::backward_weight);
+    enter_head(Pass::backward_weight, v);
+    head_.backward_weight(head_weights(true), s.d_normed, output(slot), head_weights(false), s.head,
+                          s.targets.data(), s.grad_scale);
+    leave_head(Pass::backward_weight, v);
+    k = head_borrows_embedding_ ? 2 : 1;
   }
-  for (size_t i = layer_specs_.size(); i-- > 0;) {
-    h.before(layer_units_[i], Pass::backward_weight);
+  for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
+    enter(Pass::backward_weight, v, k);
     ensure_recomputed(slot, i);
     block_.backward_weight(block_weights(true, i), s.layers[i], s.stash[i]);
-    h.after(layer_units_[i], Pass::backward_weight);
+    leave(Pass::backward_weight, v, k);
   }
   if (has_embedding()) {
-    h.before(embed_unit_, Pass::backward_weight);
+    enter(Pass::backward_weight, v, k);
     embedding_.backward_weight(params_.grad(embed_spec_), s.tokens.data(), s.grad);
-    h.after(embed_unit_, Pass::backward_weight);
+    leave(Pass::backward_weight, v, k);
   }
 }
 

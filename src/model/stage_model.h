@@ -92,8 +92,17 @@ class StageModel {
   LmHeadWeights head_weights(bool grads) const;
   // Refills the shared recompute buffer with layer i of `slot` unless it already holds it.
   void ensure_recomputed(int slot, size_t i);
-  // Hooks of the head pass (and of the tied embedding it borrows).
-  void head_hooks(bool before, Pass pass);
+  // The units a pass visits, in order, and how: hooks learn which unit's parameters come next.
+  struct Visit {
+    int unit;
+    Use use;
+  };
+  std::vector<Visit> visits(Pass pass) const;
+  // Hooks of visit k of `list` (the head's visit brackets the tied embedding it borrows).
+  void enter(Pass pass, const std::vector<Visit>& list, size_t k) const;
+  void leave(Pass pass, const std::vector<Visit>& list, size_t k) const;
+  void enter_head(Pass pass, const std::vector<Visit>& list) const;
+  void leave_head(Pass pass, const std::vector<Visit>& list) const;
 
   ModelConfig config_;
   ParallelContext ctx_;
@@ -110,6 +119,7 @@ class StageModel {
   bool head_borrows_embedding_ = false;
   Buffer activations_, recompute_, workspace_;
   std::vector<Slot> slots_;
+  std::vector<Visit> visits_[4];  // per Pass
   BlockScratch scratch_;
   Tensor cos_sin_;  // [T, HD]
   int recomputed_slot_ = -1;

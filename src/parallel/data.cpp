@@ -19,7 +19,9 @@ namespace {
 // that ZeRO-2/3 never hold more than a few buckets of full gradients.
 constexpr size_t kMaxInFlight = 2;
 
-bool writes_gradients(Pass pass) { return pass == Pass::backward || pass == Pass::backward_weight; }
+bool writes_gradients(Pass pass) {
+  return pass == Pass::backward || pass == Pass::backward_weight;
+}
 
 }  // namespace
 
@@ -94,17 +96,20 @@ void DataParallel::begin_step() {
   wait_seconds_ = 0;
 }
 
-void DataParallel::before(int unit, Pass pass, Use use) {
-  int next = -1;  // the unit this pass will use after this one: prefetch it (ZeRO-3)
-  if (use == Use::own) next = pass == Pass::forward ? unit + 1 : unit - 1;
-  params_store_->acquire(unit, next);
+void DataParallel::before(int unit, Pass pass, Use use, int next) {
+  // ZeRO-3: gather what the pass reads, and start gathering what it reads next.
+  if (use == Use::gradients_only) {
+    params_store_->prefetch(next);
+  } else {
+    params_store_->acquire(unit, next);
+  }
   if (writes_gradients(pass)) grads_store_->open(plan_.bucket_of_unit(unit));
   poll();
 }
 
 void DataParallel::after(int unit, Pass pass, Use use) {
-  params_store_->release(unit);
-  if (use != Use::own || !writes_gradients(pass)) return;
+  if (use != Use::gradients_only) params_store_->release(unit);
+  if (use == Use::borrowed || !writes_gradients(pass)) return;
   ++finished_[unit];
   maybe_reduce(plan_.bucket_of_unit(unit));
 }

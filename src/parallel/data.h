@@ -75,7 +75,7 @@ class DataParallel : public UnitHooks {
   // backward.
   double exposed_wait_seconds() const { return wait_seconds_; }
 
-  void before(int unit, Pass pass, Use use) override;
+  void before(int unit, Pass pass, Use use, int next) override;
   void after(int unit, Pass pass, Use use) override;
 
  private:

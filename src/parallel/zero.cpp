@@ -120,6 +120,14 @@ class ShardedParameters : public ParameterStore {
       if (g.pending) g.pending->test();
     }
   }
+  void prefetch(int unit) override {
+    if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
+    Gathered& g = units_[unit];
+    if (g.full.count() > 0) return;
+    const Bucket& b = plan_.buckets()[plan_.bucket_of_unit(unit)];
+    g.full = Buffer(tracker_, MemoryCategory::parameters, shard_.dtype(), b.chunk * plan_.ranks());
+    g.pending = dp_.start_all_gather(shard_.view(b.shard_offset, {b.chunk}), g.full.flat());
+  }
   void init(uint64_t seed) override {
     // Initialise a full temporary copy (values keyed by tensor and element), keep the shard.
     Buffer full(tracker_, MemoryCategory::workspace, params_.dtype(),
@@ -140,14 +148,6 @@ class ShardedParameters : public ParameterStore {
     comm::Handle pending;
     bool bound = false;
   };
-  void prefetch(int unit) {
-    if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
-    Gathered& g = units_[unit];
-    if (g.full.count() > 0) return;
-    const Bucket& b = plan_.buckets()[plan_.bucket_of_unit(unit)];
-    g.full = Buffer(tracker_, MemoryCategory::parameters, shard_.dtype(), b.chunk * plan_.ranks());
-    g.pending = dp_.start_all_gather(shard_.view(b.shard_offset, {b.chunk}), g.full.flat());
-  }
   void bind_all(const Buffer& full) {
     const size_t elem = dtype_size(params_.dtype());
     for (int u = 0; u < params_.num_units(); ++u) {
@@ -234,7 +234,8 @@ class ReduceScatteredGradients : public AllReducedGradients {
     return s;
   }
   void scale(double f) override {
-    for (const OwnedPiece& p : pieces_) be_.scale(params_.gradients().view(p.global, {p.length}), f);
+    for (const OwnedPiece& p : pieces_)
+      be_.scale(params_.gradients().view(p.global, {p.length}), f);
   }
 
  private:
@@ -311,8 +312,7 @@ std::unique_ptr<ParameterStore> make_parameter_store(int stage, ParameterSet& pa
 
 std::unique_ptr<GradientStore> make_gradient_store(int stage, ParameterSet& params,
                                                    comm::Communicator& dp, Backend& be,
-                                                   MemoryTracker& tracker,
-                                                   const BucketPlan& plan) {
+                                                   MemoryTracker& tracker, const BucketPlan& plan) {
   if (stage == 0) return std::make_unique<AllReducedGradients>(params, dp, be, plan);
   if (stage == 1) return std::make_unique<ReduceScatteredGradients>(params, dp, be, tracker, plan);
   return std::make_unique<ShardedGradients>(params, dp, be, tracker, plan);

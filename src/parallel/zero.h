@@ -47,6 +47,7 @@ class ParameterStore {
   virtual const Buffer& optimizer_params() = 0;
   // Unit u is about to be used / is no longer used; `next` (or -1) will be used after it.
   virtual void acquire(int unit, int next) {}
+  virtual void prefetch(int unit) {}  // start making unit `unit` (or -1: none) usable
   virtual void release(int unit) {}
   virtual void poll() {}
   // After the optimizer step: make every rank's parameters whole again.
@@ -71,7 +72,7 @@ class GradientStore {
   // Whether each micro-batch is reduced (sharded stores: their bucket buffers are temporary), or
   // only the last one (the model's own buffer accumulates the micro-batches).
   virtual bool reduces_every_micro_batch() const = 0;
-  virtual void begin_step() = 0;  // zero the gradients
+  virtual void begin_step() = 0;    // zero the gradients
   virtual void open(int bucket) {}  // a backward pass is about to write the bucket's gradients
   virtual Reduction start(int bucket) = 0;
   virtual void complete(Reduction& r) = 0;

@@ -23,8 +23,11 @@ using testing::config_path;
 using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
+using testing::shared_run;
 
-constexpr int64_t kParams = 22688;  // configs/tiny.toml
+constexpr int64_t kParams = 22688;    // configs/tiny.toml
+constexpr int64_t kEmbedding = 2048;  // its 64 x 32 embedding (the lm_head when untied)
+constexpr int64_t kHeadNorm = 32;     // the final norm
 // Child processes (trillion, mpirun and the ranks) inherit this: one OpenMP thread per rank,
 // since ranks already outnumber the 2 cores.
 const std::string kEnv = [] {
@@ -40,28 +43,39 @@ std::vector<nlohmann::json> metrics(const std::string& dir) {
   return lines;
 }
 
-std::string train_args(const std::string& dir, const std::string& optimizer) {
-  return "train " + config_path("tiny.toml") + " --run-dir " + dir +
+std::string train_flags(const std::string& optimizer) {
+  return "train " + config_path("tiny.toml") +
          " --quiet --set train.steps=4 --set parallel.bucket_mb=0.02 --set optim.name=" + optimizer;
 }
+std::string train_args(const std::string& dir, const std::string& optimizer) {
+  return train_flags(optimizer) + " --run-dir " + dir;
+}
 
+// One layout of the parity grid. `extra` is added to the parallel run only: split backward
+// passes and in-memory pipeline chunks must give the fused one-process run.
 struct Layout {
   int dp, zero;
   std::string optimizer;
+  std::string extra;
+  bool tied = false;
+  std::string name;
 };
+
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
 
 class Parity : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(Parity, SameRunSameMemoryFormulaSameBytes) {
   const Layout l = GetParam();
-  const std::string tag =
-      l.optimizer + "_dp" + std::to_string(l.dp) + "_z" + std::to_string(l.zero);
-  const std::string ref = fresh_dir("parity_ref_" + tag), run = fresh_dir("parity_" + tag);
-  ASSERT_EQ(run_trillion(kEnv + train_args(ref, l.optimizer)).exit_code, 0);
-  const auto r =
-      run_trillion(kEnv + "launch -n " + std::to_string(l.dp) + " -- " +
-                   train_args(run, l.optimizer) + " --set parallel.dp=" + std::to_string(l.dp) +
-                   " --set parallel.zero=" + std::to_string(l.zero));
+  const std::string model = l.tied ? " --set model.tied_embeddings=true" : "";
+  const std::string ref = shared_run(kEnv + train_flags(l.optimizer) + model);
+  const std::string run = fresh_dir("parity_" + l.name);
+  const auto r = run_trillion(kEnv + "launch -n " + std::to_string(l.dp) + " -- " +
+                              train_args(run, l.optimizer) + model + l.extra +
+                              " --set parallel.dp=" + std::to_string(l.dp) +
+                              " --set parallel.zero=" + std::to_string(l.zero));
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
@@ -70,7 +84,15 @@ TEST_P(Parity, SameRunSameMemoryFormulaSameBytes) {
   ASSERT_EQ(ma.size(), 4u);
   ASSERT_EQ(mb.size(), 4u);
   const double n = l.dp;
-  const double theory = (l.zero == 3 ? 3.0 : 2.0) * kParams * (n - 1) / n * 4;
+  const int64_t P = l.tied ? kParams - kEmbedding : kParams;
+  // ZeRO-3 gathers every unit a pass reads: all of them in forward and in a fused backward, plus
+  // the tied embedding once more for the head. Split backward passes: B reads all but the
+  // embedding (the head borrows it when tied), W only the head (its logits are recomputed).
+  const bool split = l.extra.find("split_backward=true") != std::string::npos;
+  const int64_t tied = l.tied ? kEmbedding : 0, head = kHeadNorm + (l.tied ? 0 : kEmbedding);
+  const int64_t backward = split ? (P - kEmbedding + tied) + (head + tied) : P + tied;
+  const int64_t gathered = l.zero == 3 ? (P + tied) + backward : P;
+  const double theory = static_cast<double>(P + gathered) * (n - 1) / n * 4;
   for (size_t s = 0; s < ma.size(); ++s) {
     const double a = ma[s]["loss"], b = mb[s]["loss"];
     EXPECT_LE(std::abs(a - b), 1e-5 * std::abs(a)) << "step " << s + 1;
@@ -78,20 +100,21 @@ TEST_P(Parity, SameRunSameMemoryFormulaSameBytes) {
     EXPECT_NEAR(sent / theory, 1.0, 0.01) << "step " << s + 1 << ": " << sent << " vs " << theory;
     EXPECT_EQ(ma[s]["comm_bytes"].get<double>(), 0.0);  // one process sends nothing
     // Per kind, exactly: each reduce-scatter or all-gather pass over the model is P (n-1)/n.
-    const double pass = kParams * (n - 1) / n * 4;
+    const double pass = P * (n - 1) / n * 4;
     const auto& dp = mb[s]["comm"]["dp"];
     if (l.zero == 0) {
       EXPECT_NEAR(dp["all_reduce"].get<double>(), 2 * pass, 64);  // + the loss all-reduce
       EXPECT_FALSE(dp.contains("reduce_scatter"));
     } else {
       EXPECT_EQ(dp["reduce_scatter"].get<double>(), pass);
-      EXPECT_EQ(dp["all_gather"].get<double>(), (l.zero == 3 ? 2 : 1) * pass);
+      EXPECT_EQ(dp["all_gather"].get<double>(), gathered * (n - 1) / n * 4);
     }
   }
 
   const auto summary = read_json(run + "/summary.json");
   EXPECT_EQ(summary["world_size"], l.dp);
-  const plan::ModelStates f = plan::zero_model_states(kParams, l.zero, l.dp, 4, 4, 8);
+  const plan::ModelStates f =
+      plan::zero_model_states(static_cast<double>(P), l.zero, l.dp, 4, 4, 8);
   ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(l.dp));
   for (const auto& rank : summary["memory_per_rank"]) {
     EXPECT_EQ(rank["current"]["parameters"].get<double>(), f.parameters) << rank;
@@ -104,17 +127,29 @@ std::vector<Layout> layouts() {
   std::vector<Layout> all;
   for (const char* opt : {"adamw", "lamb"}) {
     for (int dp : {2, 4}) {
-      for (int zero = 0; zero <= 3; ++zero) all.push_back({dp, zero, opt});
+      for (int zero = 0; zero <= 3; ++zero) {
+        all.push_back(
+            {dp, zero, opt, "", false,
+             std::string(opt) + "_dp" + std::to_string(dp) + "_zero" + std::to_string(zero)});
+      }
     }
   }
+  // Split backward (all B passes, then all W passes), in-memory pipeline chunks, tied
+  // embeddings (the head borrows the embedding's unit): the fused one-process run.
+  const std::string split = " --set parallel.split_backward=true";
+  for (int zero = 1; zero <= 3; ++zero) {
+    all.push_back({2, zero, "adamw", split, false, "split_dp2_zero" + std::to_string(zero)});
+  }
+  all.push_back({2, 3, "adamw",
+                 split + " --set parallel.schedule=interleaved --set parallel.chunks=2", false,
+                 "interleaved2_split_dp2_zero3"});
+  all.push_back({2, 2, "adamw", "", true, "tied_dp2_zero2"});
+  all.push_back({2, 3, "lamb", split, true, "tied_split_lamb_dp2_zero3"});
   return all;
 }
 
 INSTANTIATE_TEST_SUITE_P(DpZeroOptimizer, Parity, ::testing::ValuesIn(layouts()),
-                         [](const ::testing::TestParamInfo<Layout>& i) {
-                           return i.param.optimizer + "_dp" + std::to_string(i.param.dp) + "_zero" +
-                                  std::to_string(i.param.zero);
-                         });
+                         [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 // Gradient accumulation (stages 0-1 reduce once per step, 2-3 every micro-batch) and a dp that
 // divides no bucket (3 ranks: shards padded) train the same run too.
@@ -128,10 +163,10 @@ TEST_P(ParityVariant, SameRun) {
   const Variant v = GetParam();
   const std::string tag = "dp" + std::to_string(v.dp) + "_z" + std::to_string(v.zero) + "_a" +
                           std::to_string(v.accum) + "_b" + std::to_string(v.micro_batch);
-  const std::string ref = fresh_dir("variant_ref_" + tag), run = fresh_dir("variant_" + tag);
+  const std::string run = fresh_dir("variant_" + tag);
   const std::string shape = " --set train.grad_accum=" + std::to_string(v.accum) +
                             " --set train.micro_batch=" + std::to_string(v.micro_batch);
-  ASSERT_EQ(run_trillion(kEnv + train_args(ref, "adamw") + shape).exit_code, 0);
+  const std::string ref = shared_run(kEnv + train_flags("adamw") + shape);
   const auto r =
       run_trillion(kEnv + "launch -n " + std::to_string(v.dp) + " -- " + train_args(run, "adamw") +
                    shape + " --set parallel.dp=" + std::to_string(v.dp) +

@@ -1,12 +1,16 @@
 // Runs the built `trillion` binary from tests (any folder) and captures its exit code and output.
 #pragma once
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -38,6 +42,29 @@ inline std::string config_path(const std::string& name) {
 inline std::string fresh_dir(const std::string& name) {
   const auto dir = std::filesystem::temp_directory_path() / ("trillion_test_" + name);
   std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// The run directory of `trillion <args> --run-dir DIR`, run once and shared by every test (and
+// test process) that asks for the same args with the same binary: parity tests compare many
+// layouts against one one-process reference. A lock file serialises concurrent first requests;
+// a directory without summary.json (a killed run) is run again.
+inline std::string shared_run(const std::string& args) {
+  const auto stamp = std::filesystem::last_write_time(TRILLION_BINARY).time_since_epoch().count();
+  const size_t key = std::hash<std::string>{}(args + "|" + std::to_string(stamp));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("trillion_shared_" + std::to_string(key));
+  const std::string lock_path = dir.string() + ".lock";
+  const int fd = ::open(lock_path.c_str(), O_CREAT | O_RDWR, 0644);
+  if (fd >= 0) ::flock(fd, LOCK_EX);
+  if (!std::filesystem::exists(dir / "summary.json")) {
+    std::filesystem::remove_all(dir);
+    run_trillion(args + " --run-dir " + dir.string());
+  }
+  if (fd >= 0) {
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
+  }
   return dir.string();
 }
 

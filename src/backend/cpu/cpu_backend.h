@@ -81,42 +81,7 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
   int threads() const override { return omp_get_max_threads(); }
 
-  void gemm(Tensor C, bool trans_a, bool trans_b, const Tensor& A, const Tensor& B, double alpha,
-            double beta) override;
-  void gemm_batched(Tensor C, bool trans_a, bool trans_b, const Tensor& A, const Tensor& B,
-                    double alpha, double beta) override;
-  void embedding_forward(Tensor out, const int32_t* tokens, const Tensor& table) override;
-  void embedding_backward_weight(Tensor dtable, const int32_t* tokens, const Tensor& dout) override;
-  void rmsnorm_forward(Tensor out, Tensor rstd, const Tensor& x, const Tensor& w,
-                       double eps) override;
-  void rmsnorm_backward_input(Tensor dx, const Tensor& dout, const Tensor& x, const Tensor& w,
-                              const Tensor& rstd) override;
-  void rmsnorm_backward_weight(Tensor dw, const Tensor& dout, const Tensor& x,
-                               const Tensor& rstd) override;
-  void rope_forward(Tensor qkv, const Tensor& cos_sin, const AttentionShape& s) override;
-  void rope_backward(Tensor dqkv, const Tensor& cos_sin, const AttentionShape& s) override;
-  void attention_forward(Tensor out, Tensor probs, const Tensor& qkv,
-                         const AttentionShape& s) override;
-  void attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                          const AttentionShape& s) override;
-  void flash_attention_forward(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& s,
-                               AttentionBlocks blocks) override;
-  void flash_attention_backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
-                                const Tensor& qkv, const Tensor& lse, const AttentionShape& s,
-                                AttentionBlocks blocks) override;
-  void swiglu_forward(Tensor out, const Tensor& gate_up) override;
-  void swiglu_backward(Tensor dgate_up, const Tensor& dout, const Tensor& gate_up) override;
-  void cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& logits,
-                             const int32_t* targets) override;
-  void cross_entropy_backward(Tensor logits, const Tensor& lse, const int32_t* targets,
-                              double scale) override;
-  void adamw_update(Tensor param, const Tensor& grad, Tensor m, Tensor v,
-                    const AdamWParams& p) override;
-  void fill(Tensor x, double value) override;
-  void copy(Tensor dst, const Tensor& src) override;
-  void add(Tensor y, const Tensor& x) override;
-  void scale(Tensor x, double alpha) override;
-  double sum_squares(const Tensor& x) override;
+  TRILLION_BACKEND_OVERRIDES
 
  private:
   // Scratch of at least `count` elements of `dtype`, accounted as workspace; grows, never
