@@ -42,12 +42,27 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
       reduced_(plan_.buckets().size(), 0) {
   TRILLION_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage must be 0..3");
   TRILLION_CHECK(options.micro_batches >= 1, "at least one micro-batch per step");
+  expected_ = options.passes_per_unit.empty()
+                  ? std::vector<int64_t>(params.num_units(), options.micro_batches)
+                  : options.passes_per_unit;
+  TRILLION_CHECK(static_cast<int>(expected_.size()) == params.num_units(),
+                 "one expected pass count per unit");
   const ModelStorage need = model_storage(options.stage);
   TRILLION_CHECK((params.parameters().count() > 0) == need.parameters &&
                      (params.gradients().count() > 0) == need.gradients,
                  "model storage does not match the ZeRO stage");
   params_store_ = make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
   grads_store_ = make_gradient_store(options.stage, params, dp, backend, tracker, plan_);
+  for (const Bucket& b : plan_.buckets()) {
+    int64_t n = expected_[b.first_unit];
+    for (int u = b.first_unit; u <= b.last_unit; ++u) {
+      // Buckets reduced every micro-batch need every unit to see each micro-batch.
+      TRILLION_CHECK(!grads_store_->reduces_every_micro_batch() || expected_[u] == n,
+                     "units of a ZeRO-2/3 bucket must see the same micro-batches");
+      n = std::min(n, expected_[u]);
+    }
+    needed_.push_back(grads_store_->reduces_every_micro_batch() ? n : 1);
+  }
   if (options.stage == 0) {
     segments_ = full_segments(params.table());
   } else {
@@ -116,14 +131,24 @@ void DataParallel::after(int unit, Pass pass, Use use) {
 
 void DataParallel::maybe_reduce(int b) {
   const Bucket& bk = plan_.buckets()[b];
+  // Micro-batches every unit of the bucket has finished; for an accumulating store, whether all
+  // of them finished all of theirs.
   int64_t done = finished_[bk.first_unit];
-  for (int u = bk.first_unit + 1; u <= bk.last_unit; ++u) done = std::min(done, finished_[u]);
-  TRILLION_CHECK(done <= options_.micro_batches,
-                 fmt::format("unit backward passes exceed the {} micro-batch(es) per step",
-                             options_.micro_batches));
-  if (done <= reduced_[b]) return;
-  if (!grads_store_->reduces_every_micro_batch() && done < options_.micro_batches) return;
-  reduced_[b] = done;
+  bool complete = true;
+  for (int u = bk.first_unit; u <= bk.last_unit; ++u) {
+    TRILLION_CHECK(finished_[u] <= expected_[u],
+                   fmt::format("unit {} ran {} backward passes, more than the {} of a step", u,
+                               finished_[u], expected_[u]));
+    done = std::min(done, finished_[u]);
+    complete = complete && finished_[u] == expected_[u];
+  }
+  if (grads_store_->reduces_every_micro_batch()) {
+    if (done <= reduced_[b]) return;
+    reduced_[b] = done;
+  } else {
+    if (!complete || reduced_[b] > 0) return;
+    reduced_[b] = 1;
+  }
   start_reduction(b);
 }
 
@@ -164,18 +189,27 @@ void DataParallel::finish_gradients() {
   wait_seconds_ += timer.seconds();
 }
 
-double DataParallel::clip_gradients(double max_norm) {
+double DataParallel::gradient_sum_squares() {
   for (size_t b = 0; b < reduced_.size(); ++b) {
-    TRILLION_CHECK(reduced_[b] == options_.micro_batches,
-                   fmt::format("bucket {} reduced {} of {} micro-batches before the update", b,
-                               reduced_[b], options_.micro_batches));
+    TRILLION_CHECK(reduced_[b] == needed_[b],
+                   fmt::format("bucket {} reduced {} of {} times before the update", b, reduced_[b],
+                               needed_[b]));
   }
   double sum_sq = grads_store_->sum_squares();
   // Replicated gradients (stage 0) give every rank the total; otherwise each holds a share.
   if (options_.stage > 0 && dp_.size() > 1) dp_.all_reduce(Tensor(&sum_sq, DType::f64, {1}));
-  const double norm = std::sqrt(sum_sq);
-  if (max_norm > 0 && norm > max_norm) grads_store_->scale(max_norm / norm);
-  return norm;
+  return sum_sq;
+}
+
+std::vector<Tensor> DataParallel::reduced_gradients() {
+  TRILLION_CHECK(options_.stage <= 1, "reduced_gradients: ZeRO-2/3 gradients live in shards");
+  if (options_.stage == 0) return {params_.gradients().flat()};
+  std::vector<Tensor> views;
+  for (const Bucket& b : plan_.buckets()) {
+    const int64_t lo = b.owned_begin(plan_.rank()), hi = b.owned_end(plan_.rank());
+    if (hi > lo) views.push_back(params_.gradients().view(lo, {hi - lo}));
+  }
+  return views;
 }
 
 double DataParallel::mean_across_ranks(double value) {

@@ -4,7 +4,9 @@
 //   begin_step()                       zero this rank's gradients
 //   micro-batches: forward and backward passes of the stages (hooks start bucket reductions)
 //   finish_gradients()                 wait for the reductions still in flight
-//   clip_gradients(max_norm)           global norm over all shards (one all-reduce of a double)
+//   gradient_sum_squares()             this rank's part of the global norm (over the dp shards;
+//                                      the step runner adds the other stages) and, if above the
+//   scale_gradients(max / norm)        clip, scaling
 //   optimizer.step(optimizer_params(), optimizer_grads(), lr)  over segments()
 //   finish_step()                      ZeRO-1/2: all-gather the updated parameters
 //
@@ -35,6 +37,9 @@ struct DataParallelOptions {
   int64_t bucket_elements = 0;  // stages 0-2; stage 3 always reduces and gathers per unit
   bool overlap = true;          // false: wait for each bucket as soon as it starts (to measure)
   int64_t micro_batches = 1;    // backward passes per unit per step (gradient accumulation)
+  // Per local unit, when units differ (DualPipe: each model copy's stages see half the
+  // micro-batches); empty: micro_batches for every unit.
+  std::vector<int64_t> passes_per_unit;
 };
 
 class DataParallel : public UnitHooks {
@@ -67,8 +72,14 @@ class DataParallel : public UnitHooks {
 
   void begin_step();
   void finish_gradients();
-  // Returns the global gradient norm before clipping; scales this rank's gradients if above max.
-  double clip_gradients(double max_norm);
+  // The sum of squares of this stage's reduced gradients, each parameter counted once over the dp
+  // group (one all-reduce of a double when they are sharded). After finish_gradients().
+  double gradient_sum_squares();
+  void scale_gradients(double factor) { grads_store_->scale(factor); }
+  // Views of the reduced gradients this rank holds after finish_gradients(): the whole gradient
+  // buffer (ZeRO-0) or this rank's owned chunk of each bucket (ZeRO-1). For summing copies of
+  // the same parameters held by other stages (DualPipe's two model copies).
+  std::vector<Tensor> reduced_gradients();
   void finish_step() { params_store_->finish_step(); }
   double mean_across_ranks(double value);
   // Seconds finish_gradients() spent waiting in the last step: reduction time not hidden behind
@@ -92,8 +103,10 @@ class DataParallel : public UnitHooks {
   std::unique_ptr<ParameterStore> params_store_;
   std::unique_ptr<GradientStore> grads_store_;
   std::vector<OptimSegment> segments_;
+  std::vector<int64_t> expected_;  // per unit: backward passes per step
   std::vector<int64_t> finished_;  // per unit: backward passes finished this step
   std::vector<int64_t> reduced_;   // per bucket: micro-batches whose reduction has started
+  std::vector<int64_t> needed_;    // per bucket: reductions per step (1, or every micro-batch)
   std::vector<Reduction> in_flight_;
   double wait_seconds_ = 0;
 };

@@ -22,12 +22,18 @@ enum class ActionKind { kForward, kBackwardInput, kBackwardWeight, kSendF, kRecv
 std::string_view kind_name(ActionKind kind);
 bool is_compute(ActionKind kind);
 
+// How a compute action groups with the one after it (the generators' marks, kept so the
+// executor runs what was scheduled): a B fused with the W that follows it (one unsplit backward),
+// or an F overlapped with the B that follows it (DualPipe's F&B pair).
+enum class ActionGroup : uint8_t { kAlone, kFusedWithNextW, kPairedWithNextB };
+
 struct Action {
   int rank = 0;
   ActionKind kind = ActionKind::kForward;
   int microbatch = 0;
   int chunk = 0;  // which of the rank's model chunks (0..v-1)
   int stage = 0;  // position of that chunk in the micro-batch's path through the pipeline
+  ActionGroup group = ActionGroup::kAlone;
   bool operator==(const Action&) const = default;
 };
 

@@ -274,6 +274,7 @@ void insert_communication(Schedule& s, const std::vector<std::vector<char>>& mar
         const bool prev_remote = a.stage > 0 && path[a.stage - 1].rank != r;
         const bool next_remote = a.stage < last && path[a.stage + 1].rank != r;
         Action c = a;
+        c.group = ActionGroup::kAlone;
         if (a.kind == K::kForward && (before ? prev_remote : next_remote))
           c.kind = before ? K::kRecvF : K::kSendF;
         else if (a.kind == K::kBackwardInput && (before ? next_remote : prev_remote))
@@ -283,7 +284,12 @@ void insert_communication(Schedule& s, const std::vector<std::vector<char>>& mar
         out.push_back(c);
       };
       for (size_t k = i; k < end; ++k) comm(in[k], true);
-      for (size_t k = i; k < end; ++k) out.push_back(in[k]);
+      for (size_t k = i; k < end; ++k) {
+        Action a = in[k];
+        if (mark(k) == kFusedWithW) a.group = ActionGroup::kFusedWithNextW;
+        if (mark(k) == kPairedWithNext) a.group = ActionGroup::kPairedWithNextB;
+        out.push_back(a);
+      }
       for (size_t k = i; k < end; ++k) comm(in[k], false);
       i = end;
     }

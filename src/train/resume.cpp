@@ -10,7 +10,7 @@ namespace trillion {
 namespace {
 // A full table-layout buffer, alive only while a checkpoint is read or written.
 Buffer full_buffer(StepRunner& runner, MemoryTracker& tracker, DType dtype) {
-  return Buffer(tracker, MemoryCategory::workspace, dtype, runner.table().total_elements());
+  return Buffer(tracker, MemoryCategory::workspace, dtype, runner.global_elements());
 }
 }  // namespace
 
@@ -20,10 +20,9 @@ void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& track
   const DType dt = config.model.dtype;
   Buffer params = full_buffer(runner, tracker, dt), m = full_buffer(runner, tracker, dt),
          v = full_buffer(runner, tracker, dt);
-  parallel::DataParallel& dp = runner.data_parallel();
-  dp.gather_parameters(params);
-  dp.gather_state(runner.optimizer().first_moment(), m);
-  dp.gather_state(runner.optimizer().second_moment(), v);
+  runner.gather_global_parameters(params);
+  runner.gather_global_state(runner.optimizer().first_moment(), m);
+  runner.gather_global_state(runner.optimizer().second_moment(), v);
   if (!dir.lead()) return;
   CheckpointContents c{&params,
                        &m,
@@ -47,10 +46,9 @@ int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTrac
     Buffer params = full_buffer(runner, tracker, dt), m = full_buffer(runner, tracker, dt),
            v = full_buffer(runner, tracker, dt);
     const CheckpointState st = load_checkpoint(ckpt, params, &m, &v);
-    parallel::DataParallel& dp = runner.data_parallel();
-    dp.load_parameters(params);
-    dp.load_state(m, runner.optimizer().first_moment());
-    dp.load_state(v, runner.optimizer().second_moment());
+    runner.load_global_parameters(params);
+    runner.load_global_state(m, runner.optimizer().first_moment());
+    runner.load_global_state(v, runner.optimizer().second_moment());
     runner.optimizer().set_steps_taken(st.optimizer_steps);
     dir.event(fmt::format("resumed from {} at step {}", ckpt, st.step));
     return st.step;

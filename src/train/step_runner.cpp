@@ -3,9 +3,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/timer.h"
 #include "model/transformer.h"
 #include "optim/lamb.h"
+#include "parallel/global_layout.h"
+#include "plan/parameter_table.h"
 #include "plan/stage_partition.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
@@ -28,30 +32,46 @@ LrSchedule lr_schedule_of(const RunConfig& c) {
   return s;
 }
 
-comm::Communicator& checked_group(comm::Communicator& dp, const RunConfig& c) {
-  if (dp.size() != c.parallel.dp) {
+comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const char* key) {
+  if (g.size() != degree) {
     throw Error(
-        fmt::format("parallel.dp = {} but the data-parallel group has {} process(es); "
-                    "start {} processes (trillion launch -n {} -- train ...)",
-                    c.parallel.dp, dp.size(), c.parallel.dp, c.parallel.dp));
+        fmt::format("parallel.{} = {} but the {} group has {} process(es); start "
+                    "pp*dp*cp*tp processes (trillion launch -n N -- train ...)",
+                    key, degree, key, g.size()));
   }
-  return dp;
+  return g;
 }
 
 // The layouts this build trains; the others are shown by `trillion inspect`.
 const RunConfig& checked_layout(const RunConfig& c) {
   auto refuse = [](const char* key, int64_t v, const char* what) {
     if (v != 1) {
-      throw Error(fmt::format("parallel.{} = {}: {} is not in this build yet; `trillion inspect "
-                              "CONFIG --set parallel.{}={}` shows the layout's shards and local "
-                              "shapes",
-                              key, v, what, key, v));
+      throw Error(
+          fmt::format("parallel.{} = {}: {} is not in this build yet; `trillion inspect "
+                      "CONFIG --set parallel.{}={}` shows the layout's shards and local "
+                      "shapes",
+                      key, v, what, key, v));
     }
   };
   refuse("tp", c.parallel.tp, "tensor parallelism");
-  refuse("pp", c.parallel.pp, "pipeline parallelism across processes");
   refuse("cp", c.parallel.cp, "context parallelism");
   refuse("ep", c.parallel.ep, "expert parallelism");
+  const ParallelConfig& p = c.parallel;
+  if (p.pp > 1 && p.zero >= 2) {
+    throw Error(fmt::format(
+        "parallel.zero = {} with parallel.pp = {}: ZeRO-2/3 reduce or gather every micro-batch, "
+        "which pipelining multiplies; use parallel.zero = 0 or 1 with pipeline parallelism",
+        p.zero, p.pp));
+  }
+  const bool dualpipe =
+      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
+  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe) {
+    throw Error(fmt::format(
+        "model.tied_embeddings = true with parallel.pp = {}: the head (last stage) and the "
+        "embedding (first stage) are on different ranks; use tied_embeddings = false, or the "
+        "dualpipe schedule (its ranks hold both ends)",
+        p.pp));
+  }
   return c;
 }
 
@@ -61,66 +81,175 @@ ParallelContext context_of(const RunConfig& c, int dp) {
 
 schedule::Schedule schedule_of(const RunConfig& c) {
   const schedule::ScheduleKind kind = schedule::parse_schedule_kind(c.parallel.schedule);
-  const bool chunked = kind == schedule::ScheduleKind::kInterleaved;
-  if (!chunked && c.parallel.chunks != 1) {
-    throw Error(fmt::format("parallel.chunks = {} needs parallel.schedule = \"interleaved\" "
-                            "(the {} schedule runs one chunk per rank)",
-                            c.parallel.chunks, c.parallel.schedule));
+  const int p = static_cast<int>(c.parallel.pp), m = static_cast<int>(c.train.grad_accum);
+  int v = static_cast<int>(c.parallel.chunks);
+  if (kind == schedule::ScheduleKind::kDualPipe) {
+    if (v != 1 && v != 2) {
+      throw Error(
+          fmt::format("parallel.chunks = {}: dualpipe holds 2 chunks per rank (its two "
+                      "model copies); leave chunks unset",
+                      v));
+    }
+    v = 2;
+  } else if (kind != schedule::ScheduleKind::kInterleaved && v != 1) {
+    throw Error(
+        fmt::format("parallel.chunks = {} needs parallel.schedule = \"interleaved\" "
+                    "(the {} schedule runs one chunk per rank)",
+                    v, c.parallel.schedule));
   }
-  return schedule::generate_schedule(kind, static_cast<int>(c.parallel.pp),
-                                     static_cast<int>(c.train.grad_accum),
-                                     static_cast<int>(c.parallel.chunks));
+  schedule::Schedule s;
+  try {
+    s = schedule::generate_schedule(kind, p, m, v);
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("parallel.schedule = \"{}\" with parallel.pp = {} and "
+                    "train.grad_accum = {} micro-batches per step: {}",
+                    c.parallel.schedule, p, m, e.what()));
+  }
+  const int stages = s.num_stages(0);
+  if (stages > c.model.n_layers) {
+    throw Error(
+        fmt::format("parallel.pp = {} x {} chunk(s) = {} stages for model.n_layers = {}: "
+                    "every stage needs a whole layer; lower pp or chunks",
+                    p, s.num_chunks / (kind == schedule::ScheduleKind::kDualPipe ? 2 : 1), stages,
+                    c.model.n_layers));
+  }
+  return s;
+}
+
+// One micro-batch's forward through the pipeline, along the first path (validation).
+schedule::Schedule forward_only(const schedule::Schedule& train) {
+  schedule::Schedule s;
+  s.kind = train.kind;
+  s.num_ranks = train.num_ranks;
+  s.num_microbatches = 1;
+  s.num_chunks = train.num_chunks;
+  s.chunk_fraction = train.chunk_fraction;
+  s.paths = {train.paths[0]};
+  s.path_of = {0};
+  s.actions.assign(s.num_ranks, {});
+  using K = schedule::ActionKind;
+  const auto& path = s.paths[0];
+  for (int st = 0; st < static_cast<int>(path.size()); ++st) {
+    const schedule::Placement& at = path[st];
+    schedule::Action f{at.rank, K::kForward, 0, at.chunk, st};
+    if (st > 0 && path[st - 1].rank != at.rank) {
+      schedule::Action r = f;
+      r.kind = K::kRecvF;
+      s.actions[at.rank].push_back(r);
+    }
+    s.actions[at.rank].push_back(f);
+    if (st + 1 < static_cast<int>(path.size()) && path[st + 1].rank != at.rank) {
+      schedule::Action snd = f;
+      snd.kind = K::kSendF;
+      s.actions[at.rank].push_back(snd);
+    }
+  }
+  return s;
 }
 
 parallel::DataParallelOptions parallel_options(const RunConfig& c) {
   const double elem = static_cast<double>(dtype_size(c.model.dtype));
   return {static_cast<int>(c.parallel.zero),
-          static_cast<int64_t>(c.parallel.bucket_mb * 1e6 / elem), c.parallel.overlap,
-          c.train.grad_accum};
+          static_cast<int64_t>(c.parallel.bucket_mb * 1e6 / elem),
+          c.parallel.overlap,
+          c.train.grad_accum,
+          {}};
+}
+
+comm::Communicator& group_or(comm::Communicator* g, std::unique_ptr<comm::Communicator>& local,
+                             const char* name) {
+  if (g != nullptr) return *g;
+  local = std::make_unique<comm::LocalCommunicator>(name);
+  return *local;
 }
 }  // namespace
 
 StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker& tracker,
-                       comm::Communicator* dp)
+                       RankGroups groups)
     : config_(checked_layout(config)),
       be_(backend),
-      local_(dp == nullptr ? std::make_unique<comm::LocalCommunicator>("dp") : nullptr),
-      dp_(checked_group(dp == nullptr ? *local_ : *dp, config)),
+      dp_(checked_group(group_or(groups.dp, local_dp_, "dp"), config.parallel.dp, "dp")),
+      pp_(checked_group(group_or(groups.pp, local_pp_, "pp"), config.parallel.pp, "pp")),
       ctx_(context_of(config, dp_.size())),
       schedule_(schedule_of(config)),
+      eval_schedule_(forward_only(schedule_)),
+      global_table_(build_parameter_table(config.model)),
+      tracker_(tracker),
       lr_schedule_(lr_schedule_of(config)) {
   const ModelConfig& mc = config.model;
   const int zero = static_cast<int>(config.parallel.zero);
-  params_ = std::make_unique<ParameterSet>(build_parameter_table(mc), ShardCoord{}, mc.dtype,
-                                           backend, tracker,
-                                           parallel::DataParallel::model_storage(zero));
-  // Stage s of the model runs where the schedule's path places it; this rank is rank 0 of a
-  // one-rank pipeline, so its chunks are all the stages.
-  const int n_stages = schedule_.num_stages(0);
-  const std::vector<plan::StageUnits> partition = plan::partition_stages(mc.n_layers, n_stages);
-  const std::vector<int> slots = schedule::inflight_slots(schedule_, 0);
-  stages_.resize(schedule_.num_chunks);
-  for (int s = 0; s < n_stages; ++s) {
-    const schedule::Placement& where = schedule_.path(0)[s];
-    stages_[where.chunk] = std::make_unique<StageModel>(
-        mc, ctx_, *params_, StageRange{partition[s].first_unit, partition[s].last_unit},
-        StageOptions{slots[where.chunk], config.parallel.split_backward}, backend, tracker);
+  const int rank = pp_.rank();
+  // The stages this pipeline rank runs, one per chunk, where the schedule's paths place them.
+  const std::vector<plan::StageUnits> partition =
+      plan::partition_stages(mc.n_layers, schedule_.num_stages(0));
+  std::vector<int> stage_of_chunk(schedule_.num_chunks, -1);
+  for (const auto& path : schedule_.paths) {
+    for (int s = 0; s < static_cast<int>(path.size()); ++s) {
+      if (path[s].rank == rank) stage_of_chunk[path[s].chunk] = s;
+    }
   }
-  parallel_ = std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker,
-                                                       parallel_options(config));
+  auto held = [&](int unit) {
+    for (int s : stage_of_chunk) {
+      if (unit >= partition[s].first_unit && unit <= partition[s].last_unit) return true;
+    }
+    return false;
+  };
+  // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
+  params_ = std::make_unique<ParameterSet>(global_table_.local(held, ShardCoord{}), ShardCoord{},
+                                           mc.dtype, backend, tracker,
+                                           parallel::DataParallel::model_storage(zero));
+  const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
+  std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
+  for (const schedule::Action& a : schedule_.actions[rank]) {
+    if (a.kind == schedule::ActionKind::kBackwardInput &&
+        a.group != schedule::ActionGroup::kFusedWithNextW) {
+      split[a.chunk] = 1;  // the schedule defers this W: keep what it needs
+    }
+  }
+  stages_.resize(schedule_.num_chunks);
+  for (int c = 0; c < schedule_.num_chunks; ++c) {
+    const plan::StageUnits& u = partition[stage_of_chunk[c]];
+    stages_[c] =
+        std::make_unique<StageModel>(mc, ctx_, *params_, StageRange{u.first_unit, u.last_unit},
+                                     StageOptions{slots[c], split[c] != 0}, backend, tracker);
+  }
+  // Backward passes per unit per step: the micro-batches its chunk runs (DualPipe's two copies
+  // see half each).
+  parallel::DataParallelOptions dp_options = parallel_options(config);
+  std::vector<int64_t> passes_of_chunk(schedule_.num_chunks, 0);
+  for (const schedule::Action& a : schedule_.actions[rank]) {
+    if (a.kind == schedule::ActionKind::kBackwardWeight) ++passes_of_chunk[a.chunk];
+  }
+  dp_options.passes_per_unit.assign(params_->num_units(), 0);
+  for (int c = 0; c < schedule_.num_chunks; ++c) {
+    const plan::StageUnits& u = partition[stage_of_chunk[c]];
+    for (int g = u.first_unit; g <= u.last_unit; ++g) {
+      dp_options.passes_per_unit[params_->local_unit(g)] = passes_of_chunk[c];
+    }
+  }
+  parallel_ = std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker, dp_options);
   std::vector<StageModel*> chunks;
   for (auto& s : stages_) chunks.push_back(s.get());
-  executor_ = std::make_unique<parallel::PipelineExecutor>(schedule_, 0, chunks, backend);
+  comm::Communicator* pp = pp_.size() > 1 ? &pp_ : nullptr;
+  executor_ =
+      std::make_unique<parallel::PipelineExecutor>(schedule_, rank, chunks, backend, tracker, pp);
+  eval_executor_ = std::make_unique<parallel::PipelineExecutor>(eval_schedule_, rank, chunks,
+                                                                backend, tracker, pp);
+  if (schedule_.kind == schedule::ScheduleKind::kDualPipe) {
+    const int p = pp_.size();
+    mirror_ = pp_.split(std::min(rank, p - 1 - rank), rank, "pp_mirror");
+  }
 
   const AdamWConfig oc = adamw_config(config.optim);
   if (config.optim.name == "lamb") {
-    optimizer_ = std::make_unique<Lamb>(params_->table(), parallel_->segments(),
-                                        parallel_->state_elements(), mc.dtype, oc, tracker,
-                                        parallel_->sum_across_ranks());
+    optimizer_ =
+        std::make_unique<Lamb>(params_->table(), parallel_->segments(), parallel_->state_elements(),
+                               mc.dtype, oc, tracker, parallel_->sum_across_ranks());
   } else {
-    optimizer_ = std::make_unique<AdamW>(params_->table(), parallel_->segments(),
-                                         parallel_->state_elements(), mc.dtype, oc, backend,
-                                         tracker);
+    optimizer_ =
+        std::make_unique<AdamW>(params_->table(), parallel_->segments(),
+                                parallel_->state_elements(), mc.dtype, oc, backend, tracker);
   }
 }
 
@@ -131,44 +260,92 @@ int64_t StepRunner::tokens_per_step() const {
 StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   Timer timer;
   StepStats st;
-  const comm::CommCounters before = dp_.counters();
+  const comm::CommCounters dp_before = dp_.counters(), pp_before = pp_.counters();
+  const comm::CommCounters mirror_before = mirror_ ? mirror_->counters() : comm::CommCounters{};
   const int64_t accum = config_.train.grad_accum;
   // Every rank scales by the global token count, so the sum over ranks is the mean's gradient.
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
   parallel_->begin_step();
-  const std::vector<double> sums = executor_->run(
-      [&](int64_t micro, int32_t* tokens, int32_t* targets) {
-        batches(step_index, micro, tokens, targets);
-      },
-      grad_scale);
+  const std::vector<double> sums =
+      executor_->run([&](int64_t micro, int32_t* tokens,
+                         int32_t* targets) { batches(step_index, micro, tokens, targets); },
+                     grad_scale);
   const double N = static_cast<double>(ctx_.shape.tokens());
   for (double sum : sums) st.loss += sum / N / static_cast<double>(accum);
+  // The head stages hold the losses (both ends under DualPipe); every pipeline rank learns them.
+  if (pp_.size() > 1) pp_.all_reduce(Tensor(&st.loss, DType::f64, {1}));
   parallel_->finish_gradients();
   st.loss = parallel_->mean_across_ranks(st.loss);
-  st.grad_norm = parallel_->clip_gradients(config_.optim.grad_clip);
+  // DualPipe: the gradient of a stage is the sum over the two model copies that hold it.
+  if (mirror_) {
+    for (const Tensor& g : parallel_->reduced_gradients()) mirror_->all_reduce(g);
+  }
+  // The global norm over every stage, each parameter once (one of the two DualPipe copies).
+  double sum_sq = parallel_->gradient_sum_squares();
+  if (mirror_ && pp_.rank() >= pp_.size() / 2) sum_sq = 0;
+  if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum_sq, DType::f64, {1}));
+  st.grad_norm = std::sqrt(sum_sq);
+  if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
+    parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
+  }
   st.lr = lr_schedule_.at(step_index);
   optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
   parallel_->finish_step();
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
-  st.comm = dp_.counters() - before;
-  st.comm_bytes = st.comm.total_sent();
+  st.comm = dp_.counters() - dp_before;
+  st.comm_pp = pp_.counters() - pp_before;
+  if (mirror_) st.comm_mirror = mirror_->counters() - mirror_before;
+  st.comm_bytes = st.comm.total_sent() + st.comm_pp.total_sent() + st.comm_mirror.total_sent();
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
+  st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;
 }
 
+void StepRunner::to_global(const Buffer& local, const Buffer& global) {
+  be_.fill(global.flat(), 0.0);
+  // DualPipe's two ranks of a pair hold the same tensors: the lower one contributes.
+  const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
+  parallel::local_to_global(be_, params_->table(), params_->shard(), local, global_table_, global,
+                            [&](int) { return contributes; });
+  if (pp_.size() > 1) pp_.all_reduce(global.flat());
+}
+
+void StepRunner::gather_global_parameters(const Buffer& global) {
+  Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
+  parallel_->gather_parameters(local);
+  to_global(local, global);
+}
+
+void StepRunner::gather_global_state(const Buffer& state, const Buffer& global) {
+  Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
+  parallel_->gather_state(state, local);
+  to_global(local, global);
+}
+
+void StepRunner::load_global_parameters(const Buffer& global) {
+  Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
+  parallel::global_to_local(be_, global_table_, global, params_->table(), params_->shard(), local);
+  parallel_->load_parameters(local);
+}
+
+void StepRunner::load_global_state(const Buffer& global, const Buffer& state) {
+  Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
+  parallel::global_to_local(be_, global_table_, global, params_->table(), params_->shard(), local);
+  parallel_->load_state(local, state);
+}
+
 double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets) {
-  // Stage order along the schedule's path; activations handed over in memory (one rank).
-  double sum = 0;
-  const int n_stages = schedule_.num_stages(0);
-  for (int s = 0; s < n_stages; ++s) {
-    StageModel& stage = *stages_[schedule_.path(0)[s].chunk];
-    if (stage.has_embedding()) stage.set_tokens(0, tokens);
-    if (stage.has_head()) stage.set_targets(0, targets);
-    if (s > 0) be_.copy(stage.input(0), stages_[schedule_.path(0)[s - 1].chunk]->output(0));
-    sum += stage.forward(0);
-  }
-  return sum / static_cast<double>(ctx_.shape.tokens());
+  const int64_t n = ctx_.shape.tokens();
+  const std::vector<double> sums = eval_executor_->run(
+      [&](int64_t, int32_t* tok, int32_t* tgt) {
+        std::copy(tokens, tokens + n, tok);
+        std::copy(targets, targets + n, tgt);
+      },
+      1.0);
+  double sum = sums[0];
+  if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum, DType::f64, {1}));
+  return sum / static_cast<double>(n);
 }
 
 }  // namespace trillion

@@ -1,12 +1,14 @@
 // StepRunner: one optimizer step of a run = the rank's pipeline schedule over its stage models
-// (grad_accum micro-batches; with pp = 1 the one-stage schedule, or parallel.chunks stages of one
-// process), gradient reduction across the data-parallel group (parallel/data.h: buckets started
-// during backward, ZeRO stage 0-3), global-norm clipping, a learning rate from the schedule, and
-// an AdamW or LAMB update of this rank's parameters. The trainer, `trillion bench step` and the
-// tests all step through this one class, so what is benchmarked is what trains.
+// (grad_accum micro-batches; the stages of its pipeline rank, parallel.chunks of them per rank;
+// with pp = 1 and one chunk the one-stage schedule), gradient reduction across the data-parallel
+// group (parallel/data.h: buckets started during backward, ZeRO stage 0-3), the sum of the two
+// copies' gradients under DualPipe, global-norm clipping over every stage, a learning rate from
+// the schedule, and an AdamW or LAMB update of this rank's parameters. The trainer, `trillion
+// bench step` and the tests all step through this one class, so what is benchmarked is what
+// trains.
 //
 // train.micro_batch is the global micro-batch: this rank runs micro_batch / dp sequences of it.
-// With one process (no dp group given) the step is exactly the one-process algorithm.
+// With one process (no groups given) the step is exactly the one-process algorithm.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +32,18 @@ struct StepStats {
   double grad_norm = 0;  // before clipping, over all shards
   int64_t tokens = 0;    // global
   double seconds = 0;
-  uint64_t comm_bytes = 0;       // bytes this rank sent in the step, all collectives
-  comm::CommCounters comm;       // the dp group's counters for the step, per collective kind
-  double comm_wait_seconds = 0;  // time blocked on gradient reductions after backward
+  uint64_t comm_bytes = 0;           // bytes this rank sent in the step, all groups
+  comm::CommCounters comm;           // the dp group's counters for the step, per collective kind
+  comm::CommCounters comm_pp;        // the pp group's: activations, their gradients, loss and norm
+  comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
+  double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
+  double pipeline_wait_seconds = 0;  // time blocked on pipeline receives
+};
+
+// This rank's process groups (nullptr: a group of one), from the DeviceMesh.
+struct RankGroups {
+  comm::Communicator* dp = nullptr;
+  comm::Communicator* pp = nullptr;
 };
 
 // Fills tokens and targets ([B_local*T] each) for this rank's part of micro-batch `micro` of
@@ -42,21 +53,38 @@ using BatchSource =
 
 class StepRunner {
  public:
-  // dp: the data-parallel group, of size config.parallel.dp (nullptr: one process).
+  // Groups of sizes config.parallel.dp and .pp. Throws Error naming the values for a layout this
+  // build cannot run, before allocating.
   StepRunner(const RunConfig& config, Backend& backend, MemoryTracker& tracker,
-             comm::Communicator* dp = nullptr);
+             RankGroups groups = {});
+  // dp only (pp = 1).
+  StepRunner(const RunConfig& config, Backend& backend, MemoryTracker& tracker,
+             comm::Communicator* dp)
+      : StepRunner(config, backend, tracker, RankGroups{dp, nullptr}) {}
 
   StepStats step(int64_t step_index, const BatchSource& batches);
-  // Mean loss of one micro-batch, forward only (validation).
+  // Mean loss of one micro-batch, forward only (validation). Collective over the pp group.
   double evaluate(const int32_t* tokens, const int32_t* targets);
   // Initial parameters, identical for every layout.
   void init_parameters(uint64_t seed) { parallel_->init_parameters(seed); }
 
+  // The one-process layout of the parameters or of an optimizer moment, for checkpoints: every
+  // rank gets the whole model (collective over the dp and pp groups), and loads it back cut to
+  // its layout, so any layout resumes any checkpoint. Buffers hold global_elements().
+  int64_t global_elements() const { return global_table_.total_elements(); }
+  void gather_global_parameters(const Buffer& global);
+  void gather_global_state(const Buffer& state, const Buffer& global);
+  void load_global_parameters(const Buffer& global);
+  void load_global_state(const Buffer& global, const Buffer& state);
+
   ParameterSet& parameters() { return *params_; }
   const TensorTable& table() const { return params_->table(); }
-  int num_stages() const { return static_cast<int>(stages_.size()); }
+  int num_stages() const { return static_cast<int>(stages_.size()); }  // on this rank
   StageModel& stage(int chunk) { return *stages_.at(chunk); }
   const schedule::Schedule& schedule() const { return schedule_; }
+  int pipeline_rank() const { return pp_.rank(); }
+  comm::Communicator& pipeline_group() { return pp_; }
+  const parallel::PipelineExecutor& executor() const { return *executor_; }
   Optimizer& optimizer() { return *optimizer_; }
   parallel::DataParallel& data_parallel() { return *parallel_; }
   const LrSchedule& lr_schedule() const { return lr_schedule_; }
@@ -67,14 +95,22 @@ class StepRunner {
  private:
   RunConfig config_;
   Backend& be_;
-  std::unique_ptr<comm::Communicator> local_;  // the group of one when no dp group is given
+  std::unique_ptr<comm::Communicator> local_dp_, local_pp_;  // groups of one when none is given
   comm::Communicator& dp_;
+  comm::Communicator& pp_;
+  std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
+                                                // same stages of the other model copy
   ParallelContext ctx_;
-  schedule::Schedule schedule_;
+  schedule::Schedule schedule_, eval_schedule_;
+  TensorTable global_table_;
+  MemoryTracker& tracker_;
   std::unique_ptr<ParameterSet> params_;
   std::vector<std::unique_ptr<StageModel>> stages_;  // per chunk of this rank
   std::unique_ptr<parallel::DataParallel> parallel_;
-  std::unique_ptr<parallel::PipelineExecutor> executor_;
+  std::unique_ptr<parallel::PipelineExecutor> executor_, eval_executor_;
+  // Assembles a local-layout buffer into the global layout over the pp group (one holder of
+  // each tensor contributes).
+  void to_global(const Buffer& local, const Buffer& global);
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule lr_schedule_;
 };

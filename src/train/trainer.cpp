@@ -38,6 +38,14 @@ double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches) {
   return runner.data_parallel().mean_across_ranks(total / static_cast<double>(batches));
 }
 
+// Bytes sent per group and collective kind (groups with traffic only).
+nlohmann::json comm_groups_json(const StepStats& st) {
+  nlohmann::json j = comm_json("dp", st.comm);
+  if (st.comm_pp.total_sent() > 0) j.update(comm_json("pp", st.comm_pp));
+  if (st.comm_mirror.total_sent() > 0) j.update(comm_json("pp_mirror", st.comm_mirror));
+  return j;
+}
+
 // All ranks stop together, when any rank was asked to.
 bool any_rank(comm::Communicator& world, bool mine) {
   if (world.size() == 1) return mine;
@@ -73,7 +81,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   RunDirectory dir(opt.run_dir, opt.resume, world.rank() == 0, !opt.quiet);
   MemoryTracker tracker;
   auto backend = make_cpu_backend(tracker);
-  StepRunner runner(config, *backend, tracker, &mesh.group(comm::MeshGroup::dp));
+  StepRunner runner(config, *backend, tracker,
+                    RankGroups{&mesh.group(comm::MeshGroup::dp), &mesh.group(comm::MeshGroup::pp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const std::string config_toml = to_toml(config);
 
@@ -126,7 +135,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"mfu", mfu},
                         {"seconds", st.seconds},
                         {"comm_bytes", st.comm_bytes},
-                        {"comm", comm_json(runner.data_parallel().group().name(), st.comm)},
+                        {"comm", comm_groups_json(st)},
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;

@@ -140,7 +140,7 @@ TEST(Executor, DeferredWeightGradientsNeedSplitStagesAndMatchFused) {
     StageModel stage(mc, ctx, params, {0, last}, {m, split}, *be, tracker);
     params.init(3);
     params.zero_grad();
-    parallel::PipelineExecutor ex(sched, 0, {&stage}, *be);
+    parallel::PipelineExecutor ex(sched, 0, {&stage}, *be, tracker);
     *losses = ex.run(batches, 1.0 / (n * m));
     const char* g = static_cast<const char*>(params.gradients().raw());
     return std::vector<char>(g, g + params.gradients().bytes());
