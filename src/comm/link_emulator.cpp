@@ -2,12 +2,14 @@
 #include "comm/link_emulator.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <thread>
 
 #include "core/error.h"
+#include "core/philox.h"
 
 namespace trillion::comm {
 
@@ -19,10 +21,11 @@ Clock::duration to_duration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
-// Polls instead of blocking inside MPI (which spins): an emulated wait is long, and a spinning
-// rank would take a core from the ranks that have work.
+// Polls instead of blocking inside MPI (which spins without yielding): each test lets MPI move
+// the next fragment of a large message, and the yield between tests leaves the core to a rank
+// that has work (emulated waits are long, and tests and benchmarks oversubscribe cores).
 void poll_until_done(PendingOp& op) {
-  while (!op.test()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  while (!op.test()) std::this_thread::yield();
 }
 
 // A send held back until its delivery time, then handed to the wrapped communicator.
@@ -71,6 +74,71 @@ class HeldSend : public PendingOp {
   bool posted_ = false, done_ = false;
 };
 
+// Same host: the message goes out at once, after a one-number header with its delivery time on
+// the host's monotonic clock; the send completes when the link is free again (the transfer time
+// has passed), the receive no earlier than the delivery time. The real copy overlaps the
+// emulated time instead of adding to it.
+double clock_seconds(Clock::time_point t) {
+  return std::chrono::duration<double>(t.time_since_epoch()).count();
+}
+
+class StampedSend : public PendingOp {
+ public:
+  StampedSend(Communicator& inner, const Tensor& data, int dest, int tag, Clock::time_point free_at,
+              Clock::time_point deliver_at)
+      : free_at_(free_at), stamp_(std::make_unique<double>(clock_seconds(deliver_at))) {
+    header_ = inner.start_send(Tensor(stamp_.get(), DType::f64, {1}), dest, tag);
+    data_ = inner.start_send(data, dest, tag);
+  }
+  bool test() override {
+    if (done_) return true;
+    const bool header = header_->test(), data = data_->test();
+    done_ = header && data && Clock::now() >= free_at_;
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    poll_until_done(*header_);
+    poll_until_done(*data_);
+    std::this_thread::sleep_until(free_at_);
+    done_ = true;
+  }
+
+ private:
+  Clock::time_point free_at_;
+  std::unique_ptr<double> stamp_;
+  Handle header_, data_;
+  bool done_ = false;
+};
+
+class StampedRecv : public PendingOp {
+ public:
+  StampedRecv(Communicator& inner, const Tensor& data, int source, int tag)
+      : stamp_(std::make_unique<double>(0)) {
+    header_ = inner.start_recv(Tensor(stamp_.get(), DType::f64, {1}), source, tag);
+    data_ = inner.start_recv(data, source, tag);
+  }
+  bool test() override {
+    if (done_) return true;
+    const bool header = header_->test(), data = data_->test();
+    done_ = header && data && Clock::now() >= deliver_at();
+    return done_;
+  }
+  void wait() override {
+    if (done_) return;
+    poll_until_done(*header_);
+    poll_until_done(*data_);
+    std::this_thread::sleep_until(deliver_at());
+    done_ = true;
+  }
+
+ private:
+  Clock::time_point deliver_at() const { return Clock::time_point(to_duration(*stamp_)); }
+  std::unique_ptr<double> stamp_;
+  Handle header_, data_;
+  bool done_ = false;
+};
+
 // A wrapped operation that waits by polling and, optionally, completes no earlier than `ready_at`.
 class PolledOp : public PendingOp {
  public:
@@ -117,13 +185,19 @@ LinkEmulator::LinkEmulator(std::unique_ptr<Communicator> inner, int site, LinkMo
   validate(within_, "within a site");
   if (identity < 0) identity = inner_->rank();
   const int n = inner_->size();
-  std::vector<double> mine = {static_cast<double>(identity), static_cast<double>(site)};
-  std::vector<double> all(2 * static_cast<size_t>(n));
-  inner_->all_gather(Tensor(mine.data(), DType::f64, {2}),
-                     Tensor(all.data(), DType::f64, {2 * static_cast<int64_t>(n)}));
+  // The host, as 52 bits of a hash of its name (exact in a double).
+  char host[256] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+  const double host_id = static_cast<double>(fnv1a64(host) >> 12);
+  std::vector<double> mine = {static_cast<double>(identity), static_cast<double>(site), host_id};
+  std::vector<double> all(3 * static_cast<size_t>(n));
+  inner_->all_gather(Tensor(mine.data(), DType::f64, {3}),
+                     Tensor(all.data(), DType::f64, {3 * static_cast<int64_t>(n)}));
+  same_host_ = true;
   for (int q = 0; q < n; ++q) {
-    identity_of_.push_back(static_cast<int>(all[2 * q]));
-    site_of_.push_back(static_cast<int>(all[2 * q + 1]));
+    identity_of_.push_back(static_cast<int>(all[3 * q]));
+    site_of_.push_back(static_cast<int>(all[3 * q + 1]));
+    same_host_ = same_host_ && all[3 * q + 2] == host_id;
   }
 }
 
@@ -185,13 +259,15 @@ Handle LinkEmulator::do_send(const Tensor& data, int dest, int tag) {
   Clock::time_point& busy = links_->busy_until[identity_of_[static_cast<size_t>(dest)]];
   busy =
       std::max(now, busy) + to_duration(static_cast<double>(data.bytes()) / link.bytes_per_second);
-  return std::make_unique<HeldSend>(*inner_, data, dest, tag, busy + to_duration(link.latency_s));
+  const Clock::time_point deliver_at = busy + to_duration(link.latency_s);
+  if (same_host_) return std::make_unique<StampedSend>(*inner_, data, dest, tag, busy, deliver_at);
+  return std::make_unique<HeldSend>(*inner_, data, dest, tag, deliver_at);
 }
 
 Handle LinkEmulator::do_recv(const Tensor& data, int source, int tag) {
-  Handle h = inner_->start_recv(data, source, tag);
-  if (!link_to(source).delays()) return h;
-  return std::make_unique<PolledOp>(std::move(h), Clock::time_point{});
+  if (!link_to(source).delays()) return inner_->start_recv(data, source, tag);
+  if (same_host_) return std::make_unique<StampedRecv>(*inner_, data, source, tag);
+  return std::make_unique<PolledOp>(inner_->start_recv(data, source, tag), Clock::time_point{});
 }
 
 void LinkEmulator::do_barrier() {

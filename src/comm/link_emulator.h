@@ -6,12 +6,16 @@
 // carries one message at a time; latency is propagation and overlaps). Links inside a site get
 // their own model (by default: no delay).
 //
-// How: the sender holds the message back and hands it to the wrapped communicator at its
-// delivery time, so no clock is shared between processes. A held-back send is put on the wire
-// when its handle is tested or waited on at or after that time (as MPI itself only progresses
-// inside MPI calls); waiting sleeps and polls instead of spinning, so emulated waits leave the
-// cores to the ranks that compute. Each ordered pair of ranks is one link with the full
-// bandwidth (a per-GPU NIC, not a shared trunk); the links' queues are shared by every
+// How, when every member runs on one host (tests, benchmarks): the message goes out at once,
+// preceded by a header holding its delivery time on the host's monotonic clock (shared by its
+// processes); the receive completes no earlier than that, the send no earlier than the end of
+// its transfer time. The real copy then overlaps the emulated time instead of adding to it.
+// Across hosts (no shared clock) the sender instead holds the message back and hands it to the
+// wrapped communicator at its delivery time; such a send is put on the wire when its handle is
+// tested or waited on at or after that time (as MPI itself only progresses inside MPI calls),
+// and the real transfer comes on top. Waiting sleeps and polls instead of spinning, so emulated
+// waits leave the cores to the ranks that compute. Each ordered pair of ranks is one link with the
+// full bandwidth (a per-GPU NIC, not a shared trunk); the links' queues are shared by every
 // communicator split from the same emulator, since they are the same wires.
 //
 // Collectives are forwarded to the wrapped communicator; one whose group spans sites completes
@@ -90,6 +94,7 @@ class LinkEmulator : public Communicator {
   std::shared_ptr<Links> links_;
   std::vector<int> identity_of_, site_of_;  // by member rank
   uint64_t between_sites_sent_ = 0;
+  bool same_host_ = false;  // every member on this host: its monotonic clock is shared
 };
 
 }  // namespace trillion::comm

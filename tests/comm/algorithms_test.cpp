@@ -376,10 +376,6 @@ TEST(MpiAlgorithms, HierarchicalRejectsUnequalNodesOnEveryRank) {
 
 // --- the link emulator --------------------------------------------------------------------
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 TEST(MpiAlgorithms, EmulatedLinkDelaysAndQueuesMessagesBetweenSites) {
   REQUIRE_MPI(2);
   Communicator& w = *mpi_world();
@@ -389,22 +385,37 @@ TEST(MpiAlgorithms, EmulatedLinkDelaysAndQueuesMessagesBetweenSites) {
   EXPECT_EQ(e.site_of(0), 0);
   EXPECT_EQ(e.site_of(1), 1);
   std::vector<float> m1(1000, 3.0f), m2(1000, 4.0f);
-  e.barrier();
-  const auto t0 = std::chrono::steady_clock::now();
+  // The ranks share this host's monotonic clock (as the emulator does): the sender's start time
+  // goes to the receiver over the plain world communicator.
+  std::vector<double> t0 = {0};
   if (r == 0) {
+    t0[0] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    w.send(view(t0), 1, 99);
     Handle h1 = e.start_send(view(m1), 1, 1);
     Handle h2 = e.start_send(view(m2), 1, 2);
-    h1->wait();
-    EXPECT_GE(seconds_since(t0), 0.02 + 0.004);
-    h2->wait();  // queued behind the first on the same link
-    EXPECT_GE(seconds_since(t0), 0.02 + 0.008);
+    h1->wait();  // a send ends when the link has carried it: 4 ms, then 8 ms for the next
+    h2->wait();
+    const double sent =
+        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
+        t0[0];
+    EXPECT_GE(sent, 0.008);
     EXPECT_EQ(e.bytes_sent_between_sites(), 8000u);
   } else if (r == 1) {
+    w.recv(view(t0), 0, 99);
+    const auto since_start = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                 .count() -
+             t0[0];
+    };
     std::vector<float> in1(1000), in2(1000);
     e.recv(view(in1), 0, 1);
+    EXPECT_GE(since_start(), 0.02 + 0.004);  // latency + transfer
     e.recv(view(in2), 0, 2);
+    EXPECT_GE(since_start(), 0.02 + 0.008);  // queued behind the first on the same link
     EXPECT_EQ(in1, m1);
     EXPECT_EQ(in2, m2);
+    EXPECT_EQ(e.bytes_sent_between_sites(), 0u);
   }
   e.barrier();
 }
