@@ -175,7 +175,8 @@ void validate(const LinkModel& m, const char* which) {
 }  // namespace
 
 LinkEmulator::LinkEmulator(std::unique_ptr<Communicator> inner, int site, LinkModel between_sites,
-                           LinkModel within_site, int identity, std::shared_ptr<Links> links)
+                           LinkModel within_site, int identity, std::shared_ptr<Links> links,
+                           bool use_host_clock)
     : Communicator(inner->name()),
       inner_(std::move(inner)),
       between_(between_sites),
@@ -193,7 +194,8 @@ LinkEmulator::LinkEmulator(std::unique_ptr<Communicator> inner, int site, LinkMo
   std::vector<double> all(3 * static_cast<size_t>(n));
   inner_->all_gather(Tensor(mine.data(), DType::f64, {3}),
                      Tensor(all.data(), DType::f64, {3 * static_cast<int64_t>(n)}));
-  same_host_ = true;
+  use_host_clock_ = use_host_clock;
+  same_host_ = use_host_clock;
   for (int q = 0; q < n; ++q) {
     identity_of_.push_back(static_cast<int>(all[3 * q]));
     site_of_.push_back(static_cast<int>(all[3 * q + 1]));
@@ -206,7 +208,8 @@ LinkEmulator::~LinkEmulator() = default;
 std::unique_ptr<Communicator> LinkEmulator::split(int color, int key, std::string name) {
   auto sub = inner_->split(color, key, std::move(name));
   return std::make_unique<LinkEmulator>(std::move(sub), site(), between_, within_,
-                                        identity_of_[static_cast<size_t>(rank())], links_);
+                                        identity_of_[static_cast<size_t>(rank())], links_,
+                                        use_host_clock_);
 }
 
 const LinkModel& LinkEmulator::link_to(int member) const {

@@ -56,11 +56,12 @@ class LinkEmulator : public Communicator {
 
   // Collective over `inner`: every member says which site it is on and its identity (a rank
   // number that names it across communicators, e.g. its world rank; default: its rank in
-  // `inner`). Emulators that share `links` share the wires (default: a fresh set). Throws Error
+  // `inner`). Emulators that share `links` share the wires (default: a fresh set).
+  // use_host_clock=false holds sends at the sender even on one host (as across hosts). Throws Error
   // for a negative latency or a bandwidth that is not positive.
   LinkEmulator(std::unique_ptr<Communicator> inner, int site, LinkModel between_sites,
                LinkModel within_site = {}, int identity = -1,
-               std::shared_ptr<Links> links = nullptr);
+               std::shared_ptr<Links> links = nullptr, bool use_host_clock = true);
   ~LinkEmulator() override;
 
   int rank() const override { return inner_->rank(); }
@@ -70,6 +71,9 @@ class LinkEmulator : public Communicator {
   int site() const { return site_of_[static_cast<size_t>(rank())]; }
   int site_of(int member) const { return site_of_[static_cast<size_t>(member)]; }
   const LinkModel& link_to(int member) const;
+  // Whether messages carry their delivery time on the shared host clock (else the sender holds
+  // them back).
+  bool stamps_messages() const { return same_host_; }
   // Bytes of the messages (send/recv) this rank sent to members on other sites.
   uint64_t bytes_sent_between_sites() const { return between_sites_sent_; }
 
@@ -95,6 +99,7 @@ class LinkEmulator : public Communicator {
   std::vector<int> identity_of_, site_of_;  // by member rank
   uint64_t between_sites_sent_ = 0;
   bool same_host_ = false;  // every member on this host: its monotonic clock is shared
+  bool use_host_clock_ = true;
 };
 
 }  // namespace trillion::comm

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../train/cli_util.h"
 #include "comm/algorithms/algorithm_communicator.h"
 #include "comm/device_mesh.h"
 #include "comm/link_emulator.h"
@@ -381,43 +382,47 @@ TEST(MpiAlgorithms, EmulatedLinkDelaysAndQueuesMessagesBetweenSites) {
   Communicator& w = *mpi_world();
   const int r = w.rank();
   const LinkModel slow{.latency_s = 0.02, .bytes_per_second = 1e6};  // 4,000 bytes: 4 ms
-  LinkEmulator e(w.split(0, r, "emulated"), r == 0 ? 0 : 1, slow);
-  EXPECT_EQ(e.site_of(0), 0);
-  EXPECT_EQ(e.site_of(1), 1);
-  std::vector<float> m1(1000, 3.0f), m2(1000, 4.0f);
-  // The ranks share this host's monotonic clock (as the emulator does): the sender's start time
-  // goes to the receiver over the plain world communicator.
-  std::vector<double> t0 = {0};
-  if (r == 0) {
-    t0[0] =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    w.send(view(t0), 1, 99);
-    Handle h1 = e.start_send(view(m1), 1, 1);
-    Handle h2 = e.start_send(view(m2), 1, 2);
-    h1->wait();  // a send ends when the link has carried it: 4 ms, then 8 ms for the next
-    h2->wait();
-    const double sent =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() -
-        t0[0];
-    EXPECT_GE(sent, 0.008);
-    EXPECT_EQ(e.bytes_sent_between_sites(), 8000u);
-  } else if (r == 1) {
-    w.recv(view(t0), 0, 99);
-    const auto since_start = [&] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-                 .count() -
-             t0[0];
-    };
-    std::vector<float> in1(1000), in2(1000);
-    e.recv(view(in1), 0, 1);
-    EXPECT_GE(since_start(), 0.02 + 0.004);  // latency + transfer
-    e.recv(view(in2), 0, 2);
-    EXPECT_GE(since_start(), 0.02 + 0.008);  // queued behind the first on the same link
-    EXPECT_EQ(in1, m1);
-    EXPECT_EQ(in2, m2);
-    EXPECT_EQ(e.bytes_sent_between_sites(), 0u);
+  for (const bool host_clock : {true, false}) {
+    LinkEmulator e(w.split(0, r, "emulated"), r == 0 ? 0 : 1, slow, {}, -1, nullptr, host_clock);
+    EXPECT_EQ(e.stamps_messages(), host_clock);
+    EXPECT_EQ(e.site_of(0), 0);
+    EXPECT_EQ(e.site_of(1), 1);
+    std::vector<float> m1(1000, 3.0f), m2(1000, 4.0f);
+    // The ranks share this host's monotonic clock (as the emulator does): the sender's start time
+    // goes to the receiver over the plain world communicator.
+    std::vector<double> t0 = {0};
+    if (r == 0) {
+      t0[0] = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                  .count();
+      w.send(view(t0), 1, 99);
+      Handle h1 = e.start_send(view(m1), 1, 1);
+      Handle h2 = e.start_send(view(m2), 1, 2);
+      h1->wait();  // a send ends when the link has carried it: 4 ms, then 8 ms for the next
+      h2->wait();  // (held at the sender: when it is delivered, 20 ms later)
+      const double sent =
+          std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+              .count() -
+          t0[0];
+      EXPECT_GE(sent, 0.008);
+      EXPECT_EQ(e.bytes_sent_between_sites(), 8000u);
+    } else if (r == 1) {
+      w.recv(view(t0), 0, 99);
+      const auto since_start = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                   .count() -
+               t0[0];
+      };
+      std::vector<float> in1(1000), in2(1000);
+      e.recv(view(in1), 0, 1);
+      EXPECT_GE(since_start(), 0.02 + 0.004);  // latency + transfer
+      e.recv(view(in2), 0, 2);
+      EXPECT_GE(since_start(), 0.02 + 0.008);  // queued behind the first on the same link
+      EXPECT_EQ(in1, m1);
+      EXPECT_EQ(in2, m2);
+      EXPECT_EQ(e.bytes_sent_between_sites(), 0u);
+    }
+    e.barrier();
   }
-  e.barrier();
 }
 
 TEST(MpiAlgorithms, RingOverEmulatedSitesMatchesMpiAndCountsWhatCrosses) {
@@ -466,6 +471,24 @@ TEST(MpiAlgorithms, MeshGroupsRunTheChosenAlgorithmUnknownToTheirUsers) {
   EXPECT_EQ(DeviceMesh::node_of(o, n, n - 1), (n - 1) / o.ranks_per_node);
   o.ranks_per_node = n + 1;
   EXPECT_THROW(DeviceMesh(w, {.dp = n}, {}, o), Error);
+}
+
+TEST(BenchAllReduce, RunsUnderLaunchAndMovesTheModelsBytes) {
+  // Correctness only (the command checks each result); its times are the benchmark's business.
+  const auto r = trillion::testing::run_trillion(
+      "launch -n 2 -- bench allreduce --mb 0.1 --sites 2 --latency-ms 1 --reps 1 --json", false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  ASSERT_EQ(j["results"].size(), 2u);  // ring, hierarchical (mpi is not measurable emulated)
+  for (const auto& x : j["results"]) {
+    EXPECT_EQ(x["bytes_per_rank"].get<double>(), x["model_bytes_per_rank"].get<double>());
+    EXPECT_EQ(x["bytes_per_rank"].get<double>(), 100000.0);     // 2 (n-1)/n of 0.1 MB
+    EXPECT_GE(x["measured_seconds"].get<double>(), 2 * 0.001);  // two latencies at least
+  }
+  const auto alone = trillion::testing::run_trillion("bench allreduce", true);
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.output.find("trillion launch -n 4 -- bench allreduce"), std::string::npos)
+      << alone.output;
 }
 
 }  // namespace
