@@ -12,6 +12,7 @@
 #include "cli/parse_arguments.h"
 #include "cli/plan_model_file.h"
 #include "core/error.h"
+#include "optim/outer_quantize.h"
 #include "plan/report.h"
 
 namespace trillion::cli {
@@ -76,7 +77,7 @@ int plan_command(int argc, char** argv) {
                  "inner steps each fragment's exchange overlaps (Streaming DiLoCo's tau)")
       ->capture_default_str();
   app.add_option("--outer-precision", outer_precision,
-                 "DiLoCo's exchanged pseudo-gradients: fp32, bf16 or 4bit")
+                 "DiLoCo's exchanged pseudo-gradients: fp32, bf16 or fp4 (with per-128 scales)")
       ->capture_default_str();
   app.add_option("--noise-scale-tokens", scale_out.noise_scale_tokens,
                  "measured gradient noise scale B_simple in tokens (the trainer's "
@@ -107,16 +108,8 @@ int plan_command(int argc, char** argv) {
   in.checkpoint_bytes_per_second = checkpoint_gbps * 1e9;
   scale_out.inter_dc_latency_s = inter_dc_latency_ms / 1e3;
   scale_out.inter_dc_bytes_per_second = inter_dc_gbps * 1e9 / 8;
-  if (outer_precision == "fp32") {
-    scale_out.outer_bytes_per_parameter = 4;
-  } else if (outer_precision == "bf16") {
-    scale_out.outer_bytes_per_parameter = 2;
-  } else if (outer_precision == "4bit") {
-    scale_out.outer_bytes_per_parameter = 0.5 + 4.0 / 128;  // one fp32 scale per 128 values
-  } else {
-    throw Error(
-        fmt::format("--outer-precision {} is unknown; use fp32, bf16 or 4bit", outer_precision));
-  }
+  scale_out.outer_bytes_per_parameter =
+      outer_bytes_per_element(parse_outer_precision(outer_precision, "--outer-precision"));
   in.scale_out = scale_out;
   const plan::Plan p = plan::make_plan(in);
   if (!html_path.empty()) {
