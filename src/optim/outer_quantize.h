@@ -7,8 +7,9 @@
 //         format), two per byte, each block of kFp4Block elements scaled by one fp32 factor
 //         absmax / 6 so the block's largest magnitude maps to 6: 0.5 + 4/128 = 0.53 bytes each.
 // Rounding is to nearest (ties to the even code), deterministic, so every island decodes the
-// same values. Error bounds: bf16 |x - q| <= 2^-8 |x| (half an ulp of an 8-bit significand); fp4 |x - q| <= absmax(block) / 6 (the
-// widest gap, 4 to 6, halved, times the scale), and <= absmax / 24 for |x| <= absmax / 6.
+// same values. Error bounds: bf16 |x - q| <= 2^-8 |x| (half an ulp of its 8-bit significand);
+// fp4 |x - q| <= absmax(block) / 6 (the widest gap, 4 to 6, halved, times the scale), and
+// <= absmax / 24 for |x| <= absmax / 6.
 //
 // Invariants: zeros and signs survive; a block of zeros has scale 0; packing then unpacking is
 // exactly the in-place quantisation.
