@@ -1,13 +1,16 @@
 // `trillion bench`: measured performance, always as a ratio against a reference measured in the
 // same run (never against a datasheet number).
 //   bench gemm  — fp32 GEMM peak of this machine with the engine's BLAS and thread count;
-//   bench step  — forward + backward + optimizer of a config: tokens/s and MFU against that peak.
+//   bench step  — forward + backward + optimizer of a config: tokens/s and MFU against that peak;
+//   bench allreduce — all-reduce algorithms under emulated slow links against the alpha-beta
+//                 model (the reference is the model; see bench_allreduce.h).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "backend/profiling_backend.h"
+#include "cli/bench_allreduce.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "core/philox.h"
@@ -276,8 +279,29 @@ int bench_command(int argc, char** argv) {
       ->check(CLI::Range(1, 100));
   attention->add_flag("--json", json, "print one JSON object");
 
+  AllReduceBenchOptions aro;
+  auto* allreduce =
+      app.add_subcommand("allreduce",
+                         "all-reduce algorithms under emulated slow links vs the alpha-beta model "
+                         "(run under trillion launch -n N)");
+  allreduce->add_option("--algorithm", aro.algorithm, "mpi, ring, hierarchical or all")
+      ->capture_default_str();
+  allreduce->add_option("--mb", aro.megabytes, "fp32 buffer per rank, MB")->capture_default_str();
+  allreduce->add_option("--sites", aro.sites, "emulated sites (data centres); 1: no emulation")
+      ->capture_default_str();
+  allreduce->add_option("--latency-ms", aro.latency_ms, "one-way latency between sites")
+      ->capture_default_str();
+  allreduce->add_option("--gbps", aro.gbps, "bandwidth between sites per rank pair, Gb/s")
+      ->capture_default_str();
+  allreduce->add_option("--ranks-per-node", aro.ranks_per_node,
+                        "hierarchical's node size (0: one node per site)");
+  allreduce->add_option("--reps", aro.reps, "timed repetitions (median reported)")
+      ->check(CLI::Range(1, 1000));
+  allreduce->add_flag("--json", json, "print one JSON object");
+
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (gemm->parsed()) return bench_gemm(size, reps, json);
+  if (allreduce->parsed()) return bench_allreduce(aro, json);
   if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json, profile);
 }

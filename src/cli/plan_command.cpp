@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "cli/plan_model_file.h"
 #include "core/error.h"
+#include "optim/outer_quantize.h"
 #include "plan/report.h"
 
 namespace trillion::cli {
@@ -27,6 +29,10 @@ int plan_command(int argc, char** argv) {
   int top = 5;
   double restart_minutes = 10, checkpoint_gbps = 0.4, price = 0, failure_rate = -1;
   bool json = false;
+  plan::ScaleOutInputs scale_out;
+  double inter_dc_latency_ms = scale_out.inter_dc_latency_s * 1e3,
+         inter_dc_gbps = scale_out.inter_dc_bytes_per_second * 8e-9;
+  std::string outer_precision = "fp32";
   app.add_option("--model", model_name,
                  "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t or a model "
                  "TOML file")
@@ -51,6 +57,31 @@ int plan_command(int argc, char** argv) {
                  "failure rate (default: the catalog's; Llama 3 observed 0.47)");
   app.add_option("--html", html_path, "write an HTML report to this file");
   app.add_flag("--json", json, "print the plan as JSON");
+  app.add_option("--datacenters", scale_out.datacenters,
+                 "data centres the GPUs are split over (2+: estimate synchronous DP and DiLoCo "
+                 "across the link between them)")
+      ->capture_default_str();
+  app.add_option("--inter-dc-latency-ms", inter_dc_latency_ms,
+                 "one-way latency between data centres (5 ms ~ 1,000 km of fibre)")
+      ->capture_default_str();
+  app.add_option("--inter-dc-gbps", inter_dc_gbps,
+                 "bandwidth between data centres, Gb/s per direction, shared by all GPUs")
+      ->capture_default_str();
+  app.add_option("--diloco-inner-steps", scale_out.diloco_inner_steps,
+                 "DiLoCo's H: inner steps between outer synchronisations (0: no estimate)")
+      ->capture_default_str();
+  app.add_option("--diloco-fragments", scale_out.diloco_fragments,
+                 "Streaming DiLoCo's fragments, synchronised H/F steps apart")
+      ->capture_default_str();
+  app.add_option("--diloco-overlap-steps", scale_out.diloco_overlap_steps,
+                 "inner steps each fragment's exchange overlaps (Streaming DiLoCo's tau)")
+      ->capture_default_str();
+  app.add_option("--outer-precision", outer_precision,
+                 "DiLoCo's exchanged pseudo-gradients: fp32, bf16 or fp4 (with per-128 scales)")
+      ->capture_default_str();
+  app.add_option("--noise-scale-tokens", scale_out.noise_scale_tokens,
+                 "measured gradient noise scale B_simple in tokens (the trainer's "
+                 "gradient_noise_scale): prints the critical batch next to the chosen one");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   plan::PlanInputs in;
   const bool is_file =
@@ -75,6 +106,11 @@ int plan_command(int argc, char** argv) {
   if (!(checkpoint_gbps > 0)) throw Error("--checkpoint-gbps must be > 0");
   in.restart_seconds = restart_minutes * 60;
   in.checkpoint_bytes_per_second = checkpoint_gbps * 1e9;
+  scale_out.inter_dc_latency_s = inter_dc_latency_ms / 1e3;
+  scale_out.inter_dc_bytes_per_second = inter_dc_gbps * 1e9 / 8;
+  scale_out.outer_bytes_per_parameter =
+      outer_bytes_per_element(parse_outer_precision(outer_precision, "--outer-precision"));
+  in.scale_out = scale_out;
   const plan::Plan p = plan::make_plan(in);
   if (!html_path.empty()) {
     std::ofstream out(html_path);
@@ -82,9 +118,25 @@ int plan_command(int argc, char** argv) {
     out << plan::format_plan_html(p);
   }
   if (json) {
-    std::cout << plan_to_json(p).dump(2) << "\n";
+    nlohmann::json j = plan_to_json(p);
+    const plan::ScaleOutEstimate& e = p.scale_out;
+    if (e.datacenters_estimated || e.critical_batch_tokens > 0) {
+      j["scale_out"] = {{"datacenters", in.scale_out.datacenters},
+                        {"step_seconds", e.step_seconds},
+                        {"sync_step_seconds", e.sync_step_seconds},
+                        {"sync_efficiency", e.sync_efficiency},
+                        {"sync_bytes_per_step", e.sync_bytes_per_step},
+                        {"diloco_inner_steps", in.scale_out.diloco_inner_steps},
+                        {"diloco_step_seconds", e.diloco_step_seconds},
+                        {"diloco_efficiency", e.diloco_efficiency},
+                        {"diloco_bytes_per_step", e.diloco_bytes_per_step},
+                        {"outer_exchange_seconds", e.outer_exchange_seconds},
+                        {"critical_batch_tokens", e.critical_batch_tokens}};
+    }
+    std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << plan::format_plan_text(p);
+    std::cout << plan::format_plan_text(p)
+              << plan::format_scale_out_text(in.scale_out, p.scale_out);
     if (!html_path.empty()) std::cout << "HTML report written to " << html_path << "\n";
   }
   return 0;

@@ -104,10 +104,15 @@ void Communicator::check_peer(int peer, const char* what) const {
           fmt::format("peer rank {} is not another member of a group of {}", peer, size()));
 }
 
+Communicator::Traffic Communicator::all_reduce_traffic(const Tensor& data) const {
+  const uint64_t bytes = 2 * ring_share(data.bytes(), size());
+  return {bytes, bytes};
+}
+
 Handle Communicator::start_all_reduce(const Tensor& data, ReduceOp op) {
   require_contiguous(*this, "all_reduce", data);
-  const uint64_t traffic = 2 * ring_share(data.bytes(), size());
-  counters_.add(Collective::all_reduce, traffic, traffic);
+  const Traffic traffic = all_reduce_traffic(data);
+  counters_.add(Collective::all_reduce, traffic.sent, traffic.received);
   return do_all_reduce(data, op);
 }
 

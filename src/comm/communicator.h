@@ -9,7 +9,9 @@
 // Counted volumes are the bandwidth-optimal ring algorithms' (Patarasuk & Yuan 2009; NCCL's
 // "bus bandwidth" convention), the volumes the cost model in plan/ uses, not whatever algorithm
 // the MPI library picked at run time:
-//   all_reduce of N bytes        sent = received = 2 (n-1) N / n   (reduce-scatter + all-gather)
+//   all_reduce of N bytes        sent = received = 2 (n-1) N / n   (reduce-scatter + all-gather;
+//                                a communicator that runs its own algorithm, comm/algorithms/,
+//                                counts the bytes that algorithm moves instead)
 //   reduce_scatter, N bytes in   sent = received = (n-1) N / n     (N / n kept per rank)
 //   all_gather, N bytes out      sent = received = (n-1) N / n
 //   broadcast of N bytes         root sends N, every other rank receives N
@@ -118,6 +120,14 @@ class Communicator {
 
  protected:
   explicit Communicator(std::string name) : name_(std::move(name)) {}
+
+  // Bytes this rank's all_reduce of `data` sends and receives, as counted: the ring volume
+  // 2 (n-1) N / n above, unless an implementation runs a known algorithm of its own and counts
+  // what that algorithm moves (AlgorithmCommunicator). Called after the argument checks.
+  struct Traffic {
+    uint64_t sent = 0, received = 0;
+  };
+  virtual Traffic all_reduce_traffic(const Tensor& data) const;
 
   // The transport, called after argument checks and counting. Implementations may assume
   // contiguous tensors, matching sizes and valid ranks.

@@ -127,14 +127,51 @@ std::vector<int> MeshLayout::group_ranks(MeshGroup g, int rank) const {
   return ranks;
 }
 
-DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits)
+namespace {
+
+void validate_options(const MeshOptions& o, int world_size) {
+  if (o.ranks_per_node < 0 || (o.ranks_per_node > 0 && world_size % o.ranks_per_node != 0)) {
+    throw Error(fmt::format(
+        "parallel.ranks_per_node = {} must divide the job's {} process(es) (or be 0: one node)",
+        o.ranks_per_node, world_size));
+  }
+  if (o.sites < 1 || world_size % o.sites != 0) {
+    throw Error(
+        fmt::format("{} emulated sites must divide the job's {} process(es)", o.sites, world_size));
+  }
+}
+
+}  // namespace
+
+int DeviceMesh::node_of(const MeshOptions& options, int, int rank) {
+  return options.ranks_per_node > 0 ? rank / options.ranks_per_node : 0;
+}
+
+int DeviceMesh::site_of(const MeshOptions& options, int world_size, int rank) {
+  return rank / (world_size / options.sites);
+}
+
+DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits,
+                       const MeshOptions& options)
     : world_(world), layout_(shape) {
   validate_mesh(shape, world.size(), limits);
+  validate_options(options, world.size());
   coord_ = layout_.coord_of(world.rank());
+  const int n = world.size(), r = world.rank();
+  auto links = std::make_shared<LinkEmulator::Links>();  // one set of wires for every group
   for (int g = 0; g < kMeshGroups; ++g) {
     const auto kind = static_cast<MeshGroup>(g);
     const auto [color, key] = color_key(shape, kind, coord_);
-    groups_.push_back(world.split(color, key, group_name(kind)));
+    std::unique_ptr<Communicator> group = world.split(color, key, group_name(kind));
+    if (options.sites > 1) {
+      group = std::make_unique<LinkEmulator>(std::move(group), site_of(options, n, r),
+                                             options.between_sites, LinkModel{}, r, links);
+    }
+    if (options.all_reduce != AllReduceAlgorithm::mpi) {
+      group = std::make_unique<AlgorithmCommunicator>(std::move(group), options.all_reduce,
+                                                      node_of(options, n, r));
+    }
+    groups_.push_back(std::move(group));
   }
 }
 

@@ -25,6 +25,12 @@
 // Validation (validate_mesh) runs before anything is allocated and names the value and the fix:
 // world size must equal pp*dp*cp*tp, tp must divide the query and key/value heads, pp the layers,
 // dp the global micro-batch, cp the sequence length, ep the dp*cp plane and the experts.
+//
+// MeshOptions choose how the groups communicate, without the code that uses them knowing: the
+// all-reduce algorithm (comm/algorithms: the MPI library's, an explicit ring, or hierarchical
+// over nodes of ranks_per_node consecutive world ranks) and, for tests and benchmarks, emulated
+// slow links between `sites` equal blocks of consecutive world ranks (comm/link_emulator.h).
+// Every group is wrapped the same way: split -> LinkEmulator -> AlgorithmCommunicator.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/algorithm_communicator.h"
 #include "comm/communicator.h"
+#include "comm/link_emulator.h"
 
 namespace trillion::comm {
 
@@ -53,6 +61,13 @@ struct MeshLimits {
   int64_t micro_batch = 0;  // sequences per micro-batch across all dp ranks
   int64_t seq_len = 0;
   int64_t n_experts = 0;
+};
+
+struct MeshOptions {
+  AllReduceAlgorithm all_reduce = AllReduceAlgorithm::mpi;
+  int ranks_per_node = 0;  // consecutive world ranks per node; 0: one node holds every rank
+  int sites = 1;           // emulated sites; 1: no emulation
+  LinkModel between_sites;
 };
 
 // Throws Error naming the offending degree and what to change.
@@ -80,12 +95,16 @@ class DeviceMesh {
  public:
   // Collective over `world`: validates the shape against world.size() and splits one
   // communicator per group. `world` must outlive the mesh.
-  DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits = {});
+  DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits = {},
+             const MeshOptions& options = {});
   const MeshLayout& layout() const { return layout_; }
   const MeshShape& shape() const { return layout_.shape(); }
   const MeshCoord& coord() const { return coord_; }
   Communicator& world() { return world_; }
   Communicator& group(MeshGroup g) { return *groups_[static_cast<int>(g)]; }
+  // Where world rank `rank` runs under `options` (node and emulated site).
+  static int node_of(const MeshOptions& options, int world_size, int rank);
+  static int site_of(const MeshOptions& options, int world_size, int rank);
   // Counters of every group plus the world communicator, summed.
   CommCounters total_counters() const;
 

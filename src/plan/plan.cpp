@@ -114,6 +114,9 @@ Plan make_plan(PlanInputs in) {
                              "5% fragmentation; activations stored in 16 bits",
                              in.gpu.hbm_bytes / 1e9)},
   };
+  p.scale_out = estimate_scale_out(in.scale_out, static_cast<double>(count_model(in.model).total),
+                                   p.best().step.step, p.best().layout.dp, in.batch_tokens);
+  for (auto& a : scale_out_assumptions(in.scale_out)) p.assumptions.push_back(std::move(a));
   return p;
 }
 

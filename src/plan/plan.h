@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "plan/failures.h"
+#include "plan/scale_out.h"
 #include "plan/search.h"
 
 namespace trillion::plan {
@@ -26,6 +27,7 @@ struct PlanInputs {
   SearchOptions search;          // fixed layout fields, precisions, how many to keep
   double restart_seconds = 600;  // per interruption: detect, relaunch, init, load
   double checkpoint_bytes_per_second = 0.4e9;  // per GPU write bandwidth to storage
+  ScaleOutInputs scale_out;                    // data centres, DiLoCo, measured noise scale
 };
 
 struct RunEstimate {
@@ -46,6 +48,7 @@ struct Plan {
   PlanInputs inputs;
   SearchResult search;  // ranked[0] is the plan
   RunEstimate run;
+  ScaleOutEstimate scale_out;
   std::vector<std::pair<std::string, std::string>> assumptions;  // name -> how it was chosen
   const Candidate& best() const { return search.ranked.front(); }
 };
