@@ -17,6 +17,7 @@
 #include "schedule/generators.h"
 #include "schedule/render.h"
 #include "schedule/simulator.h"
+#include "train/pipeline_trace.h"
 
 namespace trillion::cli {
 namespace {
@@ -42,6 +43,51 @@ schedule::OpCosts parse_costs(const std::string& text) {
   return {v[0], v[1], v[2], v.size() == 4 ? v[3] : 0.0};
 }
 
+// A measured step (trace.json of a run) drawn and summarised like a simulated one.
+int draw_trace(const std::string& path, const std::string& svg_path, bool json) {
+  nlohmann::json j;
+  try {
+    std::ifstream in(path);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{}: not JSON: {}", path, e.what()));
+  }
+  const PipelineTrace trace = read_chrome_trace(j);
+  schedule::Schedule s;
+  s.kind = trace.kind;
+  s.num_ranks = trace.ranks;
+  s.num_microbatches = trace.microbatches;
+  s.num_chunks = trace.chunks;
+  const schedule::Simulation sim = measured_simulation(trace);
+  if (!svg_path.empty()) {
+    std::ofstream out(svg_path);
+    if (!out) throw Error(fmt::format("--svg {}: cannot open the file for writing", svg_path));
+    out << schedule::render_svg(s, sim);
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"kind", std::string(schedule::schedule_kind_name(s.kind))},
+                                {"stages", s.num_ranks},
+                                {"microbatches", s.num_microbatches},
+                                {"chunks", s.num_chunks},
+                                {"makespan_seconds", sim.makespan},
+                                {"bubble_fraction", sim.bubble_fraction},
+                                {"busy_seconds", sim.busy},
+                                {"peak_slots", trace.peak_slots}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format(
+      "measured {} step: {} pipeline ranks, {} micro-batches, {} chunk(s) "
+      "per rank\n\n",
+      schedule::schedule_kind_name(s.kind), s.num_ranks, s.num_microbatches, s.num_chunks);
+  std::cout << schedule::render_grid(s, sim);
+  std::cout << fmt::format("\nmakespan {:.4f} s; bubble {:.2f}% of rank time\n", sim.makespan,
+                           100.0 * sim.bubble_fraction);
+  if (!svg_path.empty()) std::cout << "SVG timeline written to " << svg_path << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int schedule_command(int argc, char** argv) {
@@ -49,8 +95,8 @@ int schedule_command(int argc, char** argv) {
   std::string kind_name, costs_text = "1,1,1", svg_path;
   int stages = 4, microbatches = 8, chunks = 0;
   bool json = false, show_actions = false;
-  app.add_option("--kind", kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipe")
-      ->required();
+  auto* kind_option =
+      app.add_option("--kind", kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipe");
   app.add_option("--stages", stages, "pipeline ranks P")->capture_default_str();
   app.add_option("--microbatches", microbatches, "micro-batches per step M")->capture_default_str();
   app.add_option("--chunks", chunks, "model chunks per rank V (interleaved; default 2)");
@@ -58,9 +104,16 @@ int schedule_command(int argc, char** argv) {
                  "op times F,B,W[,COMM] of one full stage (B = input grad, W = weight grad)")
       ->capture_default_str();
   app.add_option("--svg", svg_path, "write an SVG timeline to this file");
+  std::string trace_path;
+  app.add_option("--from-trace", trace_path,
+                 "draw a measured pipeline step: RUN_DIR/trace.json of a multi-stage run")
+      ->check(CLI::ExistingFile);
   app.add_flag("--json", json, "print JSON (bubble_fraction, peak_inflight, actions, ...)");
   app.add_flag("--actions", show_actions, "also print each rank's action list");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (!trace_path.empty()) return draw_trace(trace_path, svg_path, json);
+  if (kind_option->count() == 0)
+    throw Error("--kind is required (or --from-trace RUN_DIR/trace.json)");
   const schedule::ScheduleKind kind = schedule::parse_schedule_kind(kind_name);
   if (chunks == 0)
     chunks =

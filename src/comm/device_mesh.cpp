@@ -38,7 +38,13 @@ void validate_mesh(const MeshShape& s, int world_size, const MeshLimits& limits)
   }
   require_divides(s.tp, limits.n_heads, "parallel.tp", "model.n_heads");
   require_divides(s.tp, limits.n_kv_heads, "parallel.tp", "model.n_kv_heads");
-  require_divides(s.pp, limits.n_layers, "parallel.pp", "model.n_layers");
+  // Stages hold whole layers, as evenly as they split (plan/stage_partition.h): pp <= layers.
+  if (limits.n_layers > 0 && s.pp > limits.n_layers) {
+    throw Error(
+        fmt::format("parallel.pp = {} exceeds model.n_layers = {}: every pipeline stage "
+                    "needs at least one whole layer",
+                    s.pp, limits.n_layers));
+  }
   require_divides(s.dp, limits.micro_batch, "parallel.dp", "train.micro_batch");
   require_divides(s.cp, limits.seq_len, "parallel.cp", "model.seq_len");
   if ((s.dp * s.cp) % s.ep != 0) {

@@ -23,7 +23,7 @@
 //   ...                    (rank 8..15 repeat 0..7 with pp=1)
 //
 // Validation (validate_mesh) runs before anything is allocated and names the value and the fix:
-// world size must equal pp*dp*cp*tp, tp must divide the query and key/value heads, pp the layers,
+// world size must equal pp*dp*cp*tp, tp must divide the query and key/value heads, pp <= layers,
 // dp the global micro-batch, cp the sequence length, ep the dp*cp plane and the experts.
 //
 // MeshOptions choose how the groups communicate, without the code that uses them knowing: the

@@ -7,15 +7,21 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
 #include "core/timer.h"
+#include "data/file_io.h"
+#include "plan/stage_partition.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
 #include "train/gemm_peak.h"
 #include "train/metrics.h"
+#include "train/pipeline_trace.h"
 #include "train/resume.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
@@ -46,6 +52,34 @@ nlohmann::json comm_groups_json(const StepStats& st) {
   return j;
 }
 
+// Fault injection for tests of failure handling: TRILLION_KILL_RANK_AT_STEP=R:S makes world rank
+// R kill itself (SIGKILL, no cleanup) as step S starts. Returns S for this rank, or 0.
+int kill_step_for(int rank) {
+  const char* spec = std::getenv("TRILLION_KILL_RANK_AT_STEP");
+  int r = -1, s = 0;
+  if (spec == nullptr || std::sscanf(spec, "%d:%d", &r, &s) != 2) return 0;
+  return r == rank ? s : 0;
+}
+
+// "pipeline: 1f1b, 2 rank(s) x 1 chunk(s); stage 0 (rank 0 chunk 0): embedding + layers 0-3; ..."
+// Uneven splits show here: the first L mod S stages hold one layer more.
+std::string describe_stages(const schedule::Schedule& s, const ModelConfig& mc) {
+  const auto partition = plan::partition_stages(mc.n_layers, s.num_stages(0));
+  std::string text = fmt::format("pipeline: {}, {} rank(s) x {} chunk(s)",
+                                 schedule::schedule_kind_name(s.kind), s.num_ranks, s.num_chunks);
+  for (size_t st = 0; st < partition.size(); ++st) {
+    const plan::StageUnits& u = partition[st];
+    const int first = std::max(u.first_unit, 1) - 1;
+    const int last = std::min<int>(u.last_unit, static_cast<int>(mc.n_layers)) - 1;
+    text += fmt::format("; stage {} (rank {} chunk {}): {}layers {}-{}{}", st, s.paths[0][st].rank,
+                        s.paths[0][st].chunk, u.first_unit == 0 ? "embedding + " : "", first, last,
+                        u.last_unit == mc.n_layers + 1 ? " + head" : "");
+  }
+  if (s.paths.size() > 1)
+    text += " (DualPipe: the second copy runs the stages in reverse rank order)";
+  return text;
+}
+
 // All ranks stop together, when any rank was asked to.
 bool any_rank(comm::Communicator& world, bool mine) {
   if (world.size() == 1) return mine;
@@ -65,6 +99,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   comm::LocalCommunicator local_world("world");
   if (comm::launch_environment().found) mpi = std::make_unique<comm::MpiRuntime>();
   comm::Communicator& world = mpi ? static_cast<comm::Communicator&>(mpi->world()) : local_world;
+  // Every rank checks the directory before the mesh (a collective) lets any rank write to it.
+  RunDirectory dir(opt.run_dir, opt.resume, world.rank() == 0, !opt.quiet);
   const ModelConfig& mc = config.model;
   const ParallelConfig& pc = config.parallel;
   comm::DeviceMesh mesh(world,
@@ -78,7 +114,6 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                          .n_layers = mc.n_layers,
                          .micro_batch = config.train.micro_batch,
                          .seq_len = mc.seq_len});
-  RunDirectory dir(opt.run_dir, opt.resume, world.rank() == 0, !opt.quiet);
   MemoryTracker tracker;
   auto backend = make_cpu_backend(tracker);
   StepRunner runner(config, *backend, tracker,
@@ -105,6 +140,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(), pc.dp, pc.zero,
       config.optim.name, pc.schedule, runner.num_stages(), mfu_flops.describe()));
 
+  if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
+
   auto batches = [&](int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) {
     shard.train_batch(step, micro, tokens, targets);
   };
@@ -118,7 +155,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   int64_t steps_run = 0, step = start_step;
   double last_loss = std::nan(""), val_loss = std::nan("");
   bool stopped_early = false;
+  const int kill_at = kill_step_for(world.rank());
   while (step < config.train.steps) {
+    if (step + 1 == kill_at) std::raise(SIGKILL);  // fault injection (see kill_step_for)
     const StepStats st = runner.step(step, batches);
     ++step;
     ++steps_run;
@@ -179,6 +218,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     val_loss = evaluate(runner, shard, config.train.eval_batches);
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker);
+  // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
+  nlohmann::json pipeline;
+  if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {
+    const PipelineTrace trace = gather_pipeline_trace(runner);
+    pipeline = pipeline_summary(trace, runner.schedule());
+    if (dir.lead()) {
+      data::write_file_atomic(dir.path() + "/trace.json", {chrome_trace(trace).dump() + "\n"});
+    }
+  }
 
   nlohmann::json summary{
       {"steps", step},
@@ -195,12 +243,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"parallel",
        {{"dp", pc.dp},
         {"zero", pc.zero},
+        {"pp", pc.pp},
         {"schedule", pc.schedule},
-        {"stages", runner.num_stages()},
+        {"chunks", runner.schedule().num_chunks},
+        {"stages_per_rank", runner.num_stages()},
         {"split_backward", pc.split_backward}}},
       {"memory_per_rank", per_rank},
       {"gemm_peak_gflops", peak.gflops},
       {"memory", memory_json(tracker)}};
+  if (!pipeline.is_null()) summary["pipeline"] = pipeline;
   if (auto h = datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
   if (auto bpt = datasets.validation->bytes_per_token()) {
     summary["val_bits_per_byte"] = val_loss / std::log(2.0) / *bpt;

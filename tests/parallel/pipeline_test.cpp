@@ -1,0 +1,194 @@
+// Pipeline parallelism under `trillion launch`: pp in {2, 4} x every schedule x dp in {1, 2} (dp 2
+// with ZeRO-1) trains the one-process run of the same global batch and micro-batch count (8
+// layers, 8 micro-batches, 2 steps of configs/tiny.toml): losses and final weights within 1e-5.
+// Every run also asserts, per pipeline rank, that the peak activation slots in use equal the
+// schedule simulator's in-flight count, that the activation bytes equal slots x per-slot bytes
+// from plan/, and that the bytes sent over the pp group equal the formula (one [N, C] activation
+// or gradient per remote stage boundary and micro-batch, plus the loss and norm all-reduces)
+// exactly. And: the run writes trace.json that `trillion schedule --from-trace` draws; layouts
+// that cannot run are refused by name; a rank killed mid-pipeline ends the job in one line.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "../train/cli_util.h"
+#include "model/config.h"
+#include "plan/activation_memory.h"
+#include "plan/stage_partition.h"
+#include "schedule/generators.h"
+#include "schedule/simulator.h"
+
+namespace trillion {
+namespace {
+
+using testing::config_path;
+using testing::fresh_dir;
+using testing::read_json;
+using testing::run_trillion;
+using testing::shared_run;
+
+const std::string kEnv = [] {
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  return std::string();
+}();
+
+constexpr int kLayers = 8, kMicro = 8, kBatch = 4, kSeq = 32, kWidth = 32;
+
+std::string flags() {
+  return "train " + config_path("tiny.toml") +
+         " --quiet --set train.steps=2 --set model.n_layers=" + std::to_string(kLayers) +
+         " --set train.grad_accum=" + std::to_string(kMicro);
+}
+
+std::vector<nlohmann::json> metrics(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+struct Layout {
+  int pp, dp;
+  std::string schedule;
+  int chunks;
+  std::string name;
+};
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
+
+class Pipeline : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(Pipeline, SameRunSlotsBytesAndMemory) {
+  const Layout l = GetParam();
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string run = fresh_dir("pipeline_" + l.name);
+  const std::string layout =
+      " --set parallel.pp=" + std::to_string(l.pp) + " --set parallel.dp=" + std::to_string(l.dp) +
+      " --set parallel.zero=" + std::to_string(l.dp > 1 ? 1 : 0) +
+      " --set parallel.schedule=" + l.schedule +
+      (l.chunks > 1 ? " --set parallel.chunks=" + std::to_string(l.chunks) : std::string());
+  const auto r = run_trillion(kEnv + "launch -n " + std::to_string(l.pp * l.dp) + " -- " + flags() +
+                              " --run-dir " + run + layout);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+
+  // The schedule the ranks ran, and the stages on each pipeline rank.
+  const schedule::Schedule s =
+      schedule::generate_schedule(schedule::parse_schedule_kind(l.schedule), l.pp, kMicro,
+                                  l.schedule == "dualpipe" ? 2 : l.chunks);
+  const auto partition = plan::partition_stages(kLayers, s.num_stages(0));
+  const auto summary = read_json(run + "/summary.json");
+  const auto& pipe = summary["pipeline"];
+  ASSERT_TRUE(pipe.is_object()) << summary.dump(2);
+  EXPECT_EQ(pipe["pp"], l.pp);
+  EXPECT_EQ(pipe["microbatches"], kMicro);
+
+  ModelConfig mc;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = 4, mc.n_kv_heads = 2,
+  mc.ffn_hidden = 64, mc.seq_len = kSeq;
+  mc.validate();
+  const int64_t local_batch = kBatch / l.dp, N = local_batch * kSeq;
+  for (int p = 0; p < l.pp; ++p) {
+    const std::vector<int> slots = schedule::inflight_slots(s, p);
+    EXPECT_EQ(pipe["peak_slots"][p].get<std::vector<int>>(), slots) << "pipeline rank " << p;
+    // Activation bytes of the rank's stages: slots x per-slot bytes of the plan formula.
+    std::vector<int> stage_of_chunk(s.num_chunks, -1);
+    for (const auto& path : s.paths) {
+      for (int st = 0; st < static_cast<int>(path.size()); ++st) {
+        if (path[st].rank == p) stage_of_chunk[path[st].chunk] = st;
+      }
+    }
+    int64_t predicted = 0;
+    for (int c = 0; c < s.num_chunks; ++c) {
+      const auto& u = partition[stage_of_chunk[c]];
+      const int64_t first = u.first_unit == 0 ? 0 : u.first_unit - 1;
+      const int64_t last = std::min<int64_t>(u.last_unit, kLayers);
+      const plan::StageExtent extent{first, last - first, u.last_unit == kLayers + 1};
+      predicted += plan::engine_activation_bytes(mc.spec(), local_batch, kSeq,
+                                                 mc.activation_policy(), 4, 4, extent, slots[c])
+                       .total();
+    }
+    for (int d = 0; d < l.dp; ++d) {
+      const auto& rank = summary["memory_per_rank"][p * l.dp + d];
+      EXPECT_EQ(rank["current"]["activations"].get<int64_t>(), predicted)
+          << "pipeline rank " << p << " dp " << d;
+    }
+  }
+
+  // Bytes over the pp group of world rank 0 (pipeline rank 0, which writes the metrics): its
+  // sends of activations and gradients, plus two 8-byte all-reduces (loss, gradient norm).
+  int64_t sends = 0;
+  for (const schedule::Action& a : s.actions[0]) {
+    if (a.kind == schedule::ActionKind::kSendF || a.kind == schedule::ActionKind::kSendB) ++sends;
+  }
+  const double scalars = 2.0 * 8 * 2.0 * (l.pp - 1) / l.pp;
+  for (const auto& m : metrics(run)) {
+    const auto& pp = m["comm"]["pp"];
+    EXPECT_EQ(pp["send"].get<double>(), static_cast<double>(sends * N * kWidth * 4)) << m.dump();
+    EXPECT_EQ(pp["all_reduce"].get<double>(), scalars) << m.dump();
+  }
+
+  // The measured timeline draws like a simulated one.
+  const auto drawn = run_trillion("schedule --from-trace " + run + "/trace.json --json", false);
+  ASSERT_EQ(drawn.exit_code, 0) << drawn.output;
+  const auto dj = nlohmann::json::parse(drawn.output);
+  EXPECT_EQ(dj["stages"], l.pp);
+  EXPECT_GT(dj["makespan_seconds"].get<double>(), 0);
+}
+
+std::vector<Layout> layouts() {
+  std::vector<Layout> all;
+  for (int pp : {2, 4}) {
+    for (const char* sched : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "dualpipe"}) {
+      for (int dp : {1, 2}) {
+        const int chunks = std::string(sched) == "interleaved" ? 2 : 1;
+        std::string name =
+            std::string(sched) + "_pp" + std::to_string(pp) + "_dp" + std::to_string(dp);
+        for (char& c : name) c = c == '-' ? '_' : c;
+        all.push_back({pp, dp, sched, chunks, name});
+      }
+    }
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySchedule, Pipeline, ::testing::ValuesIn(layouts()),
+                         [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
+
+TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
+  const std::string dir = fresh_dir("pipeline_refused");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--set parallel.pp=2 --set parallel.zero=2",
+       "parallel.zero = 2 with parallel.pp = 2: ZeRO-2/3"},
+      {"--set parallel.pp=2 --set model.tied_embeddings=true",
+       "model.tied_embeddings = true with parallel.pp = 2"},
+      {"--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set "
+       "train.grad_accum=2",
+       "parallel.pp = 2 x 2 chunk(s) = 4 stages for model.n_layers = 2"},
+      {"--set parallel.pp=2 --set parallel.schedule=dualpipe --set train.grad_accum=2",
+       "dualpipe needs an even number of stages and an even number of micro-batches >= 2 x"},
+  };
+  for (const auto& [set, expect] : cases) {
+    const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
+                                " --quiet --run-dir " + dir + " " + set);
+    EXPECT_EQ(r.exit_code, 2) << set << "\n" << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << set << "\n" << r.output;
+  }
+}
+
+TEST(PipelineLayout, ARankKilledMidPipelineEndsTheJobInOneLine) {
+  const std::string dir = fresh_dir("pipeline_killed");
+  ::setenv("TRILLION_KILL_RANK_AT_STEP", "1:3", 1);
+  const auto r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + dir +
+                              " --set train.steps=6 --set parallel.pp=2");
+  ::unsetenv("TRILLION_KILL_RANK_AT_STEP");
+  EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.output.rfind("trillion launch: rank 1 was killed by signal 9", 0), 0u) << r.output;
+}
+
+}  // namespace
+}  // namespace trillion
