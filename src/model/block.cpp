@@ -1,9 +1,11 @@
 // See block.h.
 #include "model/block.h"
 
+#include "core/error.h"
+
 namespace trillion {
 
-BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r) const {
+BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, MoeState* moe) const {
   const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
   Carver& base = r == LayerRecompute::full ? shared : kept;  // full keeps only out
   Carver& core = r == LayerRecompute::none ? kept : shared;  // attention core, SwiGLU output
@@ -14,7 +16,14 @@ BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r) co
   a.mid = base.take({N, C});
   a.norm2 = base.take({N, C});
   a.rstd2 = base.take({N});
-  a.mlp = mlp_.carve(base, core);
+  if (moe != nullptr) {
+    TRILLION_CHECK(r != LayerRecompute::full, "a MoE layer cannot be fully recomputed");
+    TRILLION_CHECK(moe_ != nullptr, "a MoE layer in a block without a MoE module");
+    a.moe = moe;
+    moe_->carve(kept, *moe);
+  } else {
+    a.mlp = mlp_.carve(base, core);
+  }
   a.out = kept.take({N, C});
   return a;
 }
@@ -44,7 +53,7 @@ void Block::recompute(const BlockWeights& w, const BlockActivations& a, const Te
     forward(w, a, cos_sin, /*write_out=*/false);
   } else if (r == LayerRecompute::selective) {
     attention_.recompute_core(a.attn);
-    mlp_.recompute_core(a.mlp);
+    if (a.moe == nullptr) mlp_.recompute_core(a.mlp);
   }
 }
 
@@ -57,14 +66,22 @@ void Block::forward(const BlockWeights& w, const BlockActivations& a, const Tens
   // MLP half: out = mid + Mlp(rmsnorm(mid))
   be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
   if (write_out) be_.copy(a.out, a.mid);
-  mlp_.forward(a.out, a.norm2, w.mlp, a.mlp, write_out);
+  if (a.moe != nullptr) {
+    moe_->forward(a.out, a.norm2, w.moe, *a.moe);
+  } else {
+    mlp_.forward(a.out, a.norm2, w.mlp, a.mlp, write_out);
+  }
 }
 
 void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActivations& a,
                            const BlockStash& g, const BlockScratch& t, const Tensor& cos_sin) {
   // MLP half, in reverse. dres holds dL/d(out); the residual passes it through to mid.
   be_.copy(g.d_out, dres);
-  mlp_.backward_input(g.d_norm2, dres, w.mlp, a.mlp, g.mlp, t.d_act);
+  if (a.moe != nullptr) {
+    moe_->backward_input(g.d_norm2, dres, w.moe, *a.moe);
+  } else {
+    mlp_.backward_input(g.d_norm2, dres, w.mlp, a.mlp, g.mlp, t.d_act);
+  }
   be_.rmsnorm_backward_input(dres, g.d_norm2, a.mid, w.mlp_norm, a.rstd2);
   // Attention half. dres now holds dL/d(mid).
   be_.copy(g.d_mid, dres);
@@ -72,9 +89,12 @@ void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActiva
   be_.rmsnorm_backward_input(dres, g.d_norm1, a.x, w.attn_norm, a.rstd1);
 }
 
-void Block::backward_weight(const BlockWeights& d, const BlockActivations& a,
-                            const BlockStash& g) {
-  mlp_.backward_weight(d.mlp, a.norm2, g.d_out, a.mlp, g.mlp);
+void Block::backward_weight(const BlockWeights& d, const BlockActivations& a, const BlockStash& g) {
+  if (a.moe != nullptr) {
+    moe_->backward_weight(d.moe, a.norm2, g.d_out, *a.moe);
+  } else {
+    mlp_.backward_weight(d.mlp, a.norm2, g.d_out, a.mlp, g.mlp);
+  }
   be_.rmsnorm_backward_weight(d.mlp_norm, g.d_norm2, a.mid, a.rstd2);
   attention_.backward_weight(d.attn, a.norm1, g.d_mid, a.attn, g.attn);
   be_.rmsnorm_backward_weight(d.attn_norm, g.d_norm1, a.x, a.rstd1);

@@ -7,6 +7,7 @@
 
 #include "model/attention.h"
 #include "model/mlp.h"
+#include "model/moe.h"
 
 namespace trillion {
 
@@ -19,6 +20,7 @@ struct BlockWeights {  // parameters or their gradients (same layout)
   AttentionWeights attn;
   Tensor mlp_norm;  // [C]
   MlpWeights mlp;
+  MoeWeights moe;  // MoE layers (their mlp is empty)
 };
 
 struct BlockActivations {  // saved by forward for backward
@@ -30,7 +32,8 @@ struct BlockActivations {  // saved by forward for backward
   Tensor norm2;  // [N, C]
   Tensor rstd2;  // [N]
   MlpActivations mlp;
-  Tensor out;  // [N, C] block output (the next block's x)
+  MoeState* moe = nullptr;  // MoE layers: the micro-batch's MoE state (their mlp is empty)
+  Tensor out;               // [N, C] block output (the next block's x)
 };
 
 struct BlockStash {  // output gradients of each weight-bearing op, for backward_weight
@@ -49,14 +52,21 @@ struct BlockScratch {  // temporaries of backward_input, dead after it returns
 
 class Block {
  public:
+  // moe: the MoE module of the model's MoE layers (nullptr for a dense model).
   Block(Backend& backend, const ParallelContext& ctx, double norm_eps, bool tiled,
-        AttentionBlocks blocks)
-      : be_(backend), ctx_(ctx), eps_(norm_eps), attention_(backend, ctx, tiled, blocks),
-        mlp_(backend, ctx) {}
+        AttentionBlocks blocks, Moe* moe = nullptr)
+      : be_(backend),
+        ctx_(ctx),
+        eps_(norm_eps),
+        attention_(backend, ctx, tiled, blocks),
+        mlp_(backend, ctx),
+        moe_(moe) {}
 
   // Carves every tensor but x: what the layer keeps from `kept`, what it recomputes from
-  // `shared` (one buffer reused by every layer of the stage).
-  BlockActivations carve(Carver& kept, Carver& shared, LayerRecompute recompute) const;
+  // `shared` (one buffer reused by every layer of the stage). moe: a MoE layer's state (its
+  // router and shared experts keep their tensors; nothing of a MoE layer is recomputed).
+  BlockActivations carve(Carver& kept, Carver& shared, LayerRecompute recompute,
+                         MoeState* moe = nullptr) const;
   BlockStash carve_stash(Carver& c) const;
   BlockScratch carve_scratch(Carver& c) const;
 
@@ -79,6 +89,7 @@ class Block {
   double eps_;
   Attention attention_;
   Mlp mlp_;
+  Moe* moe_;
 };
 
 }  // namespace trillion

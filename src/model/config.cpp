@@ -48,6 +48,40 @@ void ModelConfig::validate() {
     throw Error(fmt::format("model.attention_block = {} must be >= 0 (0: from the cache size)",
                             attention_block));
   }
+  if (moe.enabled()) {
+    auto nonnegative = [](const char* key, int64_t v) {
+      if (v < 0) throw Error(fmt::format("model.{} must be >= 0, got {}", key, v));
+    };
+    nonnegative("n_dense_layers", moe.n_dense_layers);
+    nonnegative("n_shared_experts", moe.n_shared_experts);
+    nonnegative("max_groups", moe.max_groups);
+    positive("top_k", moe.top_k);
+    positive("expert_ffn", moe.expert_ffn);
+    if (moe.top_k > moe.n_routed_experts) {
+      throw Error(fmt::format("model.top_k = {} exceeds model.n_routed_experts = {}", moe.top_k,
+                              moe.n_routed_experts));
+    }
+    if (moe.n_dense_layers > n_layers) {
+      throw Error(fmt::format("model.n_dense_layers = {} exceeds model.n_layers = {}",
+                              moe.n_dense_layers, n_layers));
+    }
+    if (moe.router != "sigmoid_bias" && moe.router != "softmax_aux") {
+      throw Error(
+          fmt::format("model.router = '{}': expected sigmoid_bias or softmax_aux", moe.router));
+    }
+    if (recompute == plan::Recompute::kFull) {
+      throw Error(
+          "model.recompute = full with MoE layers: the expert exchange is not recomputed; use "
+          "none or selective (which keeps every MoE tensor and recomputes attention cores)");
+    }
+    if (!(moe.bias_update_rate >= 0) || !(moe.balance_loss_alpha >= 0) ||
+        !(moe.capacity_factor >= 0)) {
+      throw Error(
+          "model.bias_update_rate, balance_loss_alpha and capacity_factor must be >= 0 and finite");
+    }
+  } else if (moe.n_routed_experts < 0) {
+    throw Error(fmt::format("model.n_routed_experts must be >= 0, got {}", moe.n_routed_experts));
+  }
   if (dtype != DType::f32 && dtype != DType::f64) {
     throw Error(
         fmt::format("model.dtype = {}: the CPU engine computes in f32 or f64", dtype_name(dtype)));
@@ -113,6 +147,14 @@ plan::ModelSpec ModelConfig::spec() const {
   s.tied_embeddings = tied_embeddings;
   s.default_seq = seq_len;
   s.init_std = init_std;
+  if (moe.enabled()) {
+    s.n_dense_layers = moe.n_dense_layers;
+    s.n_routed_experts = moe.n_routed_experts;
+    s.n_shared_experts = moe.n_shared_experts;
+    s.top_k = moe.top_k;
+    s.expert_ffn = moe.expert_ffn;
+    s.router_bias = moe.router == "sigmoid_bias";
+  }
   return s;
 }
 

@@ -12,6 +12,27 @@
 
 namespace trillion {
 
+// Mixture of Experts (DeepSeek-V3 2412.19437 §2.1.2): layers from n_dense_layers on replace the
+// dense MLP by n_shared always-on experts plus top_k of n_routed routed SwiGLU experts of width
+// expert_ffn. See model/moe.h for the routing maths.
+struct MoeConfig {
+  int64_t n_dense_layers = 0;
+  int64_t n_routed_experts = 0;  // E; 0: a dense model
+  int64_t n_shared_experts = 0;
+  int64_t top_k = 0;       // K
+  int64_t expert_ffn = 0;  // FE
+  // "sigmoid_bias": sigmoid affinities, top-k on affinity + bias, gates = chosen affinities
+  // normalised, bias nudged by bias_update_rate after each step (aux-loss-free balancing), plus a
+  // sequence-wise balance loss of weight balance_loss_alpha. "softmax_aux": softmax top-k with
+  // an auxiliary load-balancing loss of weight balance_loss_alpha (Switch/GShard).
+  std::string router = "sigmoid_bias";
+  double bias_update_rate = 0.001;  // gamma
+  double balance_loss_alpha = 1e-4;
+  double capacity_factor = 0;  // > 0: at most ceil(cf * N * K / E) tokens per expert; 0: dropless
+  int64_t max_groups = 0;      // > 0: a token reaches experts on at most this many ep ranks
+  bool enabled() const { return n_routed_experts > 0; }
+};
+
 struct ModelConfig {
   int64_t vocab_size = 0;  // V
   int64_t d_model = 0;     // C
@@ -31,6 +52,9 @@ struct ModelConfig {
   int64_t recompute_every = 1;  // full:K recomputes layers l with l % K == 0
   bool tiled_attention = true;  // attention = "tiled" (FlashAttention) | "materialized"
   int64_t attention_block = 0;  // tile size of tiled attention; 0 = chosen from the cache size
+  MoeConfig moe;
+  // Whether layer l is a MoE layer.
+  bool moe_layer(int64_t l) const { return moe.enabled() && l >= moe.n_dense_layers; }
 
   // Parses "none", "selective", "full" or "full:K" into recompute / recompute_every.
   void set_recompute(const std::string& text);

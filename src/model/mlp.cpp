@@ -4,7 +4,7 @@
 namespace trillion {
 
 MlpActivations Mlp::carve(Carver& kept, Carver& core) const {
-  const int64_t N = ctx_.shape.tokens(), F = ctx_.shape.ffn;
+  const int64_t N = ctx_.shape.tokens(), F = width();
   MlpActivations a;
   a.gate_up = kept.take({N, 2 * F});
   a.act = core.take({N, F});
@@ -12,12 +12,16 @@ MlpActivations Mlp::carve(Carver& kept, Carver& core) const {
 }
 
 MlpStash Mlp::carve_stash(Carver& c) const {
-  return {c.take({ctx_.shape.tokens(), 2 * ctx_.shape.ffn})};
+  return {c.take({ctx_.shape.tokens(), 2 * width()})};
 }
 
-Tensor Mlp::carve_scratch(Carver& c) const { return c.take({ctx_.shape.tokens(), ctx_.shape.ffn}); }
+Tensor Mlp::carve_scratch(Carver& c) const {
+  return c.take({ctx_.shape.tokens(), width()});
+}
 
-void Mlp::recompute_core(const MlpActivations& a) { be_.swiglu_forward(a.act, a.gate_up); }
+void Mlp::recompute_core(const MlpActivations& a) {
+  be_.swiglu_forward(a.act, a.gate_up);
+}
 
 void Mlp::forward(Tensor out, const Tensor& x, const MlpWeights& w, const MlpActivations& a,
                   bool write_out) {

@@ -24,7 +24,11 @@ struct MlpStash {    // kept from backward_input for backward_weight
 
 class Mlp {
  public:
-  Mlp(Backend& backend, const ParallelContext& ctx) : be_(backend), ctx_(ctx) {}
+  // width: the hidden width F this rank computes (0: the model's, ctx.shape.ffn; a MoE layer's
+  // shared experts use theirs).
+  Mlp(Backend& backend, const ParallelContext& ctx, int64_t width = 0)
+      : be_(backend), ctx_(ctx), width_(width) {}
+  int64_t width() const { return width_ > 0 ? width_ : ctx_.shape.ffn; }
 
   // gate_up from `kept`, act from `core` (recomputed under selective recompute).
   MlpActivations carve(Carver& kept, Carver& core) const;
@@ -45,6 +49,7 @@ class Mlp {
  private:
   Backend& be_;
   const ParallelContext& ctx_;
+  int64_t width_;
 };
 
 }  // namespace trillion

@@ -11,6 +11,8 @@
 
 namespace trillion {
 
+class ExpertExchange;  // model/moe.h
+
 struct ParallelContext {
   LocalShape shape;
   ShardDegrees degrees;
@@ -19,10 +21,14 @@ struct ParallelContext {
   comm::Communicator* tp = nullptr;
   comm::Communicator* cp = nullptr;
   comm::Communicator* ep = nullptr;
+  // Moves MoE rows to the ranks holding their experts (nullptr: every expert on this rank).
+  ExpertExchange* experts = nullptr;
 
   // The one-process context of a [batch, seq_len] micro-batch.
   static ParallelContext single(const ModelConfig& config, int64_t batch, int64_t seq_len) {
-    return {local_shape(config, batch, seq_len), {}, {}};
+    ParallelContext ctx;
+    ctx.shape = local_shape(config, batch, seq_len);
+    return ctx;
   }
 };
 

@@ -10,6 +10,16 @@
 
 namespace trillion {
 
+namespace {
+std::unique_ptr<Moe> make_moe(const ModelConfig& c, const ParallelContext& ctx, Backend& be,
+                              MemoryTracker& tracker) {
+  if (!c.moe.enabled()) return nullptr;
+  auto moe = std::make_unique<Moe>(be, ctx, c.moe, ctx.experts);
+  moe->set_tracker(tracker);
+  return moe;
+}
+}  // namespace
+
 StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, ParameterSet& params,
                        StageRange range, StageOptions options, Backend& backend,
                        MemoryTracker& tracker)
@@ -19,9 +29,10 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
       range_(range),
       options_(options),
       be_(backend),
+      moe_(make_moe(config, ctx_, backend, tracker)),
       embedding_(backend, ctx_),
       block_(backend, ctx_, config.norm_eps, config.tiled_attention,
-             {config.attention_block, config.attention_block}),
+             {config.attention_block, config.attention_block}, moe_.get()),
       head_(backend, ctx_, config.norm_eps) {
   const int L = static_cast<int>(config.n_layers);
   if (range.first_unit < 0 || range.last_unit > L + 1 || range.first_unit > range.last_unit) {
@@ -43,9 +54,24 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   for (int u = std::max(range.first_unit, 1); u <= std::min(range.last_unit, L); ++u) {
     const std::string p = fmt::format("layers.{}.", u - 1);
     layer_units_.push_back(unit_of(u));
-    layer_specs_.push_back({t.index(p + "attn_norm"), t.index(p + "attn.wq"),
-                            t.index(p + "attn.wo"), t.index(p + "mlp_norm"),
-                            t.index(p + "mlp.w_gate"), t.index(p + "mlp.w_down")});
+    LayerSpecs ls{t.index(p + "attn_norm"), t.index(p + "attn.wq"), t.index(p + "attn.wo"),
+                  t.index(p + "mlp_norm")};
+    auto optional = [&](const std::string& name) { return t.contains(name) ? t.index(name) : -1; };
+    if (config.moe_layer(u - 1)) {
+      ls.moe = true;
+      ls.router = t.index(p + "moe.router");
+      ls.router_bias = optional(p + "moe.router_bias");
+      ls.shared_gate = optional(p + "moe.shared.w_gate");
+      ls.shared_down = optional(p + "moe.shared.w_down");
+      ls.experts_gate = t.index(p + "moe.experts.w_gate");
+      ls.experts_up = t.index(p + "moe.experts.w_up");
+      ls.experts_down = t.index(p + "moe.experts.w_down");
+      moe_stats_.layers.push_back(u - 1);
+    } else {
+      ls.w_gate = t.index(p + "mlp.w_gate");
+      ls.w_down = t.index(p + "mlp.w_down");
+    }
+    layer_specs_.push_back(ls);
   }
   if (has_head()) {
     head_unit_ = unit_of(L + 1);
@@ -68,15 +94,21 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   // tensors of every layer share one buffer sized for the largest layer.
   const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
   slots_.resize(options.slots);
+  moe_states_.resize(options.slots);
+  for (auto& per_slot : moe_states_) per_slot.resize(layer_specs_.size());
+  moe_stats_.loads.assign(moe_stats_.layers.size(),
+                          std::vector<double>(config.moe.n_routed_experts));
   int64_t shared_elements = 0;
   auto carve_activations = [&](Carver& kept, const Buffer* shared_buffer) {
-    for (Slot& s : slots_) {
+    for (size_t slot = 0; slot < slots_.size(); ++slot) {
+      Slot& s = slots_[slot];
       s.input = kept.take({N, C});
       s.layers.clear();
       Tensor x = s.input;
       for (size_t i = 0; i < layer_specs_.size(); ++i) {
         Carver shared = shared_buffer ? Carver(*shared_buffer) : Carver();
-        BlockActivations a = block_.carve(kept, shared, layer_recompute(i));
+        MoeState* moe = layer_specs_[i].moe ? &moe_states_[slot][i] : nullptr;
+        BlockActivations a = block_.carve(kept, shared, layer_recompute(i), moe);
         shared_elements = std::max(shared_elements, shared.used());
         a.x = x;
         x = a.out;
@@ -105,7 +137,11 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
         shared_stash.push_back(block_.carve_stash(c));
       if (has_head()) shared_d_normed = c.take({N, C});
     }
-    for (Slot& s : slots_) {
+    for (size_t slot = 0; slot < slots_.size(); ++slot) {
+      Slot& s = slots_[slot];
+      for (size_t i = 0; i < layer_specs_.size(); ++i) {
+        if (layer_specs_[i].moe) moe_->carve_stash(c, moe_states_[slot][i]);
+      }
       s.grad = c.take({N, C});
       s.stash.clear();
       if (split) {
@@ -193,6 +229,31 @@ void StageModel::leave_head(Pass pass, const std::vector<Visit>& list) const {
   leave(pass, list, k);
 }
 
+void StageModel::count_routing(int slot, size_t i) {
+  const Routing& r = moe_states_[slot][i].routing;
+  size_t layer = 0;
+  while (moe_stats_.layers[layer] != global_layer(i)) ++layer;
+  moe_->router().count_loads(r, moe_stats_.loads[layer]);
+  moe_stats_.balance_loss += r.balance_loss;
+  moe_stats_.dropped += r.dropped_count;
+}
+
+double StageModel::balance_loss(int slot) const {
+  double sum = 0;
+  for (size_t i = 0; i < layer_specs_.size(); ++i) {
+    if (layer_specs_[i].moe) sum += moe_states_.at(slot)[i].routing.balance_loss;
+  }
+  return sum;
+}
+
+MoeStepStats StageModel::take_moe_stats() {
+  MoeStepStats out = moe_stats_;
+  for (auto& l : moe_stats_.loads) std::fill(l.begin(), l.end(), 0.0);
+  moe_stats_.balance_loss = 0;
+  moe_stats_.dropped = 0;
+  return out;
+}
+
 plan::StageExtent StageModel::extent() const {
   return {std::max(range_.first_unit, 1) - 1, static_cast<int64_t>(layer_specs_.size()),
           has_head()};
@@ -243,8 +304,22 @@ BlockWeights StageModel::block_weights(bool grads, size_t i) const {
   w.attn.wqkv = joined(s.wq, ctx_.shape.qkv_width());
   w.attn.wo = at(s.wo);
   w.mlp_norm = at(s.mlp_norm);
-  w.mlp.w_gate_up = joined(s.w_gate, 2 * ctx_.shape.ffn);
-  w.mlp.w_down = at(s.w_down);
+  if (!s.moe) {
+    w.mlp.w_gate_up = joined(s.w_gate, 2 * ctx_.shape.ffn);
+    w.mlp.w_down = at(s.w_down);
+    return w;
+  }
+  w.moe.router.router = at(s.router);
+  // The bias steers routing and is moved by the balancing rule: it has no gradient.
+  if (!grads && s.router_bias >= 0) w.moe.router.bias = at(s.router_bias);
+  if (s.shared_gate >= 0) {
+    w.moe.shared.w_gate_up =
+        joined(s.shared_gate, 2 * config_.moe.n_shared_experts * config_.moe.expert_ffn);
+    w.moe.shared.w_down = at(s.shared_down);
+  }
+  w.moe.gate = at(s.experts_gate);
+  w.moe.up = at(s.experts_up);
+  w.moe.down = at(s.experts_down);
   return w;
 }
 
@@ -308,6 +383,10 @@ void StageModel::backward(int slot, double grad_scale) {
   for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
     enter(Pass::backward, v, k);
     ensure_recomputed(slot, i);
+    if (layer_specs_[i].moe) {
+      moe_states_[slot][i].grad_scale = grad_scale;
+      count_routing(slot, i);
+    }
     block_.backward_input(s.grad, block_weights(false, i), s.layers[i], s.stash[0], scratch_,
                           cos_sin_);
     block_.backward_weight(block_weights(true, i), s.layers[i], s.stash[0]);
@@ -337,6 +416,10 @@ void StageModel::backward_input(int slot, double grad_scale) {
   for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
     enter(Pass::backward_input, v, k);
     ensure_recomputed(slot, i);
+    if (layer_specs_[i].moe) {
+      moe_states_[slot][i].grad_scale = grad_scale;
+      count_routing(slot, i);
+    }
     block_.backward_input(s.grad, block_weights(false, i), s.layers[i], s.stash[i], scratch_,
                           cos_sin_);
     leave(Pass::backward_input, v, k);

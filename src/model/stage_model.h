@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -32,6 +33,14 @@ namespace trillion {
 
 struct StageRange {
   int first_unit = 0, last_unit = 0;  // global units, inclusive
+};
+
+// A step's routing statistics of a stage's MoE layers (training micro-batches only).
+struct MoeStepStats {
+  std::vector<int64_t> layers;             // global layer index of each MoE layer of the stage
+  std::vector<std::vector<double>> loads;  // [layer][expert] tokens routed (dropped excluded)
+  double balance_loss = 0;                 // sum over the stage's layers and sequences
+  int64_t dropped = 0;                     // assignments over capacity
 };
 
 struct StageOptions {
@@ -65,12 +74,21 @@ class StageModel {
 
   double forward(int slot);
   void backward(int slot, double grad_scale);
+  // MoE layers: the statistics since the last call (and resets them), and the routing bias of
+  // stage layer i (empty for softmax routing).
+  MoeStepStats take_moe_stats();
+  // The balance loss of slot's last forward, summed over the stage's MoE layers and the slot's
+  // sequences (the objective adds its mean over the step's sequences).
+  double balance_loss(int slot) const;
   void backward_input(int slot, double grad_scale);
   void backward_weight(int slot);
 
  private:
-  struct LayerSpecs {  // table indices of one layer's tensors
-    int attn_norm, wq, wo, mlp_norm, w_gate, w_down;
+  struct LayerSpecs {  // table indices of one layer's tensors (-1: absent)
+    int attn_norm, wq, wo, mlp_norm, w_gate = -1, w_down = -1;
+    bool moe = false;  // MoE layer: router, shared and routed experts instead of w_gate/w_down
+    int router = -1, router_bias = -1, shared_gate = -1, shared_down = -1;
+    int experts_gate = -1, experts_up = -1, experts_down = -1;
   };
   struct Slot {
     Tensor input;  // [N, C]
@@ -110,6 +128,7 @@ class StageModel {
   StageRange range_;
   StageOptions options_;
   Backend& be_;
+  std::unique_ptr<Moe> moe_;  // the MoE layers' module (nullptr for a dense model)
   Embedding embedding_;
   Block block_;
   LmHead head_;
@@ -119,7 +138,10 @@ class StageModel {
   bool head_borrows_embedding_ = false;
   Buffer activations_, recompute_, workspace_;
   std::vector<Slot> slots_;
-  std::vector<Visit> visits_[4];  // per Pass
+  std::vector<Visit> visits_[4];                   // per Pass
+  std::vector<std::vector<MoeState>> moe_states_;  // [slot][layer] (MoE layers)
+  MoeStepStats moe_stats_;
+  void count_routing(int slot, size_t i);
   BlockScratch scratch_;
   Tensor cos_sin_;  // [T, HD]
   int recomputed_slot_ = -1;

@@ -28,6 +28,9 @@ struct ModelSpec {
   // the rest have n_shared always-on experts and top_k of n_routed routed experts.
   int64_t n_dense_layers = -1;  // -1: all layers dense
   int64_t n_routed_experts = 0, n_shared_experts = 0, top_k = 0, expert_ffn = 0;
+  // DeepSeek-V3's per-expert routing bias (aux-loss-free balancing): E values per MoE layer,
+  // updated by a rule, not by gradients. False for softmax routing with an auxiliary loss.
+  bool router_bias = true;
   // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means ordinary GQA.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int64_t default_seq = 4096;
@@ -50,7 +53,7 @@ struct ModelCounts {
   int64_t dense_mlp = 0;     // one dense layer's MLP
   int64_t norms = 0;         // one layer's RMSNorm weights
   int64_t expert = 0;        // one routed or shared expert
-  int64_t router = 0;        // one MoE layer's gate
+  int64_t router = 0;        // one MoE layer's gate (+ its routing bias)
   int64_t embedding = 0;     // V*C
   int64_t head = 0;          // V*C unless tied, + final norm
   int64_t dense_total = 0;   // everything that is not a routed expert

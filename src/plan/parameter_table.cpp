@@ -123,6 +123,9 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
     } else {
       const int64_t E = m.n_routed_experts, FE = m.expert_ffn;
       b.matrix(p + "moe.router", {E, C}, TensorRole::router, kReplicated);
+      if (m.router_bias) {  // no gradient: moved by the balancing rule after each step
+        b.add(p + "moe.router_bias", {E}, TensorRole::router, kReplicated, {InitKind::zeros, 0});
+      }
       if (m.n_shared_experts > 0) {
         b.mlp(p + "moe.shared.", C, m.n_shared_experts * FE, true, TensorRole::shared_expert);
       }

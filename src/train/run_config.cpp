@@ -138,6 +138,16 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   m.read("recompute", recompute);
   m.read("attention", attention);
   m.read("attention_block", mc.attention_block);
+  m.read("n_dense_layers", mc.moe.n_dense_layers);
+  m.read("n_routed_experts", mc.moe.n_routed_experts);
+  m.read("n_shared_experts", mc.moe.n_shared_experts);
+  m.read("top_k", mc.moe.top_k);
+  m.read("expert_ffn", mc.moe.expert_ffn);
+  m.read("router", mc.moe.router);
+  m.read("bias_update_rate", mc.moe.bias_update_rate);
+  m.read("balance_loss_alpha", mc.moe.balance_loss_alpha);
+  m.read("capacity_factor", mc.moe.capacity_factor);
+  m.read("max_groups", mc.moe.max_groups);
   m.reject_unknown();
   try {
     mc.dtype = parse_dtype(dtype);
@@ -308,6 +318,18 @@ std::string to_toml(const RunConfig& c) {
                     {"recompute", m.recompute_string()},
                     {"attention", m.tiled_attention ? "tiled" : "materialized"},
                     {"attention_block", m.attention_block}};
+  if (m.moe.enabled()) {  // written only for MoE models, so dense configs stay as they were
+    model.insert("n_dense_layers", m.moe.n_dense_layers);
+    model.insert("n_routed_experts", m.moe.n_routed_experts);
+    model.insert("n_shared_experts", m.moe.n_shared_experts);
+    model.insert("top_k", m.moe.top_k);
+    model.insert("expert_ffn", m.moe.expert_ffn);
+    model.insert("router", m.moe.router);
+    model.insert("bias_update_rate", m.moe.bias_update_rate);
+    model.insert("balance_loss_alpha", m.moe.balance_loss_alpha);
+    model.insert("capacity_factor", m.moe.capacity_factor);
+    model.insert("max_groups", m.moe.max_groups);
+  }
   const TrainConfig& t = c.train;
   toml::table train{{"micro_batch", t.micro_batch},
                     {"grad_accum", t.grad_accum},

@@ -33,7 +33,8 @@ ModelCounts closed_form(const ModelSpec& m) {
   c.norms = 2 * C;
   c.dense_mlp = m.mlp_matrices * C * m.ffn_hidden;
   c.expert = m.is_moe() ? 3 * C * m.expert_ffn : 0;
-  c.router = m.is_moe() ? C * m.n_routed_experts : 0;
+  const int64_t bias = m.is_moe() && m.router_bias ? m.n_routed_experts : 0;
+  c.router = m.is_moe() ? C * m.n_routed_experts + bias : 0;
   c.embedding = m.vocab * C;
   c.head = (m.tied_embeddings ? 0 : m.vocab * C) + C;
   const int64_t per_dense = c.attention + c.norms + c.dense_mlp;
@@ -44,7 +45,7 @@ ModelCounts closed_form(const ModelSpec& m) {
       m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding + c.head;
   c.total = c.dense_total + c.routed_total;
   c.activated = c.dense_total + m.moe_layers() * m.top_k * c.expert;
-  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C +
+  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C - m.moe_layers() * bias +
                     m.vocab * C * (m.tied_embeddings ? 1 : 0);
   if (m.is_mla())
     c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));

@@ -1,0 +1,207 @@
+// See router.h.
+#include "model/router.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "model/carver.h"
+
+namespace trillion {
+
+namespace {
+
+template <typename F>
+void with_type(DType dt, F&& f) {
+  if (dt == DType::f64) {
+    f(double{});
+  } else {
+    TRILLION_CHECK(dt == DType::f32, "the router computes in f32 or f64");
+    f(float{});
+  }
+}
+
+}  // namespace
+
+Router::Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& config, int ep_size)
+    : be_(backend), ctx_(ctx), config_(config), ep_size_(ep_size) {}
+
+void Router::carve(Carver& kept, Routing& r) const {
+  const int64_t N = ctx_.shape.tokens();
+  r.scores = kept.take({N, config_.n_routed_experts});
+  r.gates = kept.take({N, config_.top_k});
+}
+
+Tensor Router::carve_stash(Carver& c) const {
+  return c.take({ctx_.shape.tokens(), config_.n_routed_experts});
+}
+
+void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
+  const int64_t N = ctx_.shape.tokens(), T = ctx_.shape.seq, B = N / T;
+  const int64_t E = config_.n_routed_experts, K = config_.top_k;
+  const bool sigmoid = config_.router == "sigmoid_bias";
+  be_.gemm(r.scores, false, true, x, w.router, 1.0, 0.0);
+  r.expert.assign(N * K, 0);
+  r.dropped.assign(N * K, 0);
+  r.f.assign(B * E, 0.0);
+  r.dropped_count = 0;
+  r.balance_loss = 0;
+  const int64_t groups = ep_size_, per_group = E / std::max<int64_t>(1, groups);
+  const int64_t M = config_.max_groups > 0 && config_.max_groups < groups ? config_.max_groups : 0;
+  const int64_t capacity =
+      config_.capacity_factor > 0
+          ? static_cast<int64_t>(std::ceil(config_.capacity_factor * N * K / E))
+          : N * K;
+  std::vector<int64_t> taken(E, 0);
+  with_type(r.scores.dtype(), [&](auto tag) {
+    using T_ = decltype(tag);
+    T_* s = r.scores.data<T_>();
+    T_* g = r.gates.data<T_>();
+    const T_* bias = w.bias.empty() ? nullptr : w.bias.data<T_>();
+    std::vector<double> key(E);
+    std::vector<int64_t> order(E);
+    std::vector<char> allowed(E);
+    for (int64_t t = 0; t < N; ++t) {
+      T_* row = s + t * E;
+      if (sigmoid) {
+        for (int64_t i = 0; i < E; ++i)
+          row[i] = static_cast<T_>(1.0 / (1.0 + std::exp(-double(row[i]))));
+      } else {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t i = 0; i < E; ++i) mx = std::max(mx, double(row[i]));
+        for (int64_t i = 0; i < E; ++i) sum += std::exp(double(row[i]) - mx);
+        for (int64_t i = 0; i < E; ++i)
+          row[i] = static_cast<T_>(std::exp(double(row[i]) - mx) / sum);
+      }
+      for (int64_t i = 0; i < E; ++i) key[i] = double(row[i]) + (bias ? double(bias[i]) : 0.0);
+      std::fill(allowed.begin(), allowed.end(), 1);
+      if (M > 0) {  // node-limited: the M groups with the largest sums of their top keys
+        const int64_t top = (K + M - 1) / M;
+        std::vector<std::pair<double, int64_t>> group_score(groups);
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          std::vector<double> k(key.begin() + gi * per_group, key.begin() + (gi + 1) * per_group);
+          std::partial_sort(k.begin(), k.begin() + std::min(top, per_group), k.end(),
+                            std::greater<double>());
+          double sum = 0;
+          for (int64_t j = 0; j < std::min(top, per_group); ++j) sum += k[j];
+          group_score[gi] = {-sum, gi};
+        }
+        std::sort(group_score.begin(), group_score.end());
+        std::fill(allowed.begin(), allowed.end(), 0);
+        for (int64_t j = 0; j < M; ++j) {
+          const int64_t gi = group_score[j].second;
+          std::fill(allowed.begin() + gi * per_group, allowed.begin() + (gi + 1) * per_group, 1);
+        }
+      }
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int64_t a, int64_t b) {
+        if (allowed[a] != allowed[b]) return allowed[a] > allowed[b];
+        return key[a] != key[b] ? key[a] > key[b] : a < b;
+      });
+      double chosen_sum = 0;
+      for (int64_t k = 0; k < K; ++k) chosen_sum += double(row[order[k]]);
+      const int64_t b = t / T;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = order[k];
+        r.expert[t * K + k] = static_cast<int32_t>(e);
+        r.f[b * E + e] += static_cast<double>(E) / static_cast<double>(K * T);
+        if (taken[e] >= capacity) {
+          r.dropped[t * K + k] = 1;
+          ++r.dropped_count;
+          g[t * K + k] = 0;
+        } else {
+          ++taken[e];
+          g[t * K + k] = static_cast<T_>(double(row[e]) / chosen_sum);
+        }
+      }
+    }
+    // Balance loss per sequence: alpha * sum_i f_i P_i.
+    for (int64_t b = 0; b < B; ++b) {
+      std::vector<double> P(E, 0.0);
+      for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+        const T_* row = s + t * E;
+        double total = 1.0;
+        if (sigmoid) total = std::accumulate(row, row + E, 0.0);
+        for (int64_t i = 0; i < E; ++i) P[i] += double(row[i]) / total / static_cast<double>(T);
+      }
+      for (int64_t i = 0; i < E; ++i) {
+        r.balance_loss += config_.balance_loss_alpha * r.f[b * E + i] * P[i];
+      }
+    }
+  });
+}
+
+void Router::backward_input(Tensor dx, const Tensor& dz, const std::vector<double>& dgates,
+                            const RouterWeights& w, const Routing& r, double grad_scale) {
+  const int64_t N = ctx_.shape.tokens(), T = ctx_.shape.seq;
+  const int64_t E = config_.n_routed_experts, K = config_.top_k;
+  const bool sigmoid = config_.router == "sigmoid_bias";
+  const double alpha = config_.balance_loss_alpha;
+  with_type(r.scores.dtype(), [&](auto tag) {
+    using T_ = decltype(tag);
+    const T_* s = r.scores.data<T_>();
+    T_* out = dz.data<T_>();
+    std::vector<double> ds(E);
+    for (int64_t t = 0; t < N; ++t) {
+      const T_* row = s + t * E;
+      std::fill(ds.begin(), ds.end(), 0.0);
+      // Gates: g_k = s_k / S over the K chosen (dropped ones included in S, their dL/dg = 0).
+      double S = 0, weighted = 0;
+      for (int64_t k = 0; k < K; ++k) S += double(row[r.expert[t * K + k]]);
+      for (int64_t k = 0; k < K; ++k) {
+        weighted += double(row[r.expert[t * K + k]]) / S * dgates[t * K + k];
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        ds[r.expert[t * K + k]] += (dgates[t * K + k] - weighted) / S;
+      }
+      // Balance loss through P: dL/ds'_i = grad_scale * alpha * f_i of the token's sequence.
+      const double* f = &r.f[(t / T) * E];
+      if (sigmoid) {
+        const double total = std::accumulate(row, row + E, 0.0);
+        double a_dot = 0;
+        for (int64_t i = 0; i < E; ++i) a_dot += grad_scale * alpha * f[i] * double(row[i]) / total;
+        for (int64_t i = 0; i < E; ++i) ds[i] += (grad_scale * alpha * f[i] - a_dot) / total;
+      } else {
+        for (int64_t i = 0; i < E; ++i) ds[i] += grad_scale * alpha * f[i];
+      }
+      T_* dzr = out + t * E;
+      if (sigmoid) {
+        for (int64_t i = 0; i < E; ++i) {
+          dzr[i] = static_cast<T_>(ds[i] * double(row[i]) * (1.0 - double(row[i])));
+        }
+      } else {
+        double dot = 0;
+        for (int64_t i = 0; i < E; ++i) dot += double(row[i]) * ds[i];
+        for (int64_t i = 0; i < E; ++i) dzr[i] = static_cast<T_>(double(row[i]) * (ds[i] - dot));
+      }
+    }
+  });
+  be_.gemm(dx, false, false, dz, w.router, 1.0, 1.0);
+}
+
+void Router::backward_weight(Tensor drouter, const Tensor& x, const Tensor& dz) {
+  be_.gemm(drouter, true, false, dz, x, 1.0, 1.0);
+}
+
+void Router::count_loads(const Routing& r, std::vector<double>& loads) const {
+  loads.resize(config_.n_routed_experts, 0.0);
+  for (size_t a = 0; a < r.expert.size(); ++a) {
+    if (!r.dropped[a]) loads[r.expert[a]] += 1.0;
+  }
+}
+
+void Router::update_bias(const Tensor& bias, const std::vector<double>& loads, double rate) {
+  const int64_t E = bias.numel();
+  const double mean = std::accumulate(loads.begin(), loads.end(), 0.0) / static_cast<double>(E);
+  with_type(bias.dtype(), [&](auto tag) {
+    using T_ = decltype(tag);
+    T_* b = bias.data<T_>();
+    for (int64_t i = 0; i < E; ++i) {
+      if (loads[i] > mean) b[i] = static_cast<T_>(double(b[i]) - rate);
+      if (loads[i] < mean) b[i] = static_cast<T_>(double(b[i]) + rate);
+    }
+  });
+}
+
+}  // namespace trillion

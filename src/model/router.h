@@ -1,0 +1,76 @@
+// Router of a MoE layer: which experts each token goes to and with what gate.
+//
+//   z = x Wr^T [N, E]
+//   sigmoid_bias (DeepSeek-V3 2412.19437 §2.1.2): s = sigmoid(z); the top K of s + b are chosen
+//     (b: a per-expert bias that only steers the choice and gets no gradient); gates are the
+//     chosen s normalised to sum 1. After each step b_i -= gamma when expert i received more
+//     than the mean load and += gamma when it received less (update_bias).
+//   softmax_aux (Switch 2101.03961 / GShard): s = softmax(z); the top K of s are chosen, gates
+//     are the chosen s normalised to sum 1.
+//   Balance loss, per sequence of T tokens (DeepSeek-V3 eq. 17-19; for both routers):
+//     L = alpha * sum_i f_i P_i,  f_i = E / (K T) * #(tokens of the sequence choosing i),
+//     P_i = 1/T * sum_t s'_{t,i},  s' = s / sum_j s_j (sigmoid) or s (softmax).
+//   It is a per-sequence term, so it does not depend on how a batch is split over ranks; the
+//   objective adds its mean over the step's sequences (grad_scale * T per sequence).
+//   Node-limited routing (max_groups = M > 0): experts are grouped by expert-parallel rank; a
+//   token first picks the M groups with the largest sums of their top ceil(K / M) keys.
+//   Capacity (capacity_factor cf > 0, Switch): expert i takes at most ceil(cf * N * K / E) of this
+//   rank's assignments, in token order; the rest are dropped (their gate is lost, not
+//   renormalised) and counted.
+// The [N, E] routing maths runs on the host over the tensors' memory (the CPU backend's), with
+// the logits' GEMMs on the backend. Ties break towards the lower expert index.
+#pragma once
+
+#include <vector>
+
+#include "model/carver.h"
+#include "model/config.h"
+#include "model/parallel_context.h"
+
+namespace trillion {
+
+struct RouterWeights {
+  Tensor router;  // [E, C]
+  Tensor bias;    // [E]; empty for softmax_aux (and for gradients)
+};
+
+// One micro-batch's routing, kept from forward for backward.
+struct Routing {
+  Tensor scores;                // [N, E] s (sigmoid or softmax)
+  Tensor gates;                 // [N, K] gate of each chosen expert (0 for a dropped one)
+  std::vector<int32_t> expert;  // [N * K] chosen expert of assignment t * K + k
+  std::vector<char> dropped;    // [N * K] over capacity
+  std::vector<double> f;        // [B * E] balance-loss f of each sequence and expert
+  int64_t dropped_count = 0;
+  double balance_loss = 0;  // sum over this micro-batch's sequences of L
+};
+
+class Router {
+ public:
+  Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& config, int ep_size);
+
+  // Carves scores [N, E] and gates [N, K] from `kept`.
+  void carve(Carver& kept, Routing& r) const;
+  Tensor carve_stash(Carver& c) const;  // dz [N, E]
+
+  // Routes the normed input x [N, C] of batch rows of `seq` tokens each.
+  void forward(const Tensor& x, const RouterWeights& w, Routing& r);
+  // dz [N, E] from dL/dgate (dgates [N * K], per assignment) and the balance loss scaled by
+  // grad_scale; dx [N, C] += dz Wr.
+  void backward_input(Tensor dx, const Tensor& dz, const std::vector<double>& dgates,
+                      const RouterWeights& w, const Routing& r, double grad_scale);
+  void backward_weight(Tensor drouter, const Tensor& x, const Tensor& dz);
+
+  // Token counts per expert of the routing (dropped assignments excluded), added to `loads`.
+  void count_loads(const Routing& r, std::vector<double>& loads) const;
+  // The aux-loss-free balancing rule on the bias, from the step's global loads per expert.
+  static void update_bias(const Tensor& bias, const std::vector<double>& loads, double rate);
+
+ private:
+  Backend& be_;
+  const ParallelContext& ctx_;
+  MoeConfig config_;
+  int ep_size_;
+};
+
+}  // namespace trillion

@@ -1,0 +1,175 @@
+// Mixture of Experts: every parameter's gradient (router, shared and routed experts, and the
+// dense layers around them) against central finite differences in f64 of the whole objective
+// (cross-entropy + the sequence-wise balance loss), for both routers, with and without node
+// limits and capacity; the routing bias gets no gradient; split backward equals fused bitwise;
+// the balancing rule moves the bias against the load; the parameter table matches the planner.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+
+#include "model/transformer.h"
+#include "plan/model_spec.h"
+#include "test_util.h"
+
+using namespace trillion;
+using namespace trillion::testing;
+
+namespace {
+
+ModelConfig tiny_moe(const std::string& router) {
+  ModelConfig c;
+  c.vocab_size = 17;
+  c.d_model = 12;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.n_kv_heads = 1;
+  c.ffn_hidden = 16;
+  c.seq_len = 5;
+  c.init_std = 0.3;
+  c.dtype = DType::f64;
+  c.moe.n_dense_layers = 1;
+  c.moe.n_routed_experts = 4;
+  c.moe.n_shared_experts = 1;
+  c.moe.top_k = 2;
+  c.moe.expert_ffn = 6;
+  c.moe.router = router;
+  c.moe.balance_loss_alpha = 0.3;  // large, so its gradient is visible
+  c.validate();
+  return c;
+}
+
+std::vector<int32_t> tokens_of(int64_t n, int64_t vocab, uint64_t seed) {
+  Philox rng(seed, "tokens");
+  std::vector<int32_t> t(n);
+  for (int64_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>(rng.below(i, vocab));
+  return t;
+}
+
+}  // namespace
+
+class MoeGradient : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(MoeGradient, EveryParameterMatchesFiniteDifferencesOfLossPlusBalance) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const ModelConfig cfg = tiny_moe(GetParam());
+  const int64_t B = 3, T = 5, N = B * T;
+  Transformer model(cfg, {B, T}, *be, tracker);
+  model.init_parameters(3);
+  // A non-zero routing bias changes which experts are chosen, never the gradient.
+  if (model.table().contains("layers.1.moe.router_bias")) {
+    double* b = model.parameter_set().param("layers.1.moe.router_bias").data<double>();
+    for (int i = 0; i < 4; ++i) b[i] = 0.05 * (i - 1.5);
+  }
+  auto tokens = tokens_of(N, cfg.vocab_size, 1), targets = tokens_of(N, cfg.vocab_size, 2);
+  // The objective the backward differentiates: mean cross-entropy + the balance loss's mean over
+  // the sequences.
+  auto objective = [&] {
+    const double ce = model.forward(tokens.data(), targets.data());
+    return ce + model.stage().balance_loss(0) / static_cast<double>(B);
+  };
+  model.zero_grad();
+  objective();
+  model.backward(1.0 / N);
+  auto* params = static_cast<double*>(model.parameters().raw());
+  const auto* grads = static_cast<const double*>(model.gradients().raw());
+  for (const TensorSpec& spec : model.table().specs()) {
+    if (spec.name.ends_with("router_bias")) {
+      for (int64_t i = 0; i < spec.numel(); ++i) EXPECT_EQ(grads[spec.offset + i], 0.0);
+      continue;
+    }
+    const double err =
+        gradient_error(objective, params + spec.offset, spec.numel(), grads + spec.offset, 24);
+    EXPECT_LT(err, 1e-6) << spec.name << " (" << GetParam() << ")";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Routers, MoeGradient, ::testing::Values("sigmoid_bias", "softmax_aux"));
+
+TEST(Moe, SplitBackwardEqualsFusedBitwiseAndCapacityDrops) {
+  for (double capacity : {0.0, 0.6}) {
+    MemoryTracker tracker;
+    auto be = make_cpu_backend(tracker);
+    ModelConfig cfg = tiny_moe("sigmoid_bias");
+    cfg.dtype = DType::f32;
+    cfg.moe.capacity_factor = capacity;
+    Transformer fused(cfg, {3, 5}, *be, tracker), split(cfg, {3, 5}, *be, tracker, true);
+    fused.init_parameters(5);
+    split.init_parameters(5);
+    auto tokens = tokens_of(15, cfg.vocab_size, 4), targets = tokens_of(15, cfg.vocab_size, 5);
+    for (Transformer* m : {&fused, &split}) {
+      m->zero_grad();
+      m->forward(tokens.data(), targets.data());
+    }
+    fused.backward(1.0 / 15);
+    split.backward_input(1.0 / 15);
+    split.backward_weight();
+    EXPECT_EQ(
+        std::memcmp(fused.gradients().raw(), split.gradients().raw(), fused.gradients().bytes()), 0)
+        << "capacity " << capacity;
+    const MoeStepStats st = fused.stage().take_moe_stats();
+    ASSERT_EQ(st.layers, std::vector<int64_t>{1});
+    double routed = 0;
+    for (double l : st.loads[0]) routed += l;
+    EXPECT_EQ(routed + st.dropped, 15 * 2);  // every assignment is routed or dropped
+    if (capacity == 0) {
+      EXPECT_EQ(st.dropped, 0);
+    }
+    // cf 0.6: ceil(0.6 * 15 * 2 / 4) = 5 rows per expert at most.
+    if (capacity > 0) {
+      for (double l : st.loads[0]) EXPECT_LE(l, 5);
+      EXPECT_GT(st.dropped, 0);
+    }
+  }
+}
+
+TEST(Moe, NodeLimitedRoutingReachesAtMostMGroups) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  MoeConfig mc;
+  mc.n_routed_experts = 8;
+  mc.top_k = 4;
+  mc.expert_ffn = 4;
+  mc.max_groups = 2;  // 4 groups (ep ranks) of 2 experts: each token reaches 2 of them
+  ModelConfig c = tiny_moe("sigmoid_bias");
+  c.dtype = DType::f32;
+  const ParallelContext ctx = ParallelContext::single(c, 3, 5);
+  Router router(*be, ctx, mc, 4);
+  Buffer buf(tracker, MemoryCategory::workspace, DType::f32, 15 * (8 + 4) + 15 * 12 + 8 * 12);
+  Routing r;
+  Carver carver(buf);
+  router.carve(carver, r);
+  const Tensor x = carver.take({15, 12}), w = carver.take({8, 12});
+  Philox rng(9, "x");
+  float* xs = static_cast<float*>(buf.raw()) + 15 * 12;
+  for (int64_t i = 0; i < 15 * 12 + 8 * 12; ++i) xs[i] = static_cast<float>(rng.normal(i));
+  router.forward(x, {w, Tensor()}, r);
+  for (int t = 0; t < 15; ++t) {
+    std::set<int> groups;
+    for (int k = 0; k < 4; ++k) groups.insert(r.expert[t * 4 + k] / 2);
+    EXPECT_LE(groups.size(), 2u) << "token " << t;
+  }
+}
+
+TEST(Moe, BiasMovesAgainstTheLoad) {
+  MemoryTracker tracker;
+  Buffer b(tracker, MemoryCategory::parameters, DType::f32, 4);
+  Router::update_bias(b.flat(), {10, 2, 4, 4}, 0.001);  // mean 5
+  const float* v = static_cast<const float*>(b.raw());
+  EXPECT_FLOAT_EQ(v[0], -0.001f);  // overloaded: less attractive
+  EXPECT_FLOAT_EQ(v[1], 0.001f);
+  EXPECT_FLOAT_EQ(v[2], 0.001f);
+  EXPECT_FLOAT_EQ(v[3], 0.001f);
+}
+
+TEST(Moe, TableCountsAreThePlannersAndActivatedIsTopK) {
+  const ModelConfig cfg = tiny_moe("sigmoid_bias");
+  const TensorTable t = build_parameter_table(cfg);
+  const plan::ModelCounts c = plan::count_model(cfg.spec());
+  EXPECT_EQ(t.total_elements(), c.total);
+  // Activated: everything but 2 of the 4 routed experts of the MoE layer.
+  EXPECT_EQ(c.total - c.activated, 2 * 3 * 12 * 6);
+  EXPECT_TRUE(t.contains("layers.1.moe.router_bias"));
+  EXPECT_FALSE(build_parameter_table(tiny_moe("softmax_aux")).contains("layers.1.moe.router_bias"));
+}
