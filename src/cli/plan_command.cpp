@@ -11,6 +11,7 @@
 #include "cli/parse_arguments.h"
 #include "cli/plan_model_file.h"
 #include "core/error.h"
+#include "plan/model_file.h"
 #include "plan/report.h"
 
 namespace trillion::cli {
@@ -53,9 +54,7 @@ int plan_command(int argc, char** argv) {
   app.add_flag("--json", json, "print the plan as JSON");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   plan::PlanInputs in;
-  const bool is_file =
-      model_name.find(".toml") != std::string::npos || model_name.find('/') != std::string::npos;
-  in.model = is_file ? read_model_file(model_name) : plan::find_model(model_name);
+  in.model = plan::resolve_model(model_name);
   in.gpu = plan::find_gpu(cluster);
   if (price > 0) in.gpu.usd_per_gpu_hour = price;
   if (failure_rate >= 0) in.gpu.failures_per_gpu_hour = failure_rate / 1000 / 24;

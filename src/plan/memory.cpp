@@ -74,7 +74,7 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double e) 
   }
   if (!moe) {
     const double f = m.ffn_hidden;
-    if (m.mlp_matrices == 3) {
+    if (m.mlp == MlpKind::kSwiGlu) {
       t.push_back({"SwiGLU gate and up outputs", 2 * e * f, true, true});
       t.push_back({"SwiGLU product (down projection input)", e * f, true, false});
     } else {
