@@ -12,6 +12,7 @@
 #include "cli/plan_model_file.h"
 #include "core/error.h"
 #include "plan/model_file.h"
+#include "plan/published_runs.h"
 #include "plan/report.h"
 
 namespace trillion::cli {
@@ -31,9 +32,14 @@ int plan_command(int argc, char** argv) {
   app.add_option("--model", model_name,
                  "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t or a model "
                  "TOML file")
-      ->required();
-  app.add_option("--cluster", cluster, "h100, h800, h200, b200, gb200-nvl72 or a100")->required();
-  app.add_option("--gpus", gpus, "number of GPUs")->required();
+      ;
+  app.add_option("--cluster", cluster,
+                 "a100, h100, h800, h200, b200, gb200-nvl72 or a cluster TOML file");
+  app.add_option("--gpus", gpus, "number of GPUs");
+  bool validate = false;
+  app.add_flag("--validate", validate,
+               "plan every published run of plan/published_runs.h and print predicted vs "
+               "published");
   app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
   app.add_option("--seq", seq, "sequence length (default: the model's)");
   app.add_option("--batch-tokens", batch_text,
@@ -53,9 +59,15 @@ int plan_command(int argc, char** argv) {
   app.add_option("--html", html_path, "write an HTML report to this file");
   app.add_flag("--json", json, "print the plan as JSON");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (validate) {
+    std::cout << plan::format_validation(true);
+    return 0;
+  }
+  if (model_name.empty() || cluster.empty() || gpus == 0)
+    throw Error("plan needs --model, --cluster and --gpus (or --validate, or --compare A B)");
   plan::PlanInputs in;
   in.model = plan::resolve_model(model_name);
-  in.gpu = plan::find_gpu(cluster);
+  in.gpu = plan::resolve_cluster(cluster);
   if (price > 0) in.gpu.usd_per_gpu_hour = price;
   if (failure_rate >= 0) in.gpu.failures_per_gpu_hour = failure_rate / 1000 / 24;
   in.gpus = gpus;

@@ -169,8 +169,17 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_FALSE(f.ep);
   EXPECT_EQ(l.micro_batch, 2);
   EXPECT_EQ(l.to_string(),
-            "tp=8,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
-            "recompute=selective,micro_batch=2,precision=fp8");
+            "tp=8,sp=1,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
+            "partition=even,recompute=selective,micro_batch=2,precision=fp8,grad=fp32,moments=fp32");
+  const Layout g = parse_layout("sp=0,grad=bf16,moments=bf16,partition=balanced,precision=fp16", &f);
+  EXPECT_FALSE(g.sp);
+  EXPECT_EQ(g.grad_bytes, 2);
+  EXPECT_EQ(g.moment_bytes, 2);
+  EXPECT_EQ(g.partition, Partition::kBalanced);
+  EXPECT_EQ(g.precision, Precision::kFp16);
+  EXPECT_TRUE(f.sp && f.grad && f.moments && f.partition);
+  EXPECT_THROW(parse_layout("grad=fp16"), Error);
+  EXPECT_THROW(parse_layout("sp=2"), Error);
   EXPECT_THROW(parse_layout("tp=x"), Error);
   EXPECT_THROW(parse_layout("tq=8"), Error);
   EXPECT_THROW(parse_layout("zero=4"), Error);
