@@ -55,4 +55,10 @@ std::string format_seconds(double s) {
   return sig3(s / 86400) + " days";
 }
 
+std::string format_flops(double f) {
+  if (!(f > 0) || !std::isfinite(f)) return fmt::format("{:g}", f);
+  const int exponent = static_cast<int>(std::floor(std::log10(f)));
+  return fmt::format("{:.2f}e{}", f / std::pow(10.0, exponent), exponent);
+}
+
 }  // namespace trillion::plan

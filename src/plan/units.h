@@ -13,5 +13,6 @@ std::string format_count(double n);    // 950, 12.6K, 12.6M, 405B, 1.99T
 std::string format_bytes(double b);    // 512 B, 3.4 MB, 77.1 GB, 32.0 TB
 std::string format_usd(double usd);    // $950, $12.6K, $34.5M, $1.2B
 std::string format_seconds(double s);  // 820 us, 12.3 ms, 5.45 s, 12.5 min, 3.2 h, 43.9 days
+std::string format_flops(double f);    // 3.94e25 (FLOP counts are too large for suffixes)
 
 }  // namespace trillion::plan
