@@ -63,16 +63,18 @@ std::vector<ActivationTerm> gpt_block_terms(double s, double h, double a) {
 std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
                                         const ActivationOptions& o) {
   const double e = o.elem_bytes, h = m.d_model, nh = m.n_heads;
+  const double gi = o.gemm_input_bytes > 0 ? o.gemm_input_bytes : e;  // a stored GEMM input
   const double kv = m.is_mla() ? nh : m.n_kv_heads;  // MLA expands K and V per head
   const double stats = (m.norm == NormKind::kLayerNorm ? 2 : 1) * o.stat_bytes;
   const bool flash = m.attention_kernel == AttentionKernel::kFlash, dropout = m.dropout > 0;
   std::vector<ActivationTerm> t = {
       {"norm 1 input (the residual)", e * h, false, true},
-      {"norm 1 output (QKV input)", e * h, false, true},
+      {"norm 1 output (QKV input)", gi * h, false, true},
   };
   if (stats > 0) t.push_back({"norm 1 statistics (fp32)", stats, false, true});
-  t.push_back({"Q (after RoPE)", e * nh * m.qk_dim(), true, true});
-  t.push_back({"K (after RoPE) and V", e * kv * (m.qk_dim() + m.v_dim()), true, true});
+  const bool mla = m.is_mla();  // per-head Q, K, V come from kept latents
+  t.push_back({"Q (after RoPE)", e * nh * m.qk_dim(), true, !mla});
+  t.push_back({"K (after RoPE) and V", e * kv * (m.qk_dim() + m.v_dim()), true, !mla});
   if (flash) {
     t.push_back({"FlashAttention logsumexp (fp32)", 4 * nh, true, false});
   } else {
@@ -82,32 +84,32 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
       t.push_back({"dropout output (PV input)", e * nh * s, true, false});
     }
   }
-  t.push_back({"attention output O (output projection input)", e * nh * m.v_dim(), true, !flash});
+  t.push_back({"attention output O (output projection input)", gi * nh * m.v_dim(), true, !flash});
   if (dropout) t.push_back({"attention dropout mask", h, false, true});
   t.push_back({"norm 2 input (residual after attention)", e * h, false, true});
-  t.push_back({"norm 2 output (MLP input)", e * h, false, true});
+  t.push_back({"norm 2 output (MLP input)", gi * h, false, true});
   if (stats > 0) t.push_back({"norm 2 statistics (fp32)", stats, false, true});
   if (m.is_mla()) {
     const double latents = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank;
     t.push_back(
-        {"MLA latents and their norm outputs", 2 * e * latents + e * m.qk_rope_dim, false, true});
+        {"MLA latents and their norm outputs", (e + gi) * latents + e * m.qk_rope_dim, false, true});
   }
   if (!moe) {
     const double f = m.ffn_hidden;
     if (m.mlp == MlpKind::kSwiGlu) {
       t.push_back({"SwiGLU gate and up outputs", 2 * e * f, true, true});
-      t.push_back({"SwiGLU product (down projection input)", e * f, true, false});
+      t.push_back({"SwiGLU product (down projection input)", gi * f, true, false});
     } else {
       t.push_back({"GeLU input", e * f, true, true});
-      t.push_back({"GeLU output (down projection input)", e * f, true, true});
+      t.push_back({"GeLU output (down projection input)", gi * f, true, true});
     }
   } else {
     const double k = m.top_k, fe = m.expert_ffn, shared = m.n_shared_experts;
     t.push_back({"router scores (fp32)", 4.0 * m.n_routed_experts, true, true});
-    t.push_back(
-        {"dispatched tokens (expert inputs) and expert outputs", 2 * e * k * h, true, true});
+    t.push_back({"dispatched tokens (expert inputs)", gi * k * h, true, true});
+    t.push_back({"expert outputs (the combine's backward)", e * k * h, true, true});
     t.push_back({"expert gate and up outputs", 2 * e * (k + shared) * fe, true, true});
-    t.push_back({"expert SwiGLU products", e * (k + shared) * fe, true, false});
+    t.push_back({"expert SwiGLU products", gi * (k + shared) * fe, true, false});
   }
   if (dropout) t.push_back({"MLP dropout mask", h, false, true});
   return t;
@@ -297,8 +299,12 @@ LocalParams params_per_gpu(const ModelSpec& m, const Layout& l) {
 
 std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l, int64_t seq,
                                              int microbatches, double overhead_bytes,
-                                             const ActivationOptions& opt) {
+                                             const ActivationOptions& storage) {
   const PipelineShape shape = pipeline_shape(m, l);
+  ActivationOptions opt = storage;
+  if (opt.gemm_input_bytes == 0 &&
+      (l.precision == Precision::kFp8 || l.precision == Precision::kFp4))
+    opt.gemm_input_bytes = 1;
   const std::vector<std::vector<int>>& slots = schedule_slots(l, microbatches);
   const int t = l.tp;
   const bool sp = l.sequence_parallel();

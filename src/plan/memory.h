@@ -52,6 +52,10 @@ std::vector<ActivationTerm> gpt_block_terms(double s, double h, double a);
 struct ActivationOptions {
   double elem_bytes = 2;  // stored activation element (4 fp32, 2 bf16/fp16, 1 fp8)
   double stat_bytes = 4;  // a norm's fp32 statistic per token (Korthikanti's Table 2 omits them)
+  // Bytes of a stored GEMM input (norm outputs, O, the down projection's input, MLA latents,
+  // dispatched expert inputs); 0: elem_bytes, or 1 under an FP8/FP4 layout, which caches them in
+  // FP8 (DeepSeek-V3 §3.3.2).
+  double gemm_input_bytes = 0;
 };
 
 // Stored tensors of one layer of the spec (moe: a MoE layer) at sequence length s:
@@ -62,10 +66,12 @@ struct ActivationOptions {
 //   output e NH s; the core's output O e NH d_v; with dropout a 1-byte mask h after each of the
 //   attention and MLP; norm 2 input e h and output e h; the MLP: SwiGLU gate and up 2 e F and
 //   their product e F, GELU its input e F and output e F (MoE: router scores, the top-k
-//   dispatched copies, the experts' gate/up/product). Selective recompute recomputes the
-//   attention core's internals (softmax, masks, FlashAttention's state; Korthikanti §5) and, for
-//   FlashAttention, O itself (one more FlashAttention forward regenerates it, as the engine
-//   does), and SwiGLU's product (one multiply of two kept tensors); GELU's output is kept.
+//   dispatched copies and the experts' outputs, the experts' gate/up/product). Selective
+//   recompute recomputes the attention core's internals (softmax, masks, FlashAttention's state;
+//   Korthikanti §5) and, for FlashAttention, O itself (one more FlashAttention forward
+//   regenerates it, as the engine does), SwiGLU's product (one multiply of two kept tensors) and,
+//   for MLA, the per-head Q, K and V from the kept latents (DeepSeek-V3 §3.3.2 recomputes the
+//   MLA up-projections); GELU's output is kept.
 std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double seq_len,
                                         const ActivationOptions& o = {});
 

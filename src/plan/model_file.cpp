@@ -182,6 +182,7 @@ ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
   const int64_t shared = r.integer("n_shared_experts", 0);
   const int64_t top_k = r.integer("top_k", 0);
   const int64_t expert_ffn = r.integer("expert_ffn", 0);
+  m.moe_max_nodes = r.integer("moe_max_nodes", 0);
   if (m.n_routed_experts > 0) {
     m.n_dense_layers = dense;
     m.n_shared_experts = shared;

@@ -45,6 +45,9 @@ struct ModelSpec {
   // the rest have n_shared always-on experts and top_k of n_routed routed experts.
   int64_t n_dense_layers = -1;  // -1: all layers dense
   int64_t n_routed_experts = 0, n_shared_experts = 0, top_k = 0, expert_ffn = 0;
+  // Node-limited routing (DeepSeek-V3 §3.2.2): each token's experts span at most this many
+  // nodes, so it crosses the scale-out network at most this many times (0: no limit).
+  int64_t moe_max_nodes = 0;
   // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means ordinary GQA.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int64_t default_seq = 4096;

@@ -158,16 +158,23 @@ PassCost layer_cost(const Context& c, bool moe) {
     const double kv_bytes = static_cast<double>(l.micro_batch) * c.seq * kv * (m.qk_dim() + m.v_dim()) * 2.0;
     cp_each = all_gather_seconds(link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp)), kv_bytes, l.cp);
   }
-  // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies;
-  // the part of the EP group inside the NVLink domain goes over NVLink.
+  // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies
+  // (dispatch in FP8 under an FP8 layout, combine in BF16; DeepSeek-V3 §3.3.2). The copies for
+  // experts inside the NVLink domain stay on NVLink; the rest cross the scale-out link, at most
+  // moe_max_nodes times per token when routing is node-limited (DeepSeek-V3 §3.2.2: sent once
+  // per node, then forwarded over NVLink).
   double ep_each = 0;
   if (moe && l.ep > 1) {
-    const double send = T / (sp ? t : 1) * m.top_k * h * 2.0;
+    const double tokens_here = T / (sp ? t : 1), k = static_cast<double>(m.top_k);
     const double inside = std::min(1.0, std::max(1.0, double(gpu.nvlink_domain) / t) / l.ep);
+    double crossing = k * (1 - inside);
+    if (m.moe_max_nodes > 0) crossing = std::min(crossing, static_cast<double>(m.moe_max_nodes));
+    const double bytes_per_copy = h * (c.e + 2.0) / 2;  // dispatch + combine, averaged
     const LinkCost nv = link_cost(gpu, Link::kNvlink), out = link_cost(gpu, Link::kScaleOut);
     const double t_a2a =
-        std::max(all_to_all_seconds(nv, send * inside, l.ep),
-                 inside < 1 ? all_to_all_seconds(out, send * (1 - inside), l.ep) : 0.0);
+        std::max(all_to_all_seconds(nv, tokens_here * k * bytes_per_copy, std::min<int>(l.ep, gpu.nvlink_domain)),
+                 crossing > 0 ? out.alpha * (l.ep - 1) + tokens_here * crossing * bytes_per_copy / out.bandwidth
+                              : 0.0);
     const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
     ep_each = 2 * t_a2a * (1 - (dual ? c.eff.ep_overlap_dualpipe : c.eff.ep_overlap_other));
   }
