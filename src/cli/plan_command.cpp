@@ -32,8 +32,7 @@ int plan_command(int argc, char** argv) {
   bool json = false;
   app.add_option("--model", model_name,
                  "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t or a model "
-                 "TOML file")
-      ;
+                 "TOML file");
   app.add_option("--cluster", cluster,
                  "a100, h100, h800, h200, b200, gb200-nvl72 or a cluster TOML file");
   app.add_option("--gpus", gpus, "number of GPUs");

@@ -14,8 +14,8 @@
 // Lq / (Lq + 256) for a query block of Lq tokens (short chunks under context parallelism keep the
 // tensor cores less busy; FlashAttention-2/3 report lower throughput at short sequences).
 //
-// Collectives (alpha-beta; Thakur et al. 2005 for the ring costs): a ring step costs alpha; bytes move at the
-// link's one-way bandwidth x the NCCL bus efficiency. Ring all-reduce 2(n-1) steps and
+// Collectives (alpha-beta; Thakur et al. 2005 for the ring costs): a ring step costs alpha; bytes
+// move at the link's one-way bandwidth x the NCCL bus efficiency. Ring all-reduce 2(n-1) steps and
 // 2(n-1)/n of the bytes; all-gather and reduce-scatter (n-1) steps and (n-1)/n; all-to-all
 // (n-1) steps and (n-1)/n; point-to-point one step and all bytes. A group within one NVLink
 // domain uses NVLink, else the scale-out link.

@@ -71,8 +71,8 @@ class Table {
   Table(const toml::table* t, std::string section, std::string_view file)
       : t_(t), section_(std::move(section)), file_(file) {
     if (!t_)
-      throw Error(fmt::format("{}: no [{}] table; see configs/clusters/h100.toml", file_,
-                              section_));
+      throw Error(
+          fmt::format("{}: no [{}] table; see configs/clusters/h100.toml", file_, section_));
   }
   double number(const char* key, double min, bool required = true, double fallback = 0) {
     known_.push_back(key);
@@ -114,8 +114,8 @@ class Table {
       }
       std::string names;
       for (const std::string& known : known_) names += (names.empty() ? "" : ", ") + known;
-      throw Error(fmt::format("{}: unknown key {}.{} (known: {}, and <key>_source strings)",
-                              file_, section_, k, names));
+      throw Error(fmt::format("{}: unknown key {}.{} (known: {}, and <key>_source strings)", file_,
+                              section_, k, names));
     }
   }
 
@@ -169,8 +169,8 @@ Gpu parse_cluster_toml(std::string_view text, std::string_view source) {
   g.attention_efficiency = eff.number("attention", 0.01);
   g.memory_efficiency = eff.number("memory", 0.01);
   g.collective_efficiency = eff.number("collective", 0.01);
-  for (double f : {g.gemm_efficiency, g.attention_efficiency, g.memory_efficiency,
-                   g.collective_efficiency})
+  for (double f :
+       {g.gemm_efficiency, g.attention_efficiency, g.memory_efficiency, g.collective_efficiency})
     if (f > 1) throw Error(fmt::format("{}: [efficiency] fractions must be <= 1", source));
   eff.finish(g);
   Table net(root["network"].as_table(), "network", source);

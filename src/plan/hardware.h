@@ -26,7 +26,7 @@ struct Gpu {
   double bf16_flops = 0, fp16_flops = 0, fp8_flops = 0, fp4_flops = 0;  // dense peak, FLOP/s
   double hbm_bytes = 0, hbm_bandwidth = 0;                              // bytes, bytes/s
   int sm_count = 132;                                                   // streaming multiprocessors
-  int nvlink_domain = 8;          // GPUs per NVLink domain
+  int nvlink_domain = 8;                                                // GPUs per NVLink domain
   double nvlink_bandwidth = 0;    // per GPU, bidirectional (the datasheet figure), bytes/s
   double nvlink_latency = 0;      // alpha of one NVLink collective step, seconds
   double scaleout_bandwidth = 0;  // per GPU, one direction, bytes/s
@@ -35,10 +35,10 @@ struct Gpu {
   double failures_per_gpu_hour = 0;  // unexpected interruptions attributed per GPU
   double overhead_bytes = 3e9;       // CUDA context, NCCL buffers, library workspaces
   // Efficiency constants of the generation (plan/efficiency.h uses them).
-  double gemm_efficiency = 0.8;       // achievable fraction of dense peak, large GEMMs
-  double attention_efficiency = 0.5;  // FlashAttention forward + backward, of the 16-bit peak
-  double memory_efficiency = 0.8;     // achievable fraction of HBM bandwidth (elementwise)
-  double collective_efficiency = 0.8; // NCCL bus bandwidth over link bandwidth
+  double gemm_efficiency = 0.8;        // achievable fraction of dense peak, large GEMMs
+  double attention_efficiency = 0.5;   // FlashAttention forward + backward, of the 16-bit peak
+  double memory_efficiency = 0.8;      // achievable fraction of HBM bandwidth (elementwise)
+  double collective_efficiency = 0.8;  // NCCL bus bandwidth over link bandwidth
   // Where each figure comes from, by key (e.g. "price", "failures", "gemm").
   std::vector<std::pair<std::string, std::string>> sources;
   std::string file;  // the cluster file it was read from

@@ -107,10 +107,10 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
     else if (key == "moments")
       l.moment_bytes = dtype_bytes(), f.moments = true;
     else
-      throw Error(fmt::format(
-          "{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
-          "partition, recompute, micro_batch, precision, grad, moments",
-          what, key));
+      throw Error(
+          fmt::format("{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
+                      "partition, recompute, micro_batch, precision, grad, moments",
+                      what, key));
   }
   if (fields) *fields = f;
   return l;

@@ -91,8 +91,8 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
   if (stats > 0) t.push_back({"norm 2 statistics (fp32)", stats, false, true});
   if (m.is_mla()) {
     const double latents = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank;
-    t.push_back(
-        {"MLA latents and their norm outputs", (e + gi) * latents + e * m.qk_rope_dim, false, true});
+    t.push_back({"MLA latents and their norm outputs", (e + gi) * latents + e * m.qk_rope_dim,
+                 false, true});
   }
   if (!moe) {
     const double f = m.ffn_hidden;
@@ -321,8 +321,8 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
   const bool any_moe = m.moe_layers() > 0;
   const double full_layer = std::max(per_token(false, Recompute::kNone),
                                      any_moe ? per_token(true, Recompute::kNone) : 0.0);
-  const double selective_layer = std::max(
-      per_token(false, Recompute::kSelective), any_moe ? per_token(true, Recompute::kSelective) : 0.0);
+  const double selective_layer = std::max(per_token(false, Recompute::kSelective),
+                                          any_moe ? per_token(true, Recompute::kSelective) : 0.0);
   const UnitParams& units = unit_params(m, t, l.ep);
   const int n_d = l.dp * l.cp, n_e = std::max(1, l.dp * l.cp / l.ep);
   std::vector<MemoryBreakdown> out;
@@ -365,7 +365,8 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     // (prefetch); MoE dispatch send + receive buffers.
     if (has_head) mem.temporary += tokens * static_cast<double>(m.vocab) / t * 8.0;
     if (l.recompute == Recompute::kFull) mem.temporary += tokens * full_layer;
-    if (l.recompute == Recompute::kSelective) mem.temporary += tokens * (full_layer - selective_layer);
+    if (l.recompute == Recompute::kSelective)
+      mem.temporary += tokens * (full_layer - selective_layer);
     if (l.zero == 3) mem.temporary += 2 * 2.0 * largest_layer_params;
     if (any_moe) mem.temporary += 2 * tokens / t * m.top_k * h * e;
     // Fixed reservation (CUDA context, NCCL, workspaces; the cluster file's overhead_gb) plus 5%
@@ -380,9 +381,8 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq,
                                double overhead_bytes, const ActivationOptions& storage) {
   const std::vector<MemoryBreakdown> all =
       memory_per_rank(m, l, seq, microbatches, overhead_bytes, storage);
-  return *std::max_element(all.begin(), all.end(), [](const auto& a, const auto& b) {
-    return a.total() < b.total();
-  });
+  return *std::max_element(all.begin(), all.end(),
+                           [](const auto& a, const auto& b) { return a.total() < b.total(); });
 }
 
 }  // namespace trillion::plan

@@ -27,9 +27,15 @@
 
 namespace trillion::plan {
 
-inline int embedding_unit() { return 0; }
-inline int layer_unit(int64_t layer) { return 1 + static_cast<int>(layer); }
-inline int head_unit(const ModelSpec& m) { return 1 + static_cast<int>(m.n_layers); }
+inline int embedding_unit() {
+  return 0;
+}
+inline int layer_unit(int64_t layer) {
+  return 1 + static_cast<int>(layer);
+}
+inline int head_unit(const ModelSpec& m) {
+  return 1 + static_cast<int>(m.n_layers);
+}
 
 // Throws Error naming the field when the spec cannot describe a model (non-positive sizes).
 TensorTable parameter_table(const ModelSpec& m, DType dtype = DType::f32);

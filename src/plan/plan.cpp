@@ -26,8 +26,8 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
   // replica writing a disjoint slice: the busiest rank writes 12 x its parameters / n_d.
   const LocalParams lp = params_per_gpu(in.model, c.layout);
   const int n_d = c.layout.dp * c.layout.cp;
-  r.checkpoint_bytes_per_gpu = c.layout.optimizer_bytes() *
-                               (lp.dense / n_d + lp.expert / std::max(1, n_d / c.layout.ep));
+  r.checkpoint_bytes_per_gpu =
+      c.layout.optimizer_bytes() * (lp.dense / n_d + lp.expert / std::max(1, n_d / c.layout.ep));
   r.checkpoint_seconds = r.checkpoint_bytes_per_gpu / in.checkpoint_bytes_per_second;
   FailureInputs fi;
   fi.gpus = in.gpus;
@@ -82,7 +82,8 @@ Plan make_plan(PlanInputs in) {
     return s.empty() ? std::string("no source given in ") + g.file : s;
   };
   p.assumptions = {
-      {"model", fmt::format("{}; {} ({})", in.model.name, describe_block(in.model), in.model.source)},
+      {"model",
+       fmt::format("{}; {} ({})", in.model.name, describe_block(in.model), in.model.source)},
       {"GPU peak",
        fmt::format("{} dense {}; {}", g.model,
                    fmt::format("bf16 {:.0f}, fp16 {:.0f}, fp8 {:.0f}, fp4 {:.0f} TFLOP/s",
@@ -97,11 +98,11 @@ Plan make_plan(PlanInputs in) {
        fmt::format("FlashAttention at {:.0f}% of the 16-bit peak x Lq/(Lq + 256) ({}); "
                    "materialised attention as batched GEMMs of the score matrix",
                    100 * g.attention_efficiency, src("attention"))},
-      {"memory bandwidth", fmt::format("{:.0f}% of {} ({}); elementwise kernels make {:.0f} passes "
-                                       "over each layer's stored activations",
-                                       100 * g.memory_efficiency,
-                                       fmt::format("{:.2f} TB/s", g.hbm_bandwidth / 1e12),
-                                       src("memory"), e.elementwise_passes)},
+      {"memory bandwidth",
+       fmt::format("{:.0f}% of {} ({}); elementwise kernels make {:.0f} passes "
+                   "over each layer's stored activations",
+                   100 * g.memory_efficiency, fmt::format("{:.2f} TB/s", g.hbm_bandwidth / 1e12),
+                   src("memory"), e.elementwise_passes)},
       {"MFU convention",
        "model FLOPs with causal attention (6N + 6 L h s per token) over the dense peak of the "
        "layout's precision (mfu_bf16: over the 16-bit peak); mfu_palm counts the full s x s "
@@ -130,8 +131,8 @@ Plan make_plan(PlanInputs in) {
                             default_batch ? "; no published batch: ~16Mi tokens rounded to whole "
                                             "sequences per GPU (--batch-tokens to choose)"
                                           : "")},
-      {"price", fmt::format("${:.2f} per GPU-hour for {} ({})", g.usd_per_gpu_hour, g.model,
-                            src("price"))},
+      {"price",
+       fmt::format("${:.2f} per GPU-hour for {} ({})", g.usd_per_gpu_hour, g.model, src("price"))},
       {"failure rate", fmt::format("{:.3f} unexpected interruptions per 1,000 GPU-days ({})",
                                    g.failures_per_gpu_hour * 24 * 1000, src("failures"))},
       {"checkpoint",
@@ -143,10 +144,10 @@ Plan make_plan(PlanInputs in) {
       {"restart", fmt::format("{:.0f} minutes per interruption (detect, relaunch, initialise, "
                               "load); an assumption",
                               in.restart_seconds / 60)},
-      {"memory", fmt::format("fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; "
-                             "activations stored in 16 bits, norm statistics in fp32",
-                             format_bytes(g.hbm_bytes), format_bytes(g.overhead_bytes),
-                             src("overhead"))},
+      {"memory",
+       fmt::format("fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; "
+                   "activations stored in 16 bits, norm statistics in fp32",
+                   format_bytes(g.hbm_bytes), format_bytes(g.overhead_bytes), src("overhead"))},
   };
   return p;
 }

@@ -36,7 +36,6 @@ PlanFile resolve_plan(const std::string& name_or_path);
 
 // Both plans side by side: layout, memory, step, MFU, days, GPU-hours (and published), cost,
 // failures, and the GPU-hours ratio A/B.
-std::string format_comparison(const PlanFile& a, const Plan& pa, const PlanFile& b,
-                              const Plan& pb);
+std::string format_comparison(const PlanFile& a, const Plan& pa, const PlanFile& b, const Plan& pb);
 
 }  // namespace trillion::plan

@@ -80,12 +80,12 @@ std::vector<PublishedRun> published_runs() {
   std::vector<PublishedRun> out;
   for (const Row& r : kTable1) {
     PublishedRun run;
-    run.name = fmt::format("GPT {} (h {}, {} layers) on {} A100, TP{} PP{}, batch {:.0f}",
-                           r.params, r.h, r.l, r.gpus, r.tp, r.pp, r.batch);
+    run.name = fmt::format("GPT {} (h {}, {} layers) on {} A100, TP{} PP{}, batch {:.0f}", r.params,
+                           r.h, r.l, r.gpus, r.tp, r.pp, r.batch);
     run.source = "Narayanan et al. 2104.04473 Table 1";
     run.calibration = true;
-    run.inputs = megatron_2021(megatron_gpt(fmt::format("gpt-{}", r.params), r.h, r.a, r.l),
-                               r.gpus, r.tp, r.pp, r.batch);
+    run.inputs = megatron_2021(megatron_gpt(fmt::format("gpt-{}", r.params), r.h, r.a, r.l), r.gpus,
+                               r.tp, r.pp, r.batch);
     run.metric = RunMetric::kMegatronTflops;
     run.published = r.tflops;
     run.tolerance = 0.10;
@@ -98,8 +98,9 @@ std::vector<PublishedRun> published_runs() {
     int64_t seq;
     double mfu;
   };
-  for (const Llama& r : {Llama{8192, 8, 1, 16, 64, 8192, 0.43}, Llama{16384, 8, 1, 16, 128, 8192, 0.41},
-                         Llama{16384, 8, 16, 16, 8, 131072, 0.38}}) {
+  for (const Llama& r :
+       {Llama{8192, 8, 1, 16, 64, 8192, 0.43}, Llama{16384, 8, 1, 16, 128, 8192, 0.41},
+        Llama{16384, 8, 16, 16, 8, 131072, 0.38}}) {
     PublishedRun run;
     run.name = fmt::format("Llama 3 405B on {} H100, TP{} CP{} PP{} DP{}, seq {}", r.gpus, r.tp,
                            r.cp, r.pp, r.dp, r.seq);
@@ -129,7 +130,8 @@ std::vector<PublishedRun> published_runs() {
     long gpus;
     double tflops;
   };
-  for (const Ptd& r : {Ptd{"175B", 96, 12288, 96, 12, 1536, 384, 153}, Ptd{"175B", 96, 12288, 96, 12, 1536, 768, 149},
+  for (const Ptd& r : {Ptd{"175B", 96, 12288, 96, 12, 1536, 384, 153},
+                       Ptd{"175B", 96, 12288, 96, 12, 1536, 768, 149},
                        Ptd{"175B", 96, 12288, 96, 12, 1536, 1536, 141},
                        Ptd{"530B", 128, 20480, 105, 35, 2240, 560, 171},
                        Ptd{"530B", 128, 20480, 105, 35, 2240, 1120, 167},
@@ -151,9 +153,8 @@ std::vector<PublishedRun> published_runs() {
   // recompute (42.1% MFU) and with SP + selective recompute (54.2%).
   for (bool selective : {false, true}) {
     PublishedRun run;
-    run.name = fmt::format("GPT 530B on 2240 A100, TP8 PP35, {}", selective
-                                                                      ? "SP + selective recompute"
-                                                                      : "full recompute");
+    run.name = fmt::format("GPT 530B on 2240 A100, TP8 PP35, {}",
+                           selective ? "SP + selective recompute" : "full recompute");
     run.source = "Korthikanti et al. 2205.05198 abstract";
     run.inputs = megatron_2021(megatron_gpt("gpt-530B", 20480, 128, 105), 2240, 8, 35, 2240);
     run.inputs.search.fixed.sp = selective;
@@ -195,7 +196,8 @@ RunCheck check_run(const PublishedRun& run) {
   const double seqs = in.batch_tokens / in.seq_len;
   switch (run.metric) {
     case RunMetric::kMegatronTflops:
-      c.predicted = megatron_flops_per_iteration(in.model, seqs, in.seq_len) / (s.step * in.gpus) / 1e12;
+      c.predicted =
+          megatron_flops_per_iteration(in.model, seqs, in.seq_len) / (s.step * in.gpus) / 1e12;
       c.error = c.predicted / run.published - 1;
       c.within = std::fabs(c.error) <= run.tolerance;
       break;
@@ -221,8 +223,9 @@ RunCheck check_run(const PublishedRun& run) {
 std::string format_validation(bool markdown) {
   std::string out;
   if (markdown)
-    out += "| run | source | layout (free fields searched) | memory | predicted | published | "
-           "error |\n|---|---|---|---|---|---|---|\n";
+    out +=
+        "| run | source | layout (free fields searched) | memory | predicted | published | "
+        "error |\n|---|---|---|---|---|---|---|\n";
   for (const PublishedRun& run : published_runs()) {
     const RunCheck c = check_run(run);
     const Candidate& best = c.plan.best();
@@ -235,10 +238,9 @@ std::string format_validation(bool markdown) {
     const Layout& l = best.layout;
     std::string layout = fmt::format("mb={}", l.micro_batch);
     if (l.pp > 1)
-      layout += fmt::format(" {}{}", schedule::schedule_kind_name(l.schedule),
-                            l.schedule == schedule::ScheduleKind::kInterleaved
-                                ? fmt::format(" v={}", l.chunks)
-                                : "");
+      layout += fmt::format(
+          " {}{}", schedule::schedule_kind_name(l.schedule),
+          l.schedule == schedule::ScheduleKind::kInterleaved ? fmt::format(" v={}", l.chunks) : "");
     layout += fmt::format(" recompute={} zero={} sp={}", recompute_name(l.recompute), l.zero,
                           l.sequence_parallel() ? 1 : 0);
     const std::string mark = c.within ? "" : " (outside tolerance)";

@@ -24,7 +24,8 @@ namespace trillion::plan {
 
 enum class RunMetric {
   kMegatronTflops,  // eq. (3) FLOPs per iteration / (step x GPUs), teraFLOP/s
-  kMegatronMfu,     // Korthikanti's model FLOPs 72 B s l h^2 (1 + s/6h + V/12lh) / (step x GPUs x peak)
+  kMegatronMfu,     // Korthikanti's model FLOPs 72 B s l h^2 (1 + s/6h + V/12lh) / (step x GPUs x
+                    // peak)
   kMfu,             // the planner's MFU (causal attention), as Llama 3 Table 4
 };
 
@@ -32,7 +33,7 @@ struct PublishedRun {
   std::string name;    // "Narayanan Table 1: GPT 1.7B"
   std::string source;  // paper, table
   bool calibration = false;
-  PlanInputs inputs;   // model, cluster, GPUs, seq, batch and the published layout fields
+  PlanInputs inputs;  // model, cluster, GPUs, seq, batch and the published layout fields
   RunMetric metric = RunMetric::kMfu;
   double published = 0;  // teraFLOP/s per GPU or MFU (fraction)
   double tolerance = 0;  // relative (TFLOP/s) or absolute (MFU points as a fraction)

@@ -70,8 +70,9 @@ double tick_step(double max, int ticks) {
 }
 
 std::string tick_label(double v, double step) {
-  return step >= 1 ? fmt::format("{:.0f}", v) : step >= 0.1 ? fmt::format("{:.1f}", v)
-                                                             : fmt::format("{:.2f}", v);
+  return step >= 1     ? fmt::format("{:.0f}", v)
+         : step >= 0.1 ? fmt::format("{:.1f}", v)
+                       : fmt::format("{:.2f}", v);
 }
 
 // An x axis from 0 to max at [x0, x0 + width] on line y, ticks every "nice" step, with a title.
@@ -194,7 +195,8 @@ std::string timeline_svg(const schedule::Schedule& sched, const schedule::Simula
       if (!schedule::is_compute(t.action.kind) || t.end <= t.start) continue;
       const int k = static_cast<int>(t.action.kind);
       out += fmt::format(
-          "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" fill=\"{}\"><title>{} "
+          "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{:.1f}\" "
+          "fill=\"{}\"><title>{} "
           "{:.3f}-{:.3f} s</title></rect>\n",
           x0 + t.start / max * plot, y, (t.end - t.start) / max * plot, row - 1,
           t.action.chunk % 2 == 1 ? kDark[k] : kLight[k], schedule::to_string(t.action), t.start,
@@ -205,7 +207,8 @@ std::string timeline_svg(const schedule::Schedule& sched, const schedule::Simula
   const double ly = axis_y + 50;
   out += fmt::format(
       "<rect x=\"{0:.0f}\" y=\"{1:.0f}\" width=\"12\" height=\"12\" fill=\"#6baed6\"/><text "
-      "x=\"{2:.0f}\" y=\"{3:.0f}\">F (forward)</text><rect x=\"{4:.0f}\" y=\"{1:.0f}\" width=\"12\" "
+      "x=\"{2:.0f}\" y=\"{3:.0f}\">F (forward)</text><rect x=\"{4:.0f}\" y=\"{1:.0f}\" "
+      "width=\"12\" "
       "height=\"12\" fill=\"#74c476\"/><text x=\"{5:.0f}\" y=\"{3:.0f}\">B (input gradient, with "
       "recompute)</text><rect x=\"{6:.0f}\" y=\"{1:.0f}\" width=\"12\" height=\"12\" "
       "fill=\"#fdae6b\"/><text x=\"{7:.0f}\" y=\"{3:.0f}\">W (weight gradient); darker: odd "
@@ -215,12 +218,13 @@ std::string timeline_svg(const schedule::Schedule& sched, const schedule::Simula
 }
 
 std::string layout_words(const Layout& l) {
-  std::string s = fmt::format("tp={}{} pp={} cp={} ep={} dp={} zero={}", l.tp,
-                              l.tp > 1 ? (l.sp ? "+sp" : " (no sp)") : "", l.pp, l.cp, l.ep, l.dp,
-                              l.zero);
+  std::string s =
+      fmt::format("tp={}{} pp={} cp={} ep={} dp={} zero={}", l.tp,
+                  l.tp > 1 ? (l.sp ? "+sp" : " (no sp)") : "", l.pp, l.cp, l.ep, l.dp, l.zero);
   if (l.pp > 1) {
     s += fmt::format(" schedule={}", schedule::schedule_kind_name(l.schedule));
-    if (l.schedule == schedule::ScheduleKind::kInterleaved) s += fmt::format(" chunks={}", l.chunks);
+    if (l.schedule == schedule::ScheduleKind::kInterleaved)
+      s += fmt::format(" chunks={}", l.chunks);
     s += fmt::format(" partition={}", partition_name(l.partition));
   }
   s += fmt::format(" recompute={} micro_batch={} {} grad={}", recompute_name(l.recompute),
@@ -241,9 +245,10 @@ std::string stage_words(const ModelSpec& m, const Layout& l) {
     }
     counts += fmt::format("{}{}", i == 0 ? "" : " ", shape.stage_layers[i]);
   }
-  return fmt::format("{} stages of {} layers (embedding on the first, head on the last); "
-                     "the busiest rank holds {}",
-                     n, counts, shape.max_rank_layers());
+  return fmt::format(
+      "{} stages of {} layers (embedding on the first, head on the last); "
+      "the busiest rank holds {}",
+      n, counts, shape.max_rank_layers());
 }
 
 }  // namespace
@@ -272,16 +277,16 @@ std::string format_plan_text(const Plan& p) {
   for (const auto& [name, v] : time_parts(s))
     if (v > 0) out += fmt::format(" {} {:.1f}%,", name, 100 * v / s.step);
   out.back() = '\n';
-  out += fmt::format("Memory    {} per GPU of {} (pipeline rank {}, the fullest):",
-                     format_bytes(s.memory.total()), format_bytes(p.inputs.gpu.hbm_bytes),
-                     s.memory.rank);
+  out += fmt::format(
+      "Memory    {} per GPU of {} (pipeline rank {}, the fullest):", format_bytes(s.memory.total()),
+      format_bytes(p.inputs.gpu.hbm_bytes), s.memory.rank);
   for (const auto& [name, v] : memory_parts(s.memory))
     out += fmt::format(" {} {},", name, format_bytes(v));
   out.back() = '\n';
-  out += fmt::format(
-      "Run       {} FLOPs (6ND {}); {} ideal, {} with failures; {} GPU-hours; {}\n",
-      format_flops(r.flops_exact), format_flops(r.flops_6nd), format_seconds(r.ideal_days * 86400),
-      format_seconds(r.days * 86400), format_count(r.gpu_hours), format_usd(r.cost_usd));
+  out += fmt::format("Run       {} FLOPs (6ND {}); {} ideal, {} with failures; {} GPU-hours; {}\n",
+                     format_flops(r.flops_exact), format_flops(r.flops_6nd),
+                     format_seconds(r.ideal_days * 86400), format_seconds(r.days * 86400),
+                     format_count(r.gpu_hours), format_usd(r.cost_usd));
   out += fmt::format(
       "Failures  cluster MTBF {}; {:.0f} interruptions expected; checkpoint {}/GPU ({}) every {} "
       "(Daly); goodput {:.1f}%\n",
@@ -388,8 +393,8 @@ std::string format_plan_html(const Plan& p) {
   }
   out += "</table>\n<h2>Run</h2>\n<ul>\n";
   out += fmt::format("<li>{} training tokens{}; {} FLOPs (6ND: {})</li>\n", format_count(r.tokens),
-                     r.chinchilla_tokens ? " (Chinchilla-optimal)" : "", format_flops(r.flops_exact),
-                     format_flops(r.flops_6nd));
+                     r.chinchilla_tokens ? " (Chinchilla-optimal)" : "",
+                     format_flops(r.flops_exact), format_flops(r.flops_6nd));
   out += fmt::format("<li>{} without failures, {} with them; {} GPU-hours, {}</li>\n",
                      format_seconds(r.ideal_days * 86400), format_seconds(r.days * 86400),
                      format_count(r.gpu_hours), format_usd(r.cost_usd));

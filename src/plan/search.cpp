@@ -54,7 +54,8 @@ std::string short_layout(const Layout& l) {
   std::string s = fmt::format("tp={},pp={},cp={},ep={},dp={}", l.tp, l.pp, l.cp, l.ep, l.dp);
   if (l.pp > 1) {
     s += fmt::format(",schedule={}", schedule::schedule_kind_name(l.schedule));
-    if (l.schedule == schedule::ScheduleKind::kInterleaved) s += fmt::format(",chunks={}", l.chunks);
+    if (l.schedule == schedule::ScheduleKind::kInterleaved)
+      s += fmt::format(",chunks={}", l.chunks);
   }
   s += fmt::format(",micro_batch={}", l.micro_batch);
   return s;
@@ -94,8 +95,8 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
     throw Error(fmt::format("--layout pp={}: {} has {} layers; every stage needs a whole layer",
                             fx.pp, m.name, m.n_layers));
   if (f.cp && seq % fx.cp != 0)
-    throw Error(fmt::format("--layout cp={}: the sequence of {} tokens must split evenly", fx.cp,
-                            seq));
+    throw Error(
+        fmt::format("--layout cp={}: the sequence of {} tokens must split evenly", fx.cp, seq));
   std::vector<int> tps;
   for (int t = 1; t <= gpu.nvlink_domain; ++t)
     if (m.n_heads % t == 0) tps.push_back(t);
@@ -152,10 +153,10 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                           fmt::format("pp={} for {} layers", pp, m.n_layers));
             }
           } else {
-            schedules.push_back(
-                {fx.schedule, fx.schedule == schedule::ScheduleKind::kDualPipe ? 2
-                              : fx.schedule == schedule::ScheduleKind::kInterleaved ? fx.chunks
-                                                                                    : 1});
+            schedules.push_back({fx.schedule, fx.schedule == schedule::ScheduleKind::kDualPipe ? 2
+                                              : fx.schedule == schedule::ScheduleKind::kInterleaved
+                                                  ? fx.chunks
+                                                  : 1});
           }
         } else {
           schedules = {{schedule::ScheduleKind::k1F1B, 1},
@@ -172,7 +173,8 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
         else if (pp > 1)
           partitions.push_back(Partition::kBalanced);
         for (int ep : pick(f.ep, fx.ep, eps)) {
-          if ((static_cast<long>(dp) * cp) % ep != 0 || (m.is_moe() && m.n_routed_experts % ep != 0)) {
+          if ((static_cast<long>(dp) * cp) % ep != 0 ||
+              (m.is_moe() && m.n_routed_experts % ep != 0)) {
             ++result.shapes;
             refused.add("ep does not divide dp x cp or the experts",
                         fmt::format("ep={} with dp={} x cp={}", ep, dp, cp));
@@ -222,15 +224,16 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   // with more sharding can beat more recompute with less (ZeRO-3's gathers).
                   for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
                     if (f.recompute && rc != fx.recompute) continue;
-                    for (int zero : f.zero ? std::vector<int>{fx.zero} : std::vector<int>{1, 2, 3}) {
+                    for (int zero :
+                         f.zero ? std::vector<int>{fx.zero} : std::vector<int>{1, 2, 3}) {
                       ++result.shapes;
                       l.recompute = rc, l.zero = zero;
                       const MemoryBreakdown mem =
                           memory_per_gpu(m, l, seq, micro, gpu.overhead_bytes);
                       if (mem.total() > gpu.hbm_bytes) {
-                        refused.add(fmt::format("does not fit in {} per GPU",
-                                                format_bytes(gpu.hbm_bytes)),
-                                    l.to_string() + ": " + format_bytes(mem.total()));
+                        refused.add(
+                            fmt::format("does not fit in {} per GPU", format_bytes(gpu.hbm_bytes)),
+                            l.to_string() + ": " + format_bytes(mem.total()));
                         const double ratio = mem.total() / gpu.hbm_bytes;
                         if (ratio < near_ratio) {
                           near_ratio = ratio;
@@ -245,7 +248,8 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                       const double bar = static_cast<int>(best_times.size()) < o.keep
                                              ? INFINITY
                                              : best_times.back();
-                      StepBreakdown sb = model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
+                      StepBreakdown sb =
+                          model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
                       if (sb.step < bar) {
                         best_times.insert(
                             std::upper_bound(best_times.begin(), best_times.end(), sb.step),
@@ -272,9 +276,10 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
           "shorter --seq, a smaller --batch-tokens, or fix fewer --layout fields (recompute, "
           "zero, pp) so the search can use them.",
           result.near_miss.to_string(), explain_memory(result.near_miss_memory, gpu.hbm_bytes));
-    throw Error(fmt::format("no layout of {} on {} x {} with {:.0f} sequences of {} per step can "
-                            "run: {} layouts refused:{}",
-                            m.name, gpus, gpu.model, batch_tokens / seq, seq, result.shapes, why));
+    throw Error(
+        fmt::format("no layout of {} on {} x {} with {:.0f} sequences of {} per step can "
+                    "run: {} layouts refused:{}",
+                    m.name, gpus, gpu.model, batch_tokens / seq, seq, result.shapes, why));
   }
   std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.step.step != b.step.step) return a.step.step < b.step.step;

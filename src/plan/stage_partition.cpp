@@ -14,9 +14,10 @@ namespace {
 
 void check(int64_t n_layers, int n_stages) {
   if (n_stages < 1 || n_stages > n_layers) {
-    throw Error(fmt::format("{} pipeline stage(s) for {} layer(s): need 1 <= stages <= layers "
-                            "(every stage holds at least one whole layer)",
-                            n_stages, n_layers));
+    throw Error(
+        fmt::format("{} pipeline stage(s) for {} layer(s): need 1 <= stages <= layers "
+                    "(every stage holds at least one whole layer)",
+                    n_stages, n_layers));
   }
 }
 
@@ -49,9 +50,7 @@ std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const S
   check(n_layers, n_stages);
   if (w.embedding < 0 || w.head < 0) throw Error("stage weights must be >= 0");
   const int S = n_stages;
-  auto weight = [&](int s) {
-    return (s == 0 ? w.embedding : 0.0) + (s == S - 1 ? w.head : 0.0);
-  };
+  auto weight = [&](int s) { return (s == 0 ? w.embedding : 0.0) + (s == S - 1 ? w.head : 0.0); };
   // Capacity of stage s under a bound B: the whole layers that keep its cost <= B (at least 1).
   auto capacities = [&](double bound) {
     std::vector<int64_t> cap(S);
@@ -67,7 +66,8 @@ std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const S
   // The optimal bound is some k + weight(s): try them in increasing order.
   std::vector<double> bounds;
   for (int64_t k = 1; k <= n_layers; ++k)
-    for (double extra : {0.0, w.embedding, w.head, w.embedding + w.head}) bounds.push_back(k + extra);
+    for (double extra : {0.0, w.embedding, w.head, w.embedding + w.head})
+      bounds.push_back(k + extra);
   std::sort(bounds.begin(), bounds.end());
   // Feasibility grows with the bound: binary search for the smallest feasible one.
   const auto best = std::partition_point(bounds.begin(), bounds.end(), [&](double bound) {

@@ -41,8 +41,8 @@ double simulated_bubble(schedule::ScheduleKind kind, int p, int m, int v, double
 
 // One layer's (or the head's) cost for one micro-batch on one GPU.
 struct PassCost {
-  double f = 0, b = 0, w = 0;  // forward, input gradient (with recompute), weight gradient
-  double recompute = 0;        // part of b
+  double f = 0, b = 0, w = 0;     // forward, input gradient (with recompute), weight gradient
+  double recompute = 0;           // part of b
   double tp = 0, cp = 0, ep = 0;  // exposed communication inside f + b
   void add_gemm(const GemmPasses& g) {
     f += g.forward, b += g.backward_input, w += g.backward_weight;
@@ -70,9 +70,12 @@ PassCost layer_cost(const Context& c, bool moe) {
   const Layout& l = c.l;
   const Gpu& gpu = c.gpu;
   const int t = l.tp;
-  const double T = c.tokens, h = static_cast<double>(m.d_model), nh = static_cast<double>(m.n_heads);
+  const double T = c.tokens, h = static_cast<double>(m.d_model),
+               nh = static_cast<double>(m.n_heads);
   PassCost r;
-  auto linear = [&](double out, double in) { r.add_gemm(linear_seconds(gpu, c.p, T, out, in, c.e)); };
+  auto linear = [&](double out, double in) {
+    r.add_gemm(linear_seconds(gpu, c.p, T, out, in, c.e));
+  };
   // Attention projections (Megatron's column/row split, plan/parameter_table.h).
   if (m.is_mla()) {
     if (m.q_lora_rank > 0) {
@@ -84,7 +87,8 @@ PassCost layer_cost(const Context& c, bool moe) {
     linear(static_cast<double>(m.kv_lora_rank + m.qk_rope_dim), h);
     linear(split(nh * (m.qk_nope_dim + m.v_head_dim), t), static_cast<double>(m.kv_lora_rank));
   } else {
-    linear(split(nh * m.head_dim, t) + 2 * split(static_cast<double>(m.n_kv_heads * m.head_dim), t), h);
+    linear(split(nh * m.head_dim, t) + 2 * split(static_cast<double>(m.n_kv_heads * m.head_dim), t),
+           h);
   }
   linear(h, split(nh * m.v_dim(), t));
   // MLP or experts.
@@ -102,7 +106,8 @@ PassCost layer_cost(const Context& c, bool moe) {
     // Routed experts: E/ep local experts, each with its share of the top-k copies (balanced
     // routing): a grouped GEMM of many small M.
     const double local_experts = static_cast<double>(m.n_routed_experts) / l.ep;
-    const double per_expert = std::max(1.0, T * m.top_k * l.ep / static_cast<double>(m.n_routed_experts));
+    const double per_expert =
+        std::max(1.0, T * m.top_k * l.ep / static_cast<double>(m.n_routed_experts));
     const double fe = split(static_cast<double>(m.expert_ffn), t);
     auto grouped = [&](double out, double in) {
       r.f += gemm_seconds(gpu, c.p, per_expert, out, in, local_experts, c.e);
@@ -116,7 +121,8 @@ PassCost layer_cost(const Context& c, bool moe) {
   const double heads = split(nh, t);
   double core_forward = 0;
   if (m.attention_kernel == AttentionKernel::kFlash) {
-    const double flops = T * attention_flops_per_token_layer(m, c.seq, AttentionFlops::kCausal) / 3 / t;
+    const double flops =
+        T * attention_flops_per_token_layer(m, c.seq, AttentionFlops::kCausal) / 3 / t;
     core_forward = flash_attention_forward_seconds(gpu, flops, static_cast<double>(c.seq) / l.cp);
     r.f += core_forward;
     r.b += kFlashBackwardRatio * core_forward;
@@ -125,8 +131,9 @@ PassCost layer_cost(const Context& c, bool moe) {
     // computes every score and masks); backward runs four GEMMs of the same shapes.
     const double s = static_cast<double>(c.seq), q = s / l.cp, batch = l.micro_batch * heads;
     const double e16 = 2.0;  // scores stay 16-bit
-    core_forward = gemm_seconds(gpu, Precision::kBf16, q, s, static_cast<double>(m.qk_dim()), batch, e16) +
-                   gemm_seconds(gpu, Precision::kBf16, q, static_cast<double>(m.v_dim()), s, batch, e16);
+    core_forward =
+        gemm_seconds(gpu, Precision::kBf16, q, s, static_cast<double>(m.qk_dim()), batch, e16) +
+        gemm_seconds(gpu, Precision::kBf16, q, static_cast<double>(m.v_dim()), s, batch, e16);
     r.f += core_forward;
     r.b += 2 * core_forward;
   }
@@ -155,8 +162,10 @@ PassCost layer_cost(const Context& c, bool moe) {
   double cp_each = 0;
   if (l.cp > 1) {
     const double kv = m.is_mla() ? heads : split(static_cast<double>(m.n_kv_heads), t);
-    const double kv_bytes = static_cast<double>(l.micro_batch) * c.seq * kv * (m.qk_dim() + m.v_dim()) * 2.0;
-    cp_each = all_gather_seconds(link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp)), kv_bytes, l.cp);
+    const double kv_bytes =
+        static_cast<double>(l.micro_batch) * c.seq * kv * (m.qk_dim() + m.v_dim()) * 2.0;
+    cp_each = all_gather_seconds(link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp)),
+                                 kv_bytes, l.cp);
   }
   // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies
   // (dispatch in FP8 under an FP8 layout, combine in BF16; DeepSeek-V3 §3.3.2). The copies for
@@ -171,10 +180,12 @@ PassCost layer_cost(const Context& c, bool moe) {
     if (m.moe_max_nodes > 0) crossing = std::min(crossing, static_cast<double>(m.moe_max_nodes));
     const double bytes_per_copy = h * (c.e + 2.0) / 2;  // dispatch + combine, averaged
     const LinkCost nv = link_cost(gpu, Link::kNvlink), out = link_cost(gpu, Link::kScaleOut);
-    const double t_a2a =
-        std::max(all_to_all_seconds(nv, tokens_here * k * bytes_per_copy, std::min<int>(l.ep, gpu.nvlink_domain)),
-                 crossing > 0 ? out.alpha * (l.ep - 1) + tokens_here * crossing * bytes_per_copy / out.bandwidth
-                              : 0.0);
+    const double t_a2a = std::max(
+        all_to_all_seconds(nv, tokens_here * k * bytes_per_copy,
+                           std::min<int>(l.ep, gpu.nvlink_domain)),
+        crossing > 0
+            ? out.alpha * (l.ep - 1) + tokens_here * crossing * bytes_per_copy / out.bandwidth
+            : 0.0);
     const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
     ep_each = 2 * t_a2a * (1 - (dual ? c.eff.ep_overlap_dualpipe : c.eff.ep_overlap_other));
   }
@@ -199,7 +210,8 @@ PassCost layer_cost(const Context& c, bool moe) {
 // TP), and the fused cross-entropy's passes over the fp32 logits.
 PassCost head_cost(const Context& c) {
   PassCost r;
-  const double V = split(static_cast<double>(c.m.vocab), c.l.tp), h = static_cast<double>(c.m.d_model);
+  const double V = split(static_cast<double>(c.m.vocab), c.l.tp),
+               h = static_cast<double>(c.m.d_model);
   r.add_gemm(linear_seconds(c.gpu, c.p, c.tokens, V, h, c.e));
   const double logits = c.tokens * V * 4.0;
   r.f += memory_seconds(c.gpu, 2 * logits);
@@ -246,8 +258,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
 
   const double e = l.precision == Precision::kFp8 || l.precision == Precision::kFp4 ? 1.0 : 2.0;
-  const Context c{m, gpu, l, eff, seq, static_cast<double>(l.micro_batch) * seq / l.cp, e,
-                  l.precision};
+  const Context c{m, gpu,        l, eff, seq, static_cast<double>(l.micro_batch) * seq / l.cp,
+                  e, l.precision};
   const PassCost dense = layer_cost(c, false);
   const PassCost moe = m.is_moe() ? layer_cost(c, true) : dense;
   const PassCost head = head_cost(c);
@@ -260,7 +272,9 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
       const StageUnits& su = shape.stages[stage];
       for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
         if (unit == embedding_unit()) continue;
-        const PassCost& p = unit == head_unit(m) ? head : unit - 1 >= m.dense_layers() ? moe : dense;
+        const PassCost& p = unit == head_unit(m)           ? head
+                            : unit - 1 >= m.dense_layers() ? moe
+                                                           : dense;
         sum.f += p.f, sum.b += p.b, sum.w += p.w, sum.recompute += p.recompute;
         sum.tp += p.tp, sum.cp += p.cp, sum.ep += p.ep;
       }
@@ -337,7 +351,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.mfu_palm = model_flops_per_token(m, seq, AttentionFlops::kFullSquare) * batch_tokens /
                (n * peak * r.step);
   const ModelCounts counts = count_model(m);
-  const double attention = m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal);
+  const double attention =
+      m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal);
   double hardware = r.model_flops;
   if (l.recompute == Recompute::kSelective) hardware += attention / 3 * batch_tokens;
   if (l.recompute == Recompute::kFull)

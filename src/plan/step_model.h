@@ -51,10 +51,10 @@ struct StepBreakdown {
   double pp_comm = 0;  // p2p send time; it delays the step only through the simulated bubble
   double bubble = 0;   // idle time of the pipeline schedule
   double bubble_fraction = 0;
-  double dp_comm = 0;      // exposed DP/ZeRO communication
-  double optimizer = 0;    // the optimizer step (memory bound)
-  double step = 0;         // total
-  double model_flops = 0;  // per step, causal attention
+  double dp_comm = 0;         // exposed DP/ZeRO communication
+  double optimizer = 0;       // the optimizer step (memory bound)
+  double step = 0;            // total
+  double model_flops = 0;     // per step, causal attention
   double hardware_flops = 0;  // per step, with recompute (same attention convention)
   double mfu = 0, mfu_bf16 = 0, mfu_palm = 0, hfu = 0;
   double tokens_per_second = 0;

@@ -8,7 +8,6 @@
 #include <cmath>
 
 #include "core/error.h"
-
 #include "plan/activation_memory.h"
 #include "plan/published_runs.h"
 #include "schedule/generators.h"
@@ -85,10 +84,9 @@ TEST(Activations, GeneralBlockModelHasKorthikantiTable2AsASpecialCase) {
   // Without dropout the softmax mask and dropout output go: 5as becomes 2as.
   ModelSpec m = megatron_gpt("gpt", 4096, 32, 4);
   m.dropout = 0;
-  EXPECT_DOUBLE_EQ(
-      2048 * layer_bytes_per_token(block_terms(m, false, 2048, table2), 1, false,
-                                   Recompute::kNone, 2 * 4096.0),
-      2048.0 * 4096 * (32 + 2 * 32 * 2048.0 / 4096));
+  EXPECT_DOUBLE_EQ(2048 * layer_bytes_per_token(block_terms(m, false, 2048, table2), 1, false,
+                                                Recompute::kNone, 2 * 4096.0),
+                   2048.0 * 4096 * (32 + 2 * 32 * 2048.0 / 4096));
   // FlashAttention instead of the softmax: no s^2 term, a 4-byte logsumexp per head.
   m.attention_kernel = AttentionKernel::kFlash;
   EXPECT_DOUBLE_EQ(layer_bytes_per_token(block_terms(m, false, 2048, table2), 1, false,
@@ -125,8 +123,9 @@ TEST(Activations, OurBlockTerms) {
   }
   // A MoE layer stores each token's top-k dispatched copies and expert activations.
   const ModelSpec& ds = find_model("deepseek-v3");
-  EXPECT_GT(layer_bytes_per_token(block_terms(ds, true, 4096), 1, false, Recompute::kNone, 2 * 7168),
-            layer_bytes_per_token(block_terms(ds, false, 4096), 1, false, Recompute::kNone, 2 * 7168));
+  EXPECT_GT(
+      layer_bytes_per_token(block_terms(ds, true, 4096), 1, false, Recompute::kNone, 2 * 7168),
+      layer_bytes_per_token(block_terms(ds, false, 4096), 1, false, Recompute::kNone, 2 * 7168));
 }
 
 ModelSpec dense_spec(int64_t V, int64_t C, int64_t L, int64_t NH, int64_t KV, int64_t HD, int64_t F,
@@ -142,8 +141,9 @@ ModelSpec dense_spec(int64_t V, int64_t C, int64_t L, int64_t NH, int64_t KV, in
 // (plan/activation_memory.h, checked by the engine's tests against its measured buffers) for
 // every policy, with fp32 elements and statistics and tiled attention (no s^2 term).
 TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
-  for (const ModelSpec& spec : {dense_spec(1000, 64, 3, 4, 2, 16, 160, false),
-                                dense_spec(512, 96, 2, 6, 6, 16, 256, true), find_model("llama3-8b")}) {
+  for (const ModelSpec& spec :
+       {dense_spec(1000, 64, 3, 4, 2, 16, 160, false), dense_spec(512, 96, 2, 6, 6, 16, 256, true),
+        find_model("llama3-8b")}) {
     const int64_t batch = 3, seq = 128, tokens = batch * seq;
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       ActivationPolicy policy;
@@ -164,7 +164,8 @@ TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
 // The whole model on one stage: the planner's activations (layers + the head's tensors) equal
 // the engine's stored bytes for every policy and micro-batch size, fp32 as the engine runs.
 TEST(Activations, WholeModelEqualsTheEnginesAllocation) {
-  for (const ModelSpec& spec : {dense_spec(1000, 64, 3, 4, 2, 16, 160, false), find_model("llama3-8b")})
+  for (const ModelSpec& spec :
+       {dense_spec(1000, 64, 3, 4, 2, 16, 160, false), find_model("llama3-8b")})
     for (int mb : {1, 3})
       for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
         Layout l;
@@ -172,9 +173,9 @@ TEST(Activations, WholeModelEqualsTheEnginesAllocation) {
         ActivationPolicy policy;
         policy.recompute = r;
         const MemoryBreakdown ours = memory_per_gpu(spec, l, 128, 4, 0, {4.0, 4.0});
-        EXPECT_DOUBLE_EQ(ours.activations / 1.0,
-                         static_cast<double>(
-                             engine_activation_bytes(spec, mb, 128, policy, 4, 4).stored))
+        EXPECT_DOUBLE_EQ(
+            ours.activations / 1.0,
+            static_cast<double>(engine_activation_bytes(spec, mb, 128, policy, 4, 4).stored))
             << spec.name << " " << recompute_name(r) << " mb=" << mb;
       }
 }
@@ -255,8 +256,8 @@ TEST(Stages, EvenIsTheEnginesAndBalancedWeighsTheEnds) {
     for (int S : {1, 2, 5, 8})
       EXPECT_EQ(stage_layer_counts(partition_stages(L, S, StageWeights{})),
                 stage_layer_counts(partition_stages(L, S)));
-  const std::vector<int> balanced =
-      stage_layer_counts(partition_stages(126, 16, balanced_stage_weights(find_model("llama3-405b"))));
+  const std::vector<int> balanced = stage_layer_counts(
+      partition_stages(126, 16, balanced_stage_weights(find_model("llama3-405b"))));
   std::vector<int> expected(16, 8);
   expected.front() = expected.back() = 7;
   EXPECT_EQ(balanced, expected);
