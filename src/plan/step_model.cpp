@@ -292,7 +292,9 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double p2p =
       l.pp > 1 ? p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp)), act_bytes)
                : 0.0;
-  const double busy = mb * (busiest.f + busiest.b + busiest.w);
+  // Each micro-batch passes one of a DualPipe rank's two stages (one per direction), so a
+  // rank's work per micro-batch is one action's worth under every schedule.
+  const double busy = mb * (sf + sb + sw);
   if (give_up_above < INFINITY && busy >= give_up_above) {
     r.step = INFINITY;
     return r;
@@ -310,10 +312,10 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   r.p2p = p2p;
   r.bubble = pipeline - busy;
   r.bubble_fraction = r.bubble / pipeline;
-  r.tp_comm = busiest.tp * mb;
-  r.cp_comm = busiest.cp * mb;
-  r.ep_comm = busiest.ep * mb;
-  r.recompute = busiest.recompute * mb;
+  r.tp_comm = busiest.tp * share * mb;
+  r.cp_comm = busiest.cp * share * mb;
+  r.ep_comm = busiest.ep * share * mb;
+  r.recompute = busiest.recompute * share * mb;
   r.compute = busy - r.tp_comm - r.cp_comm - r.ep_comm;
   r.pp_comm = mb * 2 * p2p * shape.chunks;
 
