@@ -62,7 +62,11 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"chunks", l.chunks},
                 {"recompute", plan::recompute_name(l.recompute)},
                 {"micro_batch", l.micro_batch},
-                {"precision", plan::precision_name(l.precision)}};
+                {"precision", plan::precision_name(l.precision)},
+                {"sp", l.sp},
+                {"partition", plan::partition_name(l.partition)},
+                {"grad", l.grad_bytes == 4 ? "fp32" : "bf16"},
+                {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"}};
   };
   auto step_json = [](const plan::StepBreakdown& s) {
     return json{{"step_seconds", s.step},
@@ -103,7 +107,7 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["memory"] = {{"weights", mem.weights},       {"gradients", mem.gradients},
                  {"optimizer", mem.optimizer},   {"activations", mem.activations},
                  {"temporary", mem.temporary},   {"overhead", mem.overhead},
-                 {"hbm", p.inputs.gpu.hbm_bytes}};
+                 {"hbm", p.inputs.gpu.hbm_bytes},     {"pipeline_rank", mem.rank}};
   j["step_seconds"] = best.step.step;
   j["step"] = step_json(best.step);
   j["tokens"] = r.tokens;
@@ -130,6 +134,10 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["search"] = {{"layouts", p.search.shapes},
                  {"fitting", p.search.fitting},
                  {"schedule_simulations", p.search.simulations}};
+  json refusals = json::array();
+  for (const plan::Refusal& r : p.search.refusals)
+    refusals.push_back({{"reason", r.reason}, {"count", r.count}, {"example", r.example}});
+  j["refused"] = refusals;
   json assumptions = json::object();
   for (const auto& [name, how] : p.assumptions) assumptions[name] = how;
   j["assumptions"] = assumptions;
