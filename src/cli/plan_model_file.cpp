@@ -104,10 +104,10 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["mfu_bf16"] = best.step.mfu_bf16;
   j["hfu"] = best.step.hfu;
   j["memory_per_gpu_bytes"] = mem.total();
-  j["memory"] = {{"weights", mem.weights},       {"gradients", mem.gradients},
-                 {"optimizer", mem.optimizer},   {"activations", mem.activations},
-                 {"temporary", mem.temporary},   {"overhead", mem.overhead},
-                 {"hbm", p.inputs.gpu.hbm_bytes},     {"pipeline_rank", mem.rank}};
+  j["memory"] = {{"weights", mem.weights},        {"gradients", mem.gradients},
+                 {"optimizer", mem.optimizer},    {"activations", mem.activations},
+                 {"temporary", mem.temporary},    {"overhead", mem.overhead},
+                 {"hbm", p.inputs.gpu.hbm_bytes}, {"pipeline_rank", mem.rank}};
   j["step_seconds"] = best.step.step;
   j["step"] = step_json(best.step);
   j["tokens"] = r.tokens;

@@ -323,7 +323,8 @@ std::string format_plan_html(const Plan& p) {
       "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>trillion plan</title>\n"
       "<style>body{font-family:sans-serif;max-width:1040px;margin:2em auto;padding:0 1em}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;"
-      "font-size:13px}th{background:#eee}code{font-size:12px}svg{display:block}</style>"
+      "font-size:13px}th{background:#eee}code{font-size:12px;overflow-wrap:anywhere}"
+      "svg{display:block}li{overflow-wrap:anywhere}</style>"
       "</head><body>\n";
   out += fmt::format("<h1>trillion plan</h1>\n<p>{}<br>{}</p>\n", html_escape(header(p)),
                      html_escape(describe_block(p.inputs.model)));
