@@ -63,8 +63,7 @@ int inspect_command(int argc, char** argv) {
   const TensorTable global = build_parameter_table(mc);
   const ShardDegrees degrees{static_cast<int>(pc.tp), static_cast<int>(pc.cp),
                              static_cast<int>(pc.ep)};
-  const LocalShape local =
-      local_shape(mc, cfg.train.micro_batch / pc.dp, mc.seq_len, degrees);
+  const LocalShape local = local_shape(mc, cfg.train.micro_batch / pc.dp, mc.seq_len, degrees);
   const ShardCoord coord{static_cast<int>(pc.tp), 0, static_cast<int>(pc.ep), 0};
   const TensorTable rank_table = global.local([](int) { return true; }, coord);
 
@@ -95,8 +94,7 @@ int inspect_command(int argc, char** argv) {
   auto activation_bytes = [&](const StageInfo& s) -> int64_t {
     const int64_t first = s.units.first_unit == 0 ? 0 : s.units.first_unit - 1;
     const int64_t last_layer = std::min<int64_t>(s.units.last_unit, mc.n_layers);  // exclusive
-    const plan::StageExtent extent{first, last_layer - first,
-                                   s.units.last_unit == mc.n_layers + 1};
+    const plan::StageExtent extent{first, last_layer - first, s.units.last_unit == mc.n_layers + 1};
     return plan::engine_activation_bytes(mc.spec(), local.batch, local.seq, mc.activation_policy(),
                                          elem, elem, extent, s.slots)
         .total();
@@ -123,42 +121,38 @@ int inspect_command(int argc, char** argv) {
     }
     json stage_list = json::array();
     for (const StageInfo& s : stages) {
-      json j{{"stage", s.stage},
-             {"pp_rank", s.pp_rank},
-             {"chunk", s.chunk},
-             {"units", {s.units.first_unit, s.units.last_unit}},
-             {"parameters", s.parameters},
-             {"slots", s.slots}};
+      json j{{"stage", s.stage},           {"pp_rank", s.pp_rank},
+             {"chunk", s.chunk},           {"units", {s.units.first_unit, s.units.last_unit}},
+             {"parameters", s.parameters}, {"slots", s.slots}};
       if (activation_formula) j["activation_bytes"] = activation_bytes(s);
       stage_list.push_back(j);
     }
-    const json out{
-        {"config", config_path},
-        {"parameters", total},
-        {"tensors", tensors},
-        {"layout",
-         {{"dp", pc.dp},
-          {"tp", pc.tp},
-          {"pp", pc.pp},
-          {"cp", pc.cp},
-          {"ep", pc.ep},
-          {"zero", pc.zero},
-          {"schedule", pc.schedule},
-          {"chunks", pc.chunks},
-          {"world_size", pc.world_size()}}},
-        {"local_shape",
-         {{"batch", local.batch},
-          {"seq", local.seq},
-          {"tokens", local.tokens()},
-          {"d_model", local.d_model},
-          {"heads", local.heads},
-          {"kv_heads", local.kv_heads},
-          {"head_dim", local.head_dim},
-          {"ffn", local.ffn},
-          {"vocab_rows", local.vocab_rows},
-          {"experts", local.experts}}},
-        {"stages", stage_list},
-        {"parameters_per_pp_rank", rank_params}};
+    const json out{{"config", config_path},
+                   {"parameters", total},
+                   {"tensors", tensors},
+                   {"layout",
+                    {{"dp", pc.dp},
+                     {"tp", pc.tp},
+                     {"pp", pc.pp},
+                     {"cp", pc.cp},
+                     {"ep", pc.ep},
+                     {"zero", pc.zero},
+                     {"schedule", pc.schedule},
+                     {"chunks", pc.chunks},
+                     {"world_size", pc.world_size()}}},
+                   {"local_shape",
+                    {{"batch", local.batch},
+                     {"seq", local.seq},
+                     {"tokens", local.tokens()},
+                     {"d_model", local.d_model},
+                     {"heads", local.heads},
+                     {"kv_heads", local.kv_heads},
+                     {"head_dim", local.head_dim},
+                     {"ffn", local.ffn},
+                     {"vocab_rows", local.vocab_rows},
+                     {"experts", local.experts}}},
+                   {"stages", stage_list},
+                   {"parameters_per_pp_rank", rank_params}};
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
@@ -176,17 +170,16 @@ int inspect_command(int argc, char** argv) {
                                  : std::string(init_kind_name(g.init.kind));
     std::printf("%-28s %-16s %-7s %-16s %4d  %-13s %s%s\n", g.name.c_str(),
                 shape_text(g.global_shape).c_str(), shard_text(g.shard).c_str(),
-                shape_text(l.shape).c_str(), g.unit,
-                std::string(tensor_role_name(g.role)).c_str(), init.c_str(),
-                g.weight_decay ? "" : ", no decay");
+                shape_text(l.shape).c_str(), g.unit, std::string(tensor_role_name(g.role)).c_str(),
+                init.c_str(), g.weight_decay ? "" : ", no decay");
   }
   std::printf(
       "\nlayout: dp %lld, tp %lld, pp %lld, cp %lld, ep %lld (%lld ranks), ZeRO %lld, %s "
       "schedule, %lld chunk(s) per rank\n",
       static_cast<long long>(pc.dp), static_cast<long long>(pc.tp), static_cast<long long>(pc.pp),
       static_cast<long long>(pc.cp), static_cast<long long>(pc.ep),
-      static_cast<long long>(pc.world_size()), static_cast<long long>(pc.zero),
-      pc.schedule.c_str(), static_cast<long long>(pc.chunks));
+      static_cast<long long>(pc.world_size()), static_cast<long long>(pc.zero), pc.schedule.c_str(),
+      static_cast<long long>(pc.chunks));
   std::printf(
       "local shape per rank: B %lld, T %lld (N %lld tokens), C %lld, heads %lld, kv heads %lld, "
       "head dim %lld, ffn %lld, vocab rows %lld\n",
@@ -204,10 +197,11 @@ int inspect_command(int argc, char** argv) {
                 fmt::format("{}..{}", s.units.first_unit, s.units.last_unit).c_str(),
                 static_cast<long long>(s.parameters), s.slots, act.c_str());
   }
-  std::printf("units: 0 embedding, 1..%lld layers, %lld head; parameters per rank are its "
-              "tp/ep shard%s\n",
-              static_cast<long long>(mc.n_layers), static_cast<long long>(mc.n_layers + 1),
-              activation_formula ? "" : "; activation bytes for tp/cp layouts: not modelled yet");
+  std::printf(
+      "units: 0 embedding, 1..%lld layers, %lld head; parameters per rank are its "
+      "tp/ep shard%s\n",
+      static_cast<long long>(mc.n_layers), static_cast<long long>(mc.n_layers + 1),
+      activation_formula ? "" : "; activation bytes for tp/cp layouts: not modelled yet");
   return 0;
 }
 

@@ -13,6 +13,9 @@
 #include "cli/plan_model_file.h"
 #include "core/error.h"
 #include "optim/outer_quantize.h"
+#include "plan/model_file.h"
+#include "plan/plan_file.h"
+#include "plan/published_runs.h"
 #include "plan/report.h"
 
 namespace trillion::cli {
@@ -35,17 +38,28 @@ int plan_command(int argc, char** argv) {
   std::string outer_precision = "fp32";
   app.add_option("--model", model_name,
                  "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t or a model "
-                 "TOML file")
-      ->required();
-  app.add_option("--cluster", cluster, "h100, h800, h200, b200, gb200-nvl72 or a100")->required();
-  app.add_option("--gpus", gpus, "number of GPUs")->required();
+                 "TOML file");
+  app.add_option("--cluster", cluster,
+                 "a100, h100, h800, h200, b200, gb200-nvl72 or a cluster TOML file");
+  app.add_option("--gpus", gpus, "number of GPUs");
+  bool validate = false;
+  std::vector<std::string> compare;
+  app.add_option("--compare", compare,
+                 "plan two plan files (configs/plans/NAME or a path) and print them side by side")
+      ->expected(2);
+  int chunks = 0;
+  app.add_option("--chunks", chunks,
+                 "interleaved chunks per rank V (same as --layout ...,chunks=V)");
+  app.add_flag("--validate", validate,
+               "plan every published run of plan/published_runs.h and print predicted vs "
+               "published");
   app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
   app.add_option("--seq", seq, "sequence length (default: the model's)");
   app.add_option("--batch-tokens", batch_text,
                  "tokens per step, e.g. 16Mi = 2^24 (default: the model's training batch)");
   app.add_option("--layout", layout_text,
                  "evaluate this layout, e.g. tp=8,pp=16,cp=1,dp=64; fields left out are searched");
-  app.add_option("--precision", precision, "bf16, fp8, fp4 or any (searched)")
+  app.add_option("--precision", precision, "bf16, fp16, fp8, fp4 or any (searched)")
       ->capture_default_str();
   app.add_option("--top", top, "runners-up to show")->capture_default_str();
   app.add_option("--restart-minutes", restart_minutes, "cost of one interruption")
@@ -83,11 +97,21 @@ int plan_command(int argc, char** argv) {
                  "measured gradient noise scale B_simple in tokens (the trainer's "
                  "gradient_noise_scale): prints the critical batch next to the chosen one");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (validate) {
+    std::cout << plan::format_validation(true);
+    return 0;
+  }
+  if (!compare.empty()) {
+    const plan::PlanFile a = plan::resolve_plan(compare[0]), b = plan::resolve_plan(compare[1]);
+    const plan::Plan pa = plan::make_plan(a.inputs), pb = plan::make_plan(b.inputs);
+    std::cout << plan::format_comparison(a, pa, b, pb);
+    return 0;
+  }
+  if (model_name.empty() || cluster.empty() || gpus == 0)
+    throw Error("plan needs --model, --cluster and --gpus (or --validate, or --compare A B)");
   plan::PlanInputs in;
-  const bool is_file =
-      model_name.find(".toml") != std::string::npos || model_name.find('/') != std::string::npos;
-  in.model = is_file ? read_model_file(model_name) : plan::find_model(model_name);
-  in.gpu = plan::find_gpu(cluster);
+  in.model = plan::resolve_model(model_name);
+  in.gpu = plan::resolve_cluster(cluster);
   if (price > 0) in.gpu.usd_per_gpu_hour = price;
   if (failure_rate >= 0) in.gpu.failures_per_gpu_hour = failure_rate / 1000 / 24;
   in.gpus = gpus;
@@ -97,8 +121,16 @@ int plan_command(int argc, char** argv) {
   if (top < 1) throw Error(fmt::format("--top {} must be >= 1", top));
   in.search.keep = top;
   if (!layout_text.empty()) in.search.fixed = plan::parse_layout(layout_text, &in.search.fields);
+  if (chunks > 0) {
+    if (in.search.fields.chunks && in.search.fixed.chunks != chunks)
+      throw Error(fmt::format("--chunks {} contradicts --layout chunks={}", chunks,
+                              in.search.fixed.chunks));
+    in.search.fixed.chunks = chunks;
+    in.search.fields.chunks = true;
+  }
   if (precision == "any") {
-    in.search.precisions = {plan::Precision::kBf16, plan::Precision::kFp8, plan::Precision::kFp4};
+    in.search.precisions = {plan::Precision::kBf16, plan::Precision::kFp16, plan::Precision::kFp8,
+                            plan::Precision::kFp4};
   } else {
     in.search.precisions = {plan::parse_precision(precision)};
   }

@@ -10,59 +10,6 @@
 
 namespace trillion::cli {
 
-plan::ModelSpec read_model_file(const std::string& path) {
-  toml::table root;
-  try {
-    root = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(fmt::format("{}: cannot read the model file: {}", path, e.description()));
-  }
-  const toml::table* model = root["model"].as_table();
-  if (!model) throw Error(fmt::format("{}: no [model] table; see configs/models/*.toml", path));
-  auto integer = [&](const char* key, bool required, int64_t fallback) -> int64_t {
-    const toml::node* node = model->get(key);
-    if (!node) {
-      if (required)
-        throw Error(fmt::format("{}: [model] lacks {}; add e.g. {} = 4096", path, key, key));
-      return fallback;
-    }
-    auto v = node->value<int64_t>();
-    if (!v || *v < 0)
-      throw Error(fmt::format("{}: model.{} must be a non-negative integer", path, key));
-    return *v;
-  };
-  plan::ModelSpec m;
-  m.name = path;
-  m.source = "model file " + path;
-  m.vocab = integer("vocab_size", true, 0);
-  m.d_model = integer("d_model", true, 0);
-  m.n_layers = integer("n_layers", true, 0);
-  m.n_heads = integer("n_heads", true, 0);
-  m.n_kv_heads = integer("n_kv_heads", false, m.n_heads);
-  m.ffn_hidden = integer("ffn_hidden", true, 0);
-  m.default_seq = integer("seq_len", true, 0);
-  if (m.n_heads == 0 || m.d_model == 0 || m.n_layers == 0 || m.vocab == 0 || m.default_seq == 0)
-    throw Error(
-        fmt::format("{}: vocab_size, d_model, n_layers, n_heads and seq_len must be > 0", path));
-  m.head_dim = integer("head_dim", false, m.d_model / m.n_heads);
-  if (const toml::node* tied = model->get("tied_embeddings")) {
-    auto v = tied->value<bool>();
-    if (!v) throw Error(fmt::format("{}: model.tied_embeddings must be true or false", path));
-    m.tied_embeddings = *v;
-  }
-  m.n_routed_experts = integer("n_routed_experts", false, 0);
-  if (m.n_routed_experts > 0) {
-    m.n_dense_layers = integer("n_dense_layers", false, 0);
-    m.n_shared_experts = integer("n_shared_experts", false, 0);
-    m.top_k = integer("top_k", true, 0);
-    m.expert_ffn = integer("expert_ffn", true, 0);
-    if (m.n_dense_layers > m.n_layers || m.top_k > m.n_routed_experts)
-      throw Error(
-          fmt::format("{}: need n_dense_layers <= n_layers and top_k <= n_routed_experts", path));
-  }
-  return m;
-}
-
 double parse_count(const std::string& text, const std::string& option) {
   if (text.empty()) throw Error(fmt::format("{} is empty", option));
   // Decimal suffixes K M B/G T, binary ones Ki Mi Gi Ti (16Mi = 2^24, Llama 3's "16M" batch).
@@ -115,7 +62,11 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"chunks", l.chunks},
                 {"recompute", plan::recompute_name(l.recompute)},
                 {"micro_batch", l.micro_batch},
-                {"precision", plan::precision_name(l.precision)}};
+                {"precision", plan::precision_name(l.precision)},
+                {"sp", l.sp},
+                {"partition", plan::partition_name(l.partition)},
+                {"grad", l.grad_bytes == 4 ? "fp32" : "bf16"},
+                {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"}};
   };
   auto step_json = [](const plan::StepBreakdown& s) {
     return json{{"step_seconds", s.step},
@@ -153,10 +104,10 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["mfu_bf16"] = best.step.mfu_bf16;
   j["hfu"] = best.step.hfu;
   j["memory_per_gpu_bytes"] = mem.total();
-  j["memory"] = {{"weights", mem.weights},       {"gradients", mem.gradients},
-                 {"optimizer", mem.optimizer},   {"activations", mem.activations},
-                 {"temporary", mem.temporary},   {"overhead", mem.overhead},
-                 {"hbm", p.inputs.gpu.hbm_bytes}};
+  j["memory"] = {{"weights", mem.weights},        {"gradients", mem.gradients},
+                 {"optimizer", mem.optimizer},    {"activations", mem.activations},
+                 {"temporary", mem.temporary},    {"overhead", mem.overhead},
+                 {"hbm", p.inputs.gpu.hbm_bytes}, {"pipeline_rank", mem.rank}};
   j["step_seconds"] = best.step.step;
   j["step"] = step_json(best.step);
   j["tokens"] = r.tokens;
@@ -183,6 +134,10 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["search"] = {{"layouts", p.search.shapes},
                  {"fitting", p.search.fitting},
                  {"schedule_simulations", p.search.simulations}};
+  json refusals = json::array();
+  for (const plan::Refusal& r : p.search.refusals)
+    refusals.push_back({{"reason", r.reason}, {"count", r.count}, {"example", r.example}});
+  j["refused"] = refusals;
   json assumptions = json::object();
   for (const auto& [name, how] : p.assumptions) assumptions[name] = how;
   j["assumptions"] = assumptions;

@@ -14,6 +14,7 @@
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "core/error.h"
+#include "plan/layout.h"
 #include "schedule/generators.h"
 #include "schedule/render.h"
 #include "schedule/simulator.h"
@@ -95,8 +96,11 @@ int schedule_command(int argc, char** argv) {
   std::string kind_name, costs_text = "1,1,1", svg_path;
   int stages = 4, microbatches = 8, chunks = 0;
   bool json = false, show_actions = false;
-  auto* kind_option =
-      app.add_option("--kind", kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipe");
+  app.add_option("--kind", kind_name, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or dualpipe");
+  std::string layout_text;
+  app.add_option("--layout", layout_text,
+                 "the same fields as `trillion plan --layout`: pp=P,schedule=KIND,chunks=V "
+                 "(other fields are ignored here)");
   app.add_option("--stages", stages, "pipeline ranks P")->capture_default_str();
   app.add_option("--microbatches", microbatches, "micro-batches per step M")->capture_default_str();
   app.add_option("--chunks", chunks, "model chunks per rank V (interleaved; default 2)");
@@ -112,8 +116,22 @@ int schedule_command(int argc, char** argv) {
   app.add_flag("--actions", show_actions, "also print each rank's action list");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (!trace_path.empty()) return draw_trace(trace_path, svg_path, json);
-  if (kind_option->count() == 0)
-    throw Error("--kind is required (or --from-trace RUN_DIR/trace.json)");
+  if (!layout_text.empty()) {
+    plan::LayoutFields f;
+    const plan::Layout l = plan::parse_layout(layout_text, &f);
+    auto clash = [&](bool set, const char* flag, const char* key) {
+      if (set) throw Error(fmt::format("{} and --layout {}= both given; use one", flag, key));
+    };
+    if (f.pp) clash(app.count("--stages") > 0, "--stages", "pp"), stages = l.pp;
+    if (f.schedule)
+      clash(!kind_name.empty(), "--kind", "schedule"),
+          kind_name = std::string(schedule::schedule_kind_name(l.schedule));
+    if (f.chunks) clash(chunks != 0, "--chunks", "chunks"), chunks = l.chunks;
+  }
+  if (kind_name.empty())
+    throw Error(
+        "schedule needs --kind KIND or --layout ...,schedule=KIND (gpipe, 1f1b, "
+        "interleaved, zb-h1, zb-h2, dualpipe)");
   const schedule::ScheduleKind kind = schedule::parse_schedule_kind(kind_name);
   if (chunks == 0)
     chunks =

@@ -38,7 +38,7 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t T
       r.stored += all;
     }
   }
-  r.stored += N * C * elem;                                  // the stage's input
+  r.stored += N * C * elem;                                     // the stage's input
   if (stage.has_head) r.stored += N * C * elem + 3 * N * stat;  // final norm out; rstd, lse, loss
   r.stored *= slots;
   if (any_full) r.scratch = all - out;

@@ -28,15 +28,21 @@ Recompute parse_recompute(const std::string& name) {
   throw Error(fmt::format("unknown recompute policy '{}': use none, selective or full", name));
 }
 
-std::string Layout::to_string() const {
-  return fmt::format(
-      "tp={},pp={},cp={},ep={},dp={},zero={},schedule={},chunks={},recompute={},micro_batch={},"
-      "precision={}",
-      tp, pp, cp, ep, dp, zero, pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks,
-      recompute_name(recompute), micro_batch, precision_name(precision));
+std::string partition_name(Partition p) {
+  return p == Partition::kEven ? "even" : "balanced";
 }
 
-Layout parse_layout(const std::string& text, LayoutFields* fields) {
+std::string Layout::to_string() const {
+  return fmt::format(
+      "tp={},sp={},pp={},cp={},ep={},dp={},zero={},schedule={},chunks={},partition={},"
+      "recompute={},micro_batch={},precision={},grad={},moments={}",
+      tp, sp ? 1 : 0, pp, cp, ep, dp, zero,
+      pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks, partition_name(partition),
+      recompute_name(recompute), micro_batch, precision_name(precision),
+      grad_bytes == 4 ? "fp32" : "bf16", moment_bytes == 4 ? "fp32" : "bf16");
+}
+
+Layout parse_layout(const std::string& text, LayoutFields* fields, const std::string& what) {
   Layout l;
   LayoutFields f;
   std::stringstream in(text);
@@ -45,7 +51,7 @@ Layout parse_layout(const std::string& text, LayoutFields* fields) {
     if (item.empty()) continue;
     const size_t eq = item.find('=');
     if (eq == std::string::npos)
-      throw Error(fmt::format("--layout item '{}' is not key=value (e.g. tp=8)", item));
+      throw Error(fmt::format("{} item '{}' is not key=value (e.g. tp=8)", what, item));
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
     auto number = [&](int min) {
       int v = 0;
@@ -54,10 +60,15 @@ Layout parse_layout(const std::string& text, LayoutFields* fields) {
         v = std::stoi(value, &used);
         if (used != value.size()) throw std::invalid_argument(value);
       } catch (const std::exception&) {
-        throw Error(fmt::format("--layout {}={}: expected an integer", key, value));
+        throw Error(fmt::format("{} {}={}: expected an integer", what, key, value));
       }
-      if (v < min) throw Error(fmt::format("--layout {}={}: must be >= {}", key, value, min));
+      if (v < min) throw Error(fmt::format("{} {}={}: must be >= {}", what, key, value, min));
       return v;
+    };
+    auto dtype_bytes = [&]() {
+      if (value == "fp32") return 4;
+      if (value == "bf16") return 2;
+      throw Error(fmt::format("{} {}={}: use fp32 or bf16", what, key, value));
     };
     if (key == "tp")
       l.tp = number(1), f.tp = true;
@@ -71,7 +82,7 @@ Layout parse_layout(const std::string& text, LayoutFields* fields) {
       l.dp = number(1), f.dp = true;
     else if (key == "zero") {
       l.zero = number(0), f.zero = true;
-      if (l.zero > 3) throw Error(fmt::format("--layout zero={}: ZeRO stages are 0..3", value));
+      if (l.zero > 3) throw Error(fmt::format("{} zero={}: ZeRO stages are 0..3", what, value));
     } else if (key == "schedule") {
       if (value != "none") l.schedule = schedule::parse_schedule_kind(value);
       f.schedule = true;
@@ -83,11 +94,23 @@ Layout parse_layout(const std::string& text, LayoutFields* fields) {
       l.micro_batch = number(1), f.micro_batch = true;
     else if (key == "precision")
       l.precision = parse_precision(value), f.precision = true;
+    else if (key == "sp") {
+      if (value != "0" && value != "1" && value != "on" && value != "off")
+        throw Error(fmt::format("{} sp={}: use sp=1 (sequence parallel) or sp=0", what, value));
+      l.sp = value == "1" || value == "on", f.sp = true;
+    } else if (key == "partition") {
+      if (value != "even" && value != "balanced")
+        throw Error(fmt::format("{} partition={}: use even or balanced", what, value));
+      l.partition = value == "even" ? Partition::kEven : Partition::kBalanced, f.partition = true;
+    } else if (key == "grad")
+      l.grad_bytes = dtype_bytes(), f.grad = true;
+    else if (key == "moments")
+      l.moment_bytes = dtype_bytes(), f.moments = true;
     else
-      throw Error(fmt::format(
-          "--layout key '{}' is unknown: use tp, pp, cp, ep, dp, zero, schedule, chunks, "
-          "recompute, micro_batch, precision",
-          key));
+      throw Error(
+          fmt::format("{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
+                      "partition, recompute, micro_batch, precision, grad, moments",
+                      what, key));
   }
   if (fields) *fields = f;
   return l;

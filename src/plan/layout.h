@@ -1,10 +1,12 @@
-// A parallel layout of a training run: the degrees of tensor (+sequence), pipeline, context,
-// expert and data parallelism, the ZeRO stage, the pipeline schedule, recompute policy,
-// micro-batch size and precision. Text form "tp=8,pp=16,cp=1,ep=1,dp=64,zero=1,
-// schedule=interleaved,chunks=4,recompute=selective,micro_batch=1,precision=bf16".
+// A parallel layout of a training run: the degrees of tensor (with or without sequence
+// parallelism), pipeline, context, expert and data parallelism, the ZeRO stage, the pipeline
+// schedule and its chunks, how layers are cut into stages, the recompute policy, micro-batch size,
+// precision and the bytes of gradients and Adam moments. Text form "tp=8,sp=1,pp=16,cp=1,ep=1,
+// dp=64,zero=1,schedule=interleaved,chunks=4,partition=even,recompute=selective,micro_batch=1,
+// precision=bf16,grad=fp32,moments=fp32".
 //
 // Invariants: gpus() = tp * pp * cp * dp (EP is carved out of dp x cp, as in DESIGN.md's mesh,
-// so it does not multiply the GPU count); sequence parallelism is on whenever tp > 1.
+// so it does not multiply the GPU count); sp matters only when tp > 1.
 #pragma once
 
 #include <string>
@@ -18,15 +20,28 @@ enum class Recompute { kNone, kSelective, kFull };
 std::string recompute_name(Recompute r);
 Recompute parse_recompute(const std::string& name);  // none, selective, full
 
+// Stage partition (plan/stage_partition.h): the engine's even split, or balanced with the
+// embedding and head weighed as layers.
+enum class Partition { kEven, kBalanced };
+std::string partition_name(Partition p);
+
 struct Layout {
   int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
-  int zero = 1;  // 0..3
+  bool sp = true;  // sequence parallelism (Korthikanti 2205.05198 §4.2.2) when tp > 1
+  int zero = 1;    // 0..3
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int chunks = 1;  // v: interleaved chunks per rank (DualPipe: 2, its two copies)
+  Partition partition = Partition::kEven;
   Recompute recompute = Recompute::kNone;
   int micro_batch = 1;  // sequences per micro-batch
   Precision precision = Precision::kBf16;
+  // Bytes per parameter besides the 2-byte weights and 4-byte fp32 master: gradients (4: fp32,
+  // Megatron's main_grad, 18 bytes/param in all; 2: bf16, 16 bytes/param as in ZeRO §3.1) and
+  // each Adam moment (4 fp32; 2 bf16 as DeepSeek-V3 §3.3.3 keeps them).
+  int grad_bytes = 4, moment_bytes = 4;
 
+  bool sequence_parallel() const { return sp && tp > 1; }
+  double optimizer_bytes() const { return 4.0 + 2.0 * moment_bytes; }  // master + 2 moments
   long gpus() const { return static_cast<long>(tp) * pp * cp * dp; }
   std::string to_string() const;
 };
@@ -34,10 +49,13 @@ struct Layout {
 // Which fields a --layout string set, so the planner can search the rest.
 struct LayoutFields {
   bool tp = false, pp = false, cp = false, ep = false, dp = false, zero = false, schedule = false,
-       chunks = false, recompute = false, micro_batch = false, precision = false;
+       chunks = false, recompute = false, micro_batch = false, precision = false, sp = false,
+       partition = false, grad = false, moments = false;
 };
 
 // Parses "tp=8,pp=16,dp=64,..."; unknown keys or bad values throw trillion::Error naming them.
-Layout parse_layout(const std::string& text, LayoutFields* fields = nullptr);
+// `what` names the option in messages ("--layout").
+Layout parse_layout(const std::string& text, LayoutFields* fields = nullptr,
+                    const std::string& what = "--layout");
 
 }  // namespace trillion::plan

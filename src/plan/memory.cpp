@@ -1,10 +1,17 @@
 // See memory.h.
 #include "plan/memory.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <tuple>
 
 #include "core/error.h"
+#include "plan/parameter_table.h"
+#include "schedule/generators.h"
+#include "schedule/simulator.h"
 
 namespace trillion::plan {
 
@@ -53,42 +60,58 @@ std::vector<ActivationTerm> gpt_block_terms(double s, double h, double a) {
   };
 }
 
-std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double e) {
-  const double h = m.d_model, nh = m.n_heads;
+std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
+                                        const ActivationOptions& o) {
+  const double e = o.elem_bytes, h = m.d_model, nh = m.n_heads;
+  const double gi = o.gemm_input_bytes > 0 ? o.gemm_input_bytes : e;  // a stored GEMM input
   const double kv = m.is_mla() ? nh : m.n_kv_heads;  // MLA expands K and V per head
+  const double stats = (m.norm == NormKind::kLayerNorm ? 2 : 1) * o.stat_bytes;
+  const bool flash = m.attention_kernel == AttentionKernel::kFlash, dropout = m.dropout > 0;
   std::vector<ActivationTerm> t = {
-      {"residual input (RMSNorm 1 input)", e * h, false, true},
-      {"RMSNorm 1 output (QKV input)", e * h, false, true},
-      {"Q after RoPE", e * nh * m.qk_dim(), true, true},
-      {"K after RoPE and V", e * kv * (m.qk_dim() + m.v_dim()), true, true},
-      {"attention output O (output projection input)", e * nh * m.v_dim(), true, false},
-      {"FlashAttention logsumexp (fp32)", 4 * nh, true, false},
-      {"residual after attention (RMSNorm 2 input)", e * h, false, true},
-      {"RMSNorm 2 output (MLP input)", e * h, false, true},
-      {"RMSNorm 1/rms (fp32, both norms)", 8, false, true},
+      {"norm 1 input (the residual)", e * h, false, true},
+      {"norm 1 output (QKV input)", gi * h, false, true},
   };
+  if (stats > 0) t.push_back({"norm 1 statistics (fp32)", stats, false, true});
+  const bool mla = m.is_mla();  // per-head Q, K, V come from kept latents
+  t.push_back({"Q (after RoPE)", e * nh * m.qk_dim(), true, !mla});
+  t.push_back({"K (after RoPE) and V", e * kv * (m.qk_dim() + m.v_dim()), true, !mla});
+  if (flash) {
+    t.push_back({"FlashAttention logsumexp (fp32)", 4 * nh, true, false});
+  } else {
+    t.push_back({"softmax output", e * nh * s, true, false});
+    if (dropout) {
+      t.push_back({"softmax dropout mask", nh * s, true, false});
+      t.push_back({"dropout output (PV input)", e * nh * s, true, false});
+    }
+  }
+  t.push_back({"attention output O (output projection input)", gi * nh * m.v_dim(), true, !flash});
+  if (dropout) t.push_back({"attention dropout mask", h, false, true});
+  t.push_back({"norm 2 input (residual after attention)", e * h, false, true});
+  t.push_back({"norm 2 output (MLP input)", gi * h, false, true});
+  if (stats > 0) t.push_back({"norm 2 statistics (fp32)", stats, false, true});
   if (m.is_mla()) {
     const double latents = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank;
-    t.push_back(
-        {"MLA latents and their norm outputs", 2 * e * latents + e * m.qk_rope_dim, false, true});
+    t.push_back({"MLA latents and their norm outputs", (e + gi) * latents + e * m.qk_rope_dim,
+                 false, true});
   }
   if (!moe) {
     const double f = m.ffn_hidden;
-    if (m.mlp_matrices == 3) {
+    if (m.mlp == MlpKind::kSwiGlu) {
       t.push_back({"SwiGLU gate and up outputs", 2 * e * f, true, true});
-      t.push_back({"SwiGLU product (down projection input)", e * f, true, false});
+      t.push_back({"SwiGLU product (down projection input)", gi * f, true, false});
     } else {
       t.push_back({"GeLU input", e * f, true, true});
-      t.push_back({"GeLU output (down projection input)", e * f, true, false});
+      t.push_back({"GeLU output (down projection input)", gi * f, true, true});
     }
   } else {
     const double k = m.top_k, fe = m.expert_ffn, shared = m.n_shared_experts;
     t.push_back({"router scores (fp32)", 4.0 * m.n_routed_experts, true, true});
-    t.push_back(
-        {"dispatched tokens (expert inputs) and expert outputs", 2 * e * k * h, true, true});
+    t.push_back({"dispatched tokens (expert inputs)", gi * k * h, true, true});
+    t.push_back({"expert outputs (the combine's backward)", e * k * h, true, true});
     t.push_back({"expert gate and up outputs", 2 * e * (k + shared) * fe, true, true});
-    t.push_back({"expert SwiGLU products", e * (k + shared) * fe, true, false});
+    t.push_back({"expert SwiGLU products", gi * (k + shared) * fe, true, false});
   }
+  if (dropout) t.push_back({"MLP dropout mask", h, false, true});
   return t;
 }
 
@@ -103,21 +126,113 @@ double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bo
   return sum;
 }
 
-StageShape stage_shape(const ModelSpec& m, const Layout& l) {
+int PipelineShape::max_rank_layers() const {
+  int most = 0;
+  for (const auto& chunks : rank_stages) {
+    int n = 0;
+    for (int s : chunks) n += stage_layers[s];
+    most = std::max(most, n);
+  }
+  return most;
+}
+
+StageWeights balanced_stage_weights(const ModelSpec& m) {
   const ModelCounts c = count_model(m);
-  const double layer_params =
-      static_cast<double>(c.matmul_active - m.vocab * m.d_model) / m.n_layers;
-  const double head_layers = m.vocab * m.d_model / layer_params;
-  StageShape s;
-  const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
-  const int chunks = l.pp > 1 && l.schedule == schedule::ScheduleKind::kInterleaved ? l.chunks : 1;
-  const double per_chunk = (m.n_layers + (l.pp > 1 ? head_layers : 0.0)) / (l.pp * chunks);
-  const int chunk_layers = std::max(1, static_cast<int>(std::ceil(per_chunk - 1e-9)));
-  s.layers_per_stage = chunk_layers * chunks;
-  s.layers_per_rank = dual ? 2 * s.layers_per_stage : s.layers_per_stage;
-  if (l.pp == 1) s.layers_per_rank = s.layers_per_stage = m.n_layers;
-  s.moe_fraction = static_cast<double>(m.moe_layers()) / m.n_layers;
-  return s;
+  const double layer =
+      static_cast<double>(c.matmul_active - m.vocab * m.d_model) / static_cast<double>(m.n_layers);
+  // The head costs its logits GEMMs (in layers of matmul work); the embedding costs almost no
+  // time but its stage holds the most in-flight micro-batches (p under 1F1B) and the embedding's
+  // weights, so it counts one layer, as Llama 3's balanced pipeline gives the first stage one
+  // layer less (2407.21783 §3.3.2).
+  return {1.0, static_cast<double>(m.vocab * m.d_model) / layer};
+}
+
+namespace {
+
+int chunks_of(const Layout& l) {
+  if (l.pp == 1) return 1;
+  if (l.schedule == schedule::ScheduleKind::kInterleaved) return l.chunks;
+  if (l.schedule == schedule::ScheduleKind::kDualPipe) return 2;
+  return 1;
+}
+
+int min_microbatches(const Layout& l) {
+  if (l.schedule == schedule::ScheduleKind::kDualPipe) return 2 * l.pp;
+  if (l.schedule == schedule::ScheduleKind::kInterleaved) return l.pp;
+  return 1;
+}
+
+// [rank][chunk] -> stage, read off the generator's placement of stages on ranks.
+const std::vector<std::vector<int>>& placement(const Layout& l) {
+  using Key = std::tuple<int, int, int>;
+  static std::map<Key, std::vector<std::vector<int>>> cache;
+  const Key key{static_cast<int>(l.schedule), l.pp, chunks_of(l)};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::vector<std::vector<int>> out(l.pp, std::vector<int>(chunks_of(l), -1));
+  if (l.pp == 1) {
+    out[0][0] = 0;
+  } else {
+    const schedule::Schedule s =
+        schedule::generate_schedule(l.schedule, l.pp, min_microbatches(l), chunks_of(l));
+    for (const auto& path : s.paths)
+      for (size_t stage = 0; stage < path.size(); ++stage)
+        out[path[stage].rank][path[stage].chunk] = static_cast<int>(stage);
+  }
+  return cache.emplace(key, std::move(out)).first->second;
+}
+
+// Local parameters of every unit (embedding, layers, head) under (tp, ep): a tensor split over
+// tp is divided when its split dimension divides (else replicated, as Megatron replicates K/V
+// heads when tp exceeds them); routed experts divide by ep and, along their width, by tp.
+struct UnitParams {
+  std::vector<double> dense, expert;
+};
+const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
+  thread_local ModelSpec last;
+  thread_local std::map<std::pair<int, int>, UnitParams> cache;
+  if (!(last == m)) {
+    cache.clear();
+    last = m;
+  }
+  auto it = cache.find({tp, ep});
+  if (it != cache.end()) return it->second;
+  UnitParams u;
+  u.dense.assign(m.n_layers + 2, 0.0);
+  u.expert.assign(m.n_layers + 2, 0.0);
+  const TensorTable table = parameter_table(m);
+  for (const TensorSpec& s : table.specs()) {
+    double n = static_cast<double>(s.global_numel());
+    if (s.shard.group == ShardGroup::tp && s.global_shape[s.shard.dim] % tp == 0) n /= tp;
+    if (s.shard.group == ShardGroup::ep) {
+      n /= ep;
+      if (m.expert_ffn % tp == 0) n /= tp;  // expert tensor parallelism = tp
+      u.expert[s.unit] += n;
+    } else {
+      u.dense[s.unit] += n;
+    }
+  }
+  return cache.emplace(std::pair{tp, ep}, std::move(u)).first->second;
+}
+
+}  // namespace
+
+PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l) {
+  PipelineShape p;
+  p.chunks = chunks_of(l);
+  const int n_stages =
+      l.pp > 1 && l.schedule == schedule::ScheduleKind::kInterleaved ? l.pp * l.chunks : l.pp;
+  if (n_stages > m.n_layers)
+    throw Error(fmt::format(
+        "pp={} x chunks={} = {} stages for {} layers: every stage needs a whole layer; use "
+        "fewer chunks (at most {} per rank) or a smaller pp",
+        l.pp, p.chunks, n_stages, m.n_layers, std::max<int64_t>(1, m.n_layers / l.pp)));
+  p.stages = l.partition == Partition::kEven
+                 ? partition_stages(m.n_layers, n_stages)
+                 : partition_stages(m.n_layers, n_stages, balanced_stage_weights(m));
+  p.stage_layers = stage_layer_counts(p.stages);
+  p.rank_stages = placement(l);
+  return p;
 }
 
 double inflight_microbatches(const Layout& l, int m) {
@@ -139,68 +254,135 @@ double inflight_microbatches(const Layout& l, int m) {
   return p;
 }
 
-LocalParams params_per_gpu(const ModelSpec& m, const Layout& l) {
-  const ModelCounts c = count_model(m);
-  const StageShape st = stage_shape(m, l);
-  const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
-  const double dense_per_layer =
-      static_cast<double>(c.dense_total - c.embedding - c.head) / m.n_layers;
-  const double ends = l.pp == 1 || dual ? c.embedding + c.head : std::max(c.embedding, c.head);
+const std::vector<std::vector<int>>& schedule_slots(const Layout& l, int microbatches) {
+  using Key = std::tuple<int, int, int, int>;
+  static std::map<Key, std::vector<std::vector<int>>> cache;
+  const int v = chunks_of(l);
+  const Key key{static_cast<int>(l.pp == 1 ? schedule::ScheduleKind::k1F1B : l.schedule), l.pp,
+                microbatches, v};
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::vector<std::vector<int>> slots;
+  if (l.pp == 1) {
+    slots = {{1}};  // gradient accumulation frees each micro-batch's activations
+  } else {
+    const schedule::Schedule s = schedule::generate_schedule(l.schedule, l.pp, microbatches, v);
+    for (int r = 0; r < l.pp; ++r) slots.push_back(schedule::inflight_slots(s, r));
+  }
+  return cache.emplace(key, std::move(slots)).first->second;
+}
+
+LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineShape& shape,
+                           int rank) {
+  const UnitParams& u = unit_params(m, l.tp, l.ep);
   LocalParams p;
-  p.dense = (st.layers_per_rank * dense_per_layer + ends) / l.tp;
-  p.expert = st.layers_per_rank * st.moe_fraction * static_cast<double>(m.n_routed_experts) *
-             c.expert / (static_cast<double>(l.ep) * l.tp);
+  for (int stage : shape.rank_stages[rank]) {
+    const StageUnits& su = shape.stages[stage];
+    for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
+      p.dense += u.dense[unit];
+      p.expert += u.expert[unit];
+    }
+  }
   return p;
 }
 
-MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_len,
-                               int microbatches) {
-  const ModelCounts c = count_model(m);
-  const StageShape st = stage_shape(m, l);
-  const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
-  const double dense_per_layer =
-      static_cast<double>(c.dense_total - c.embedding - c.head) / m.n_layers;
-  const double experts_per_moe_layer = static_cast<double>(m.n_routed_experts) * c.expert;
-  const LocalParams local = params_per_gpu(m, l);
-  const double dense_params = local.dense, expert_params = local.expert;
-  MemoryBreakdown mem;
-  const ModelStates dense = zero_model_states(dense_params, l.zero, l.dp * l.cp);
-  const ModelStates expert =
-      zero_model_states(expert_params, l.zero, std::max(1, l.dp * l.cp / l.ep));
-  mem.weights = dense.parameters + expert.parameters;
-  mem.gradients = dense.gradients + expert.gradients;
-  mem.optimizer = dense.optimizer + expert.optimizer;
+LocalParams params_per_gpu(const ModelSpec& m, const Layout& l) {
+  const PipelineShape shape = pipeline_shape(m, l);
+  LocalParams most;
+  for (int r = 0; r < l.pp; ++r) {
+    const LocalParams p = params_of_rank(m, l, shape, r);
+    most.dense = std::max(most.dense, p.dense);
+    most.expert = std::max(most.expert, p.expert);
+  }
+  return most;
+}
 
-  // Activations: 16-bit storage for every precision (FP8 recipes keep some GEMM inputs in FP8,
-  // which this conservatively ignores).
-  const double e = 2.0;
-  const bool sp = l.tp > 1;
-  const double tokens = static_cast<double>(l.micro_batch) * seq_len / l.cp;
-  const double dense_tok =
-      layer_bytes_per_token(block_terms(m, false, e), l.tp, sp, l.recompute, e * m.d_model);
-  const double moe_tok = m.is_moe() ? layer_bytes_per_token(block_terms(m, true, e), l.tp, sp,
-                                                            l.recompute, e * m.d_model)
-                                    : dense_tok;
-  const double per_layer = tokens * (st.moe_fraction * moe_tok + (1 - st.moe_fraction) * dense_tok);
-  const double unit_layers = dual ? st.layers_per_stage : st.layers_per_rank;
-  mem.activations = per_layer * unit_layers * inflight_microbatches(l, microbatches);
+std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l, int64_t seq,
+                                             int microbatches, double overhead_bytes,
+                                             const ActivationOptions& storage) {
+  const PipelineShape shape = pipeline_shape(m, l);
+  ActivationOptions opt = storage;
+  if (opt.gemm_input_bytes == 0 &&
+      (l.precision == Precision::kFp8 || l.precision == Precision::kFp4))
+    opt.gemm_input_bytes = 1;
+  const std::vector<std::vector<int>>& slots = schedule_slots(l, microbatches);
+  const int t = l.tp;
+  const bool sp = l.sequence_parallel();
+  // By default activations are stored in 16 bits for every precision (FP8 recipes keep some
+  // GEMM inputs in FP8, which this conservatively ignores); statistics in fp32.
+  const double e = opt.elem_bytes, h = static_cast<double>(m.d_model);
+  const double tokens = static_cast<double>(l.micro_batch) * static_cast<double>(seq) / l.cp;
+  auto per_token = [&](bool moe, Recompute r) {
+    return layer_bytes_per_token(block_terms(m, moe, static_cast<double>(seq), opt), t, sp, r,
+                                 e * h);
+  };
+  const double dense_kept = per_token(false, l.recompute);
+  const double moe_kept = m.is_moe() ? per_token(true, l.recompute) : dense_kept;
+  const bool any_moe = m.moe_layers() > 0;
+  const double full_layer = std::max(per_token(false, Recompute::kNone),
+                                     any_moe ? per_token(true, Recompute::kNone) : 0.0);
+  const double selective_layer = std::max(per_token(false, Recompute::kSelective),
+                                          any_moe ? per_token(true, Recompute::kSelective) : 0.0);
+  const UnitParams& units = unit_params(m, t, l.ep);
+  const int n_d = l.dp * l.cp, n_e = std::max(1, l.dp * l.cp / l.ep);
+  std::vector<MemoryBreakdown> out;
+  for (int r = 0; r < l.pp; ++r) {
+    MemoryBreakdown mem;
+    mem.rank = r;
+    const LocalParams local = params_of_rank(m, l, shape, r);
+    const double g = l.grad_bytes, opt_bytes = l.optimizer_bytes();
+    const ModelStates dense = zero_model_states(local.dense, l.zero, n_d, 2, g, opt_bytes);
+    const ModelStates expert = zero_model_states(local.expert, l.zero, n_e, 2, g, opt_bytes);
+    mem.weights = dense.parameters + expert.parameters;
+    mem.gradients = dense.gradients + expert.gradients;
+    mem.optimizer = dense.optimizer + expert.optimizer;
+    bool has_head = false;
+    double largest_layer_params = 0;
+    for (size_t c = 0; c < shape.rank_stages[r].size(); ++c) {
+      const int stage = shape.rank_stages[r][c];
+      const StageUnits& su = shape.stages[stage];
+      // A layer's first term is its input, i.e. the stage's input for the first layer (the
+      // received or embedded activation); a stage's last output is sent on and freed (Megatron's
+      // deallocate_output_tensor), except on the head's stage where the final norm keeps it.
+      double bytes = 0;
+      for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
+        if (unit == embedding_unit()) continue;
+        if (unit == head_unit(m)) {
+          has_head = true;
+          // Final norm input and output; its statistic, the loss's logsumexp and loss.
+          bytes += 2 * e * h / (sp ? t : 1) + 3 * opt.stat_bytes;
+          continue;
+        }
+        const int64_t layer = unit - 1;
+        bytes += layer >= m.dense_layers() ? moe_kept : dense_kept;
+        largest_layer_params =
+            std::max(largest_layer_params, units.dense[unit] + units.expert[unit]);
+      }
+      mem.activations += tokens * bytes * slots[r][c];
+    }
+    // Temporaries: fp32 logits and their gradient on the head's rank (vocab-parallel over TP);
+    // the recompute working set of one layer; under ZeRO-3 two layers' gathered bf16 weights
+    // (prefetch); MoE dispatch send + receive buffers.
+    if (has_head) mem.temporary += tokens * static_cast<double>(m.vocab) / t * 8.0;
+    if (l.recompute == Recompute::kFull) mem.temporary += tokens * full_layer;
+    if (l.recompute == Recompute::kSelective)
+      mem.temporary += tokens * (full_layer - selective_layer);
+    if (l.zero == 3) mem.temporary += 2 * 2.0 * largest_layer_params;
+    if (any_moe) mem.temporary += 2 * tokens / t * m.top_k * h * e;
+    // Fixed reservation (CUDA context, NCCL, workspaces; the cluster file's overhead_gb) plus 5%
+    // allocator fragmentation of the dynamic part.
+    mem.overhead = overhead_bytes + 0.05 * (mem.activations + mem.temporary);
+    out.push_back(mem);
+  }
+  return out;
+}
 
-  // Temporaries: fp32 logits and their gradient on the head's rank (vocab-parallel over TP);
-  // under full recompute one layer's complete activations while it is recomputed; under ZeRO-3
-  // two layers' gathered bf16 weights (prefetch); MoE dispatch send+receive buffers.
-  mem.temporary = tokens * m.vocab / l.tp * 8.0;
-  if (l.recompute == Recompute::kFull)
-    mem.temporary += tokens * layer_bytes_per_token(block_terms(m, m.is_moe(), e), l.tp, sp,
-                                                    Recompute::kNone, e * m.d_model);
-  if (l.zero == 3)
-    mem.temporary +=
-        2 * 2.0 *
-        (dense_per_layer / l.tp + st.moe_fraction * experts_per_moe_layer / (l.ep * l.tp));
-  if (m.is_moe()) mem.temporary += 2 * tokens / l.tp * m.top_k * m.d_model * e;
-  // CUDA context, NCCL and cuBLAS workspaces (~3 GB measured on Hopper jobs) plus 5% allocator
-  // fragmentation of the dynamic part.
-  mem.overhead = 3e9 + 0.05 * (mem.activations + mem.temporary);
-  return mem;
+MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq, int microbatches,
+                               double overhead_bytes, const ActivationOptions& storage) {
+  const std::vector<MemoryBreakdown> all =
+      memory_per_rank(m, l, seq, microbatches, overhead_bytes, storage);
+  return *std::max_element(all.begin(), all.end(),
+                           [](const auto& a, const auto& b) { return a.total() < b.total(); });
 }
 
 }  // namespace trillion::plan

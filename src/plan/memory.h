@@ -1,11 +1,14 @@
-// The memory model of one GPU: model states by ZeRO stage (Rajbhandari et al. 1910.02054 §3),
-// activations per layer as a list of stored tensors (Korthikanti et al. 2205.05198 §4 for the
-// GPT block; the same method for our RMSNorm/GQA-or-MLA/RoPE/FlashAttention/SwiGLU(/MoE) block),
-// scaled by recompute policy, TP/SP, CP and the pipeline's in-flight micro-batches, plus
-// temporary buffers. Sizes are bytes; "GB" is 1e9 bytes everywhere.
+// The memory model of every GPU of a layout: model states by ZeRO stage (Rajbhandari et al.
+// 1910.02054 §3) with the layout's gradient and moment bytes, activations per layer as a list
+// of stored tensors built from the block's parts (norm kind, MLP kind, attention kind and kernel,
+// dropout; Korthikanti et al. 2205.05198 §4 is the special case of a GPT block, the engine's
+// block the other), scaled by the recompute policy, TP with or without SP, CP and the pipeline's
+// in-flight micro-batches per rank and chunk from the schedule itself, plus temporary buffers.
+// Sizes are bytes; "GB" is 1e9 bytes everywhere.
 //
 // Invariants: a term is either sharded by TP (heads/columns) or sharded only under sequence
-// parallelism (norms and residuals); recompute never increases a term.
+// parallelism (norms, residuals, dropout masks); recompute never increases a term; every rank's
+// breakdown is computed and the plan reports the largest.
 #pragma once
 
 #include <string>
@@ -14,12 +17,13 @@
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/model_spec.h"
+#include "plan/stage_partition.h"
 
 namespace trillion::plan {
 
-// ZeRO per-GPU model states for params parameters over n_d data-parallel ranks, with the
-// mixed-precision Adam byte counts (2 param + 2 grad + K=12 optimizer): stage 0 16P; 1: 4P +
-// 12P/N_d; 2: 2P + 14P/N_d; 3: 16P/N_d.
+// ZeRO per-GPU model states for params parameters over n_d data-parallel ranks (default: the
+// paper's mixed-precision Adam, 2 param + 2 grad + K=12 optimizer): stage 0 16P; 1: 4P + 12P/N_d;
+// 2: 2P + 14P/N_d; 3: 16P/N_d.
 struct ModelStates {
   double parameters = 0, gradients = 0, optimizer = 0;
   double total() const { return parameters + gradients + optimizer; }
@@ -41,55 +45,95 @@ struct ActivationTerm {
   bool kept_selective = true;  // still stored under selective recompute
 };
 
-// Stored tensors of the GPT block (Korthikanti §4.1), 16-bit activations, 1-byte masks.
+// Korthikanti §4.1's own list for the GPT block (16-bit, 1-byte masks), written out as in the
+// paper: the independent check of block_terms on a GPT spec.
 std::vector<ActivationTerm> gpt_block_terms(double s, double h, double a);
 
-// Stored tensors of our block for one layer (moe: a MoE layer of the spec), element size
-// elem_bytes (4 fp32, 2 bf16, 1 fp8). FlashAttention keeps Q, K, V, O and the fp32 logsumexp
-// (no s^2 term); RoPE is applied in place to Q and K (its backward needs only cos/sin); RMSNorm
-// keeps its input and an fp32 1/rms; SwiGLU keeps gate and up (and their product, the down
-// projection's input); no dropout. Selective recompute recomputes the norm outputs and the
-// SwiGLU product from what is kept (elementwise, cheap).
-std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double elem_bytes);
+struct ActivationOptions {
+  double elem_bytes = 2;  // stored activation element (4 fp32, 2 bf16/fp16, 1 fp8)
+  double stat_bytes = 4;  // a norm's fp32 statistic per token (Korthikanti's Table 2 omits them)
+  // Bytes of a stored GEMM input (norm outputs, O, the down projection's input, MLA latents,
+  // dispatched expert inputs); 0: elem_bytes, or 1 under an FP8/FP4 layout, which caches them in
+  // FP8 (DeepSeek-V3 §3.3.2).
+  double gemm_input_bytes = 0;
+};
+
+// Stored tensors of one layer of the spec (moe: a MoE layer) at sequence length s:
+//   norm 1 input (the residual) e h, norm 1 output = QKV input e h, norm statistics (RMSNorm 1,
+//   LayerNorm 2 per norm), Q and K after RoPE e (NH + KV) d_qk, V e KV d_v (MLA: its latents and
+//   per-head K/V), then the attention core: FlashAttention keeps its fp32 logsumexp 4 NH;
+//   materialised attention keeps the softmax e NH s, and with dropout its 1-byte mask NH s and
+//   output e NH s; the core's output O e NH d_v; with dropout a 1-byte mask h after each of the
+//   attention and MLP; norm 2 input e h and output e h; the MLP: SwiGLU gate and up 2 e F and
+//   their product e F, GELU its input e F and output e F (MoE: router scores, the top-k
+//   dispatched copies and the experts' outputs, the experts' gate/up/product). Selective
+//   recompute recomputes the attention core's internals (softmax, masks, FlashAttention's state;
+//   Korthikanti §5) and, for FlashAttention, O itself (one more FlashAttention forward
+//   regenerates it, as the engine does), SwiGLU's product (one multiply of two kept tensors) and,
+//   for MLA, the per-head Q, K and V from the kept latents (DeepSeek-V3 §3.3.2 recomputes the
+//   MLA up-projections); GELU's output is kept.
+std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double seq_len,
+                                        const ActivationOptions& o = {});
 
 // Sum of terms per token with TP degree t, sequence parallel sp and the recompute policy; full
-// recompute keeps only the layer input (elem_bytes * h per token, / t under SP).
+// recompute keeps only the layer input (input_bytes_per_token, / t under SP).
 double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bool sp,
                              Recompute recompute, double input_bytes_per_token);
 
-// How a model's layers land on pipeline ranks.
-struct StageShape {
-  int layers_per_rank = 0;   // layers on the busiest rank (both DualPipe copies counted)
-  int layers_per_stage = 0;  // layers of one pipeline stage (one chunk's worth x chunks)
-  double moe_fraction = 0;   // share of those layers that are MoE layers
+// How a layout's pipeline holds the model: the stages (p x v for interleaved, p otherwise), their
+// layers, and which stages each rank holds in chunk order (DualPipe: stage r and stage p-1-r, one
+// per model copy), taken from the schedule's placement.
+struct PipelineShape {
+  std::vector<StageUnits> stages;
+  std::vector<int> stage_layers;              // layers per stage
+  std::vector<std::vector<int>> rank_stages;  // [rank][chunk] -> stage
+  int chunks = 1;
+  int max_rank_layers() const;  // layers of the busiest rank (both DualPipe copies counted)
 };
-// The LM head counts as head_flops/layer_flops layers when balancing (Llama 3 moved one layer
-// off the first and last stages for the same reason).
-StageShape stage_shape(const ModelSpec& m, const Layout& l);
+// Stage weights of the balanced partition: the embedding counts one layer (its stage holds the
+// most activations in flight; Llama 3 §3.3.2), the head its matmul work in layers.
+StageWeights balanced_stage_weights(const ModelSpec& m);
+// Throws Error naming the values when the stages cannot hold whole layers (p x v > L).
+PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l);
 
 // Micro-batches of one stage's activations the first (busiest) pipeline rank holds, from the
 // papers' memory columns (equal to the simulator's peak_inflight, which tests check).
 double inflight_microbatches(const Layout& l, int microbatches);
 
-// Parameters held by the busiest rank before ZeRO sharding: non-expert weights (its layers split
-// by TP, plus the embedding or the head; both under DualPipe or pp = 1) and routed experts (its
-// MoE layers' experts split over EP x TP).
+// Parameters a rank holds before ZeRO sharding, split by TP (matrices whose split dimension
+// divides; others replicated) and, for routed experts, by EP x TP.
 struct LocalParams {
   double dense = 0, expert = 0;
 };
+LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineShape& shape,
+                           int rank);
+// The most any rank holds (dense and expert maxima may come from different ranks).
 LocalParams params_per_gpu(const ModelSpec& m, const Layout& l);
 
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0;  // model states after ZeRO sharding
   double activations = 0;                            // in-flight micro-batches' stored tensors
-  double temporary = 0;  // logits, recompute working set, ZeRO-3 prefetch, comm buffers
+  double temporary = 0;  // logits, one layer's recompute set, ZeRO-3 prefetch, MoE buffers
   double overhead = 0;   // CUDA context, library workspaces, allocator fragmentation
+  int rank = 0;          // the pipeline rank this is of
   double total() const {
     return weights + gradients + optimizer + activations + temporary + overhead;
   }
 };
 
+// Every pipeline rank's memory; overhead_bytes is the GPU's fixed reservation (Gpu).
+// Activations are stored in 16 bits with fp32 statistics unless `storage` says otherwise (the
+// engine's fp32 runs: {4, 4}).
+std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l, int64_t seq_len,
+                                             int microbatches, double overhead_bytes = 3e9,
+                                             const ActivationOptions& storage = {});
+// The rank with the largest total.
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_len,
-                               int microbatches);
+                               int microbatches, double overhead_bytes = 3e9,
+                               const ActivationOptions& storage = {});
+
+// Activation slots per (rank, chunk) of a layout's schedule with m micro-batches (the schedule
+// generated with unit costs, cached): what each rank's StageModels allocate.
+const std::vector<std::vector<int>>& schedule_slots(const Layout& l, int microbatches);
 
 }  // namespace trillion::plan

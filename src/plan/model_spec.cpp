@@ -1,4 +1,4 @@
-// See model_spec.h. Catalog dimensions are quoted from each model's paper or released config.
+// See model_spec.h. Catalog dimensions live in configs/models/*.toml, each citing its source.
 #include "plan/model_spec.h"
 
 #include <fmt/format.h>
@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "plan/catalog_files.h"
+#include "plan/model_file.h"
 #include "plan/parameter_table.h"
 
 namespace trillion::plan {
@@ -101,97 +103,36 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops
 }
 
 void require_engine_block(const ModelSpec& m) {
-  if (m.is_moe() || m.is_mla() || m.mlp_matrices != 3)
-    throw Error(fmt::format("model '{}' is not a dense SwiGLU/GQA model", m.name));
+  if (m.is_moe() || m.is_mla() || m.mlp != MlpKind::kSwiGlu || m.norm != NormKind::kRmsNorm ||
+      m.position != PositionKind::kRope || m.linear_biases || m.dropout > 0)
+    throw Error(fmt::format(
+        "model '{}' ({} MLP, {}, {} attention, {} positions{}{}) is not the engine's block "
+        "(dense SwiGLU, RMSNorm, GQA, RoPE, no biases, no dropout)",
+        m.name, mlp_kind_name(m.mlp), norm_kind_name(m.norm), m.attention_kind(),
+        position_kind_name(m.position), m.linear_biases ? ", biases" : "",
+        m.dropout > 0 ? ", dropout" : ""));
 }
 
-namespace {
-
-ModelSpec llama(std::string name, int64_t C, int64_t L, int64_t NH, int64_t F) {
-  ModelSpec m;
-  m.name = std::move(name);
-  m.source = "Llama 3 (Grattafiori et al. 2407.21783, Table 3)";
-  m.vocab = 128256;
-  m.d_model = C;
-  m.n_layers = L;
-  m.n_heads = NH;
-  m.n_kv_heads = 8;
-  m.head_dim = C / NH;
-  m.ffn_hidden = F;
-  m.default_seq = 8192;
-  m.default_batch_tokens = 16.0 * 1024 * 1024;  // 2048 sequences of 8192 (Table 4)
-  return m;
+std::string_view mlp_kind_name(MlpKind k) {
+  return k == MlpKind::kSwiGlu ? "swiglu" : "gelu";
 }
-
-std::vector<ModelSpec> build_catalog() {
-  std::vector<ModelSpec> out;
-  out.push_back(llama("llama3-8b", 4096, 32, 32, 14336));
-  out.push_back(llama("llama3-70b", 8192, 80, 64, 28672));
-  out.push_back(llama("llama3-405b", 16384, 126, 128, 53248));
-  ModelSpec gpt3;  // Brown et al. 2005.14165 Table 2.1: GELU MLP of 4h, tied embeddings
-  gpt3.name = "gpt3-175b";
-  gpt3.source = "GPT-3 (Brown et al. 2005.14165, Table 2.1)";
-  gpt3.vocab = 50257;
-  gpt3.d_model = 12288;
-  gpt3.n_layers = 96;
-  gpt3.n_heads = gpt3.n_kv_heads = 96;
-  gpt3.head_dim = 128;
-  gpt3.ffn_hidden = 4 * 12288;
-  gpt3.mlp_matrices = 2;
-  gpt3.tied_embeddings = true;
-  gpt3.default_seq = 2048;
-  gpt3.default_batch_tokens = 1536.0 * 2048;  // 3.2M tokens (Table 2.1)
-  out.push_back(gpt3);
-  ModelSpec ds;  // DeepSeek-V3 2412.19437 §4.2 and its released config (MTP module excluded)
-  ds.name = "deepseek-v3";
-  ds.source = "DeepSeek-V3 (2412.19437 §4.2): 671B total, 37B activated";
-  ds.vocab = 129280;
-  ds.d_model = 7168;
-  ds.n_layers = 61;
-  ds.n_heads = ds.n_kv_heads = 128;
-  ds.head_dim = 128;
-  ds.ffn_hidden = 18432;
-  ds.n_dense_layers = 3;
-  ds.n_routed_experts = 256;
-  ds.n_shared_experts = 1;
-  ds.top_k = 8;
-  ds.expert_ffn = 2048;
-  ds.q_lora_rank = 1536;
-  ds.kv_lora_rank = 512;
-  ds.qk_nope_dim = 128;
-  ds.qk_rope_dim = 64;
-  ds.v_head_dim = 128;
-  ds.default_seq = 4096;
-  ds.default_batch_tokens = 15360.0 * 4096;  // final batch of 15,360 sequences (§4.2)
-  out.push_back(ds);
-  // Our 2T design: DeepSeek-V3's recipe (1 shared + 256 routed, top-8, first layers dense)
-  // scaled to 96 layers of width 8192 with GQA (64 heads, 8 KV heads), expert width 3328:
-  // 1.99T total, 86B activated per token.
-  ModelSpec big;
-  big.name = "moe-2t";
-  big.source = "trillion's own 2T MoE design (DeepSeek-V3 recipe scaled up)";
-  big.vocab = 128256;
-  big.d_model = 8192;
-  big.n_layers = 96;
-  big.n_heads = 64;
-  big.n_kv_heads = 8;
-  big.head_dim = 128;
-  big.ffn_hidden = 28672;
-  big.n_dense_layers = 2;
-  big.n_routed_experts = 256;
-  big.n_shared_experts = 1;
-  big.top_k = 8;
-  big.expert_ffn = 3328;
-  big.default_seq = 4096;
-  big.default_batch_tokens = 16384.0 * 4096;  // 64M tokens, DeepSeek-V3's batch scale
-  out.push_back(big);
-  return out;
+std::string_view norm_kind_name(NormKind k) {
+  return k == NormKind::kRmsNorm ? "rmsnorm" : "layernorm";
 }
-
-}  // namespace
+std::string_view position_kind_name(PositionKind k) {
+  return k == PositionKind::kRope ? "rope" : "learned";
+}
+std::string_view attention_kernel_name(AttentionKernel k) {
+  return k == AttentionKernel::kFlash ? "flash" : "materialised";
+}
 
 const std::vector<ModelSpec>& model_catalog() {
-  static const std::vector<ModelSpec> catalog = build_catalog();
+  static const std::vector<ModelSpec> catalog = [] {
+    std::vector<ModelSpec> out;
+    for (const CatalogFile& f : catalog_files())
+      if (f.path.starts_with("models/")) out.push_back(parse_model_toml(f.text, f.path));
+    return out;
+  }();
   return catalog;
 }
 

@@ -1,6 +1,9 @@
-// The planner's description of a model: a decoder-only transformer that may use SwiGLU or GELU
-// MLPs, grouped-query or multi-head latent attention (MLA) and DeepSeek-style Mixture of
-// Experts, plus the named catalog (Llama 3 8B/70B/405B, GPT-3 175B, DeepSeek-V3, our moe-2t).
+// The planner's description of a model: a decoder-only transformer whose block parts are data
+// (MLP SwiGLU or GELU, norm RMSNorm or LayerNorm with bias, attention MHA / GQA / MLA computed by
+// FlashAttention or materialised, RoPE or learned positions, linear biases, dropout) with
+// optional DeepSeek-style Mixture of Experts, plus the named catalog (Llama 3 8B/70B/405B, GPT-3
+// 175B, DeepSeek-V3, our moe-2t, Narayanan et al.'s GPT family), whose entries are the TOML files
+// of configs/models/ compiled into the binary (plan/model_file.h reads them).
 // From a spec come the counts the planner needs: parameters by kind (so they can be sharded by
 // TP, PP, EP and ZeRO), activated parameters and model FLOPs per token.
 //
@@ -14,15 +17,29 @@
 #include <string_view>
 #include <vector>
 
-
 namespace trillion::plan {
+
+enum class MlpKind { kSwiGlu, kGelu };                      // gate+up+down, or up+down (GPT)
+enum class NormKind { kRmsNorm, kLayerNorm };               // weight, or weight + bias
+enum class PositionKind { kRope, kLearned };                // rotary, or a learned [P, C] table
+enum class AttentionKernel { kFlash, kMaterialised };       // tiled (no s^2 tensor) or softmax kept
+std::string_view mlp_kind_name(MlpKind k);                  // "swiglu", "gelu"
+std::string_view norm_kind_name(NormKind k);                // "rmsnorm", "layernorm"
+std::string_view position_kind_name(PositionKind k);        // "rope", "learned"
+std::string_view attention_kernel_name(AttentionKernel k);  // "flash", "materialised"
 
 struct ModelSpec {
   std::string name;
   std::string source;  // where the dimensions come from
   int64_t vocab = 0, d_model = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int64_t ffn_hidden = 0;  // dense layers' MLP width
-  int mlp_matrices = 3;    // 3 for SwiGLU, 2 for a GELU MLP (GPT-3)
+  // The block's parts. Defaults are the engine's block (model/block.h).
+  MlpKind mlp = MlpKind::kSwiGlu;
+  NormKind norm = NormKind::kRmsNorm;
+  PositionKind position = PositionKind::kRope;
+  AttentionKernel attention_kernel = AttentionKernel::kFlash;
+  bool linear_biases = false;  // every projection has a bias (GPT-2/3, Megatron's GPT)
+  double dropout = 0;          // > 0: attention-probability and residual dropout masks stored
   bool tied_embeddings = false;
   // Mixture of Experts (DeepSeek-V3 2412.19437 §2.1.2): the first n_dense_layers are dense,
   // the rest have n_shared always-on experts and top_k of n_routed routed experts.
@@ -31,6 +48,9 @@ struct ModelSpec {
   // DeepSeek-V3's per-expert routing bias (aux-loss-free balancing): E values per MoE layer,
   // updated by a rule, not by gradients. False for softmax routing with an auxiliary loss.
   bool router_bias = true;
+  // Node-limited routing (DeepSeek-V3 §3.2.2): each token's experts span at most this many
+  // nodes, so it crosses the scale-out network at most this many times (0: no limit).
+  int64_t moe_max_nodes = 0;
   // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means ordinary GQA.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   int64_t default_seq = 4096;
@@ -42,6 +62,11 @@ struct ModelSpec {
   int64_t dense_layers() const { return is_moe() ? n_dense_layers : n_layers; }
   int64_t moe_layers() const { return n_layers - dense_layers(); }
   int64_t qk_dim() const { return is_mla() ? qk_nope_dim + qk_rope_dim : head_dim; }
+  // "mla", "mha" (one K/V head per query head) or "gqa".
+  std::string_view attention_kind() const {
+    return is_mla() ? "mla" : n_kv_heads == n_heads ? "mha" : "gqa";
+  }
+  int mlp_matrices() const { return mlp == MlpKind::kSwiGlu ? 3 : 2; }
   int64_t v_dim() const { return is_mla() ? v_head_dim : head_dim; }
   bool operator==(const ModelSpec&) const = default;
 };
@@ -51,10 +76,10 @@ struct ModelSpec {
 struct ModelCounts {
   int64_t attention = 0;     // one layer's attention matrices (+ MLA's latent norms)
   int64_t dense_mlp = 0;     // one dense layer's MLP
-  int64_t norms = 0;         // one layer's RMSNorm weights
+  int64_t norms = 0;         // one layer's norm weights (and LayerNorm biases)
   int64_t expert = 0;        // one routed or shared expert
   int64_t router = 0;        // one MoE layer's gate (+ its routing bias)
-  int64_t embedding = 0;     // V*C
+  int64_t embedding = 0;     // V*C (+ the learned position table)
   int64_t head = 0;          // V*C unless tied, + final norm
   int64_t dense_total = 0;   // everything that is not a routed expert
   int64_t routed_total = 0;  // all routed experts of all layers
@@ -81,12 +106,13 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops
 double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len,
                                        AttentionFlops attention);
 
-// Throws Error unless the spec is the engine's block (dense SwiGLU MLP, GQA attention): what the
-// engine's activation formulas (plan/activation_memory.h) describe.
+// Throws Error unless the spec is the engine's block (dense SwiGLU MLP, GQA attention, RMSNorm,
+// RoPE, no biases, no dropout): what the engine's activation formulas (plan/activation_memory.h)
+// describe.
 void require_engine_block(const ModelSpec& m);
 
-// Catalog: llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t. Unknown names
-// throw listing the catalog.
+// Catalog: the model files of configs/models/ (llama3-8b, llama3-70b, llama3-405b, gpt3-175b,
+// deepseek-v3, moe-2t, megatron-gpt-*). Unknown names throw listing the catalog.
 const ModelSpec& find_model(const std::string& name);
 const std::vector<ModelSpec>& model_catalog();
 

@@ -22,8 +22,8 @@ struct Builder {
   double init_std, resid_std;
   int unit = 0;
 
-  void add(const std::string& name, std::vector<int64_t> shape, TensorRole role,
-           TensorShard shard, TensorInit init) {
+  void add(const std::string& name, std::vector<int64_t> shape, TensorRole role, TensorShard shard,
+           TensorInit init) {
     TensorSpec s;
     s.name = name;
     s.global_shape = std::move(shape);
@@ -47,11 +47,28 @@ struct Builder {
   void norm(const std::string& name, int64_t width, TensorRole role = TensorRole::norm) {
     add(name, {width}, role, kReplicated, {InitKind::ones, 0});
   }
+  // A block norm: RMSNorm has a weight, LayerNorm a weight and a bias.
+  void block_norm(const std::string& name, int64_t width, NormKind kind,
+                  TensorRole role = TensorRole::norm) {
+    norm(name, width, role);
+    if (kind == NormKind::kLayerNorm)
+      add(name + "_bias", {width}, role, kReplicated, {InitKind::zeros, 0});
+  }
+  // The bias of a projection: split like its output features (column-parallel) or whole on every
+  // rank (row-parallel: added once after the reduction).
+  void bias(const std::string& name, int64_t width, TensorRole role, TensorShard shard) {
+    add(name, {width}, role, shard.dim == 0 ? shard : kReplicated, {InitKind::zeros, 0});
+  }
   // SwiGLU (gate + up + down) or GELU (up + down) matrices of width f, under `prefix`.
-  void mlp(const std::string& prefix, int64_t C, int64_t f, bool swiglu, TensorRole role) {
+  void mlp(const std::string& prefix, int64_t C, int64_t f, bool swiglu, TensorRole role,
+           bool biases = false) {
     if (swiglu) matrix(prefix + "w_gate", {f, C}, role, kColumn);
     matrix(prefix + "w_up", {f, C}, role, kColumn);
     output(prefix + "w_down", {C, f}, role, kRow);
+    if (!biases) return;
+    if (swiglu) bias(prefix + "b_gate", f, role, kColumn);
+    bias(prefix + "b_up", f, role, kColumn);
+    bias(prefix + "b_down", C, role, kRow);
   }
 };
 
@@ -72,10 +89,10 @@ void check_positive(const ModelSpec& m) {
     positive("expert_ffn", m.expert_ffn);
     positive("top_k", m.top_k);
   }
-  if (m.mlp_matrices != 2 && m.mlp_matrices != 3) {
-    throw Error(fmt::format("model '{}': mlp_matrices = {} (3: SwiGLU, 2: GELU)", m.name,
-                            m.mlp_matrices));
-  }
+  if (m.position == PositionKind::kLearned)
+    positive("seq_len (rows of the position table)", m.default_seq);
+  if (!(m.dropout >= 0 && m.dropout < 1))
+    throw Error(fmt::format("model '{}': dropout = {} must be in [0, 1)", m.name, m.dropout));
 }
 
 }  // namespace
@@ -84,22 +101,24 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
   check_positive(m);
   const int64_t C = m.d_model, NH = m.n_heads, V = m.vocab;
   Builder b{{}, dtype, m.init_std, m.init_std / std::sqrt(2.0 * static_cast<double>(m.n_layers))};
-  const bool swiglu = m.mlp_matrices == 3;
+  const bool swiglu = m.mlp == MlpKind::kSwiGlu, biases = m.linear_biases;
 
   b.unit = embedding_unit();
   b.matrix("embed", {V, C}, TensorRole::embedding, kColumn);
+  // GPT's learned positions: one row per position, replicated (Megatron does not split them).
+  if (m.position == PositionKind::kLearned)
+    b.matrix("pos_embed", {m.default_seq, C}, TensorRole::embedding, kReplicated);
   for (int64_t l = 0; l < m.n_layers; ++l) {
     b.unit = layer_unit(l);
     const std::string p = fmt::format("layers.{}.", l);
-    b.norm(p + "attn_norm", C);
+    b.block_norm(p + "attn_norm", C, m.norm);
     if (m.is_mla()) {
       // DeepSeek-V2 §2.1: queries through a low-rank latent (or directly), keys and values
       // through a shared latent plus a decoupled RoPE key; each latent has its own RMSNorm.
       if (m.q_lora_rank > 0) {
         b.matrix(p + "attn.wq_a", {m.q_lora_rank, C}, TensorRole::attention, kReplicated);
         b.norm(p + "attn.q_norm", m.q_lora_rank, TensorRole::attention);
-        b.matrix(p + "attn.wq_b", {NH * m.qk_dim(), m.q_lora_rank}, TensorRole::attention,
-                 kColumn);
+        b.matrix(p + "attn.wq_b", {NH * m.qk_dim(), m.q_lora_rank}, TensorRole::attention, kColumn);
       } else {
         b.matrix(p + "attn.wq", {NH * m.qk_dim(), C}, TensorRole::attention, kColumn);
       }
@@ -115,11 +134,17 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
       b.matrix(p + "attn.wk", {m.n_kv_heads * m.head_dim, C}, TensorRole::attention, kColumn);
       b.matrix(p + "attn.wv", {m.n_kv_heads * m.head_dim, C}, TensorRole::attention, kColumn);
       b.output(p + "attn.wo", {C, NH * m.head_dim}, TensorRole::attention, kRow);
+      if (biases) {
+        b.bias(p + "attn.bq", NH * m.head_dim, TensorRole::attention, kColumn);
+        b.bias(p + "attn.bk", m.n_kv_heads * m.head_dim, TensorRole::attention, kColumn);
+        b.bias(p + "attn.bv", m.n_kv_heads * m.head_dim, TensorRole::attention, kColumn);
+        b.bias(p + "attn.bo", C, TensorRole::attention, kRow);
+      }
     }
-    b.norm(p + "mlp_norm", C);
+    b.block_norm(p + "mlp_norm", C, m.norm);
     if (l < m.dense_layers()) {
       // w_gate, w_up back to back form the [2F, C] matrix of one GEMM.
-      b.mlp(p + "mlp.", C, m.ffn_hidden, swiglu, TensorRole::mlp);
+      b.mlp(p + "mlp.", C, m.ffn_hidden, swiglu, TensorRole::mlp, biases);
     } else {
       const int64_t E = m.n_routed_experts, FE = m.expert_ffn;
       b.matrix(p + "moe.router", {E, C}, TensorRole::router, kReplicated);
@@ -135,7 +160,7 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
     }
   }
   b.unit = head_unit(m);
-  b.norm("final_norm", C);
+  b.block_norm("final_norm", C, m.norm);
   if (!m.tied_embeddings) b.matrix("lm_head", {V, C}, TensorRole::head, kColumn);
   return std::move(b.table);
 }

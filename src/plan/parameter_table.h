@@ -12,6 +12,9 @@
 //               moe.shared.{w_gate, w_up, w_down} for the shared experts, moe.experts.{w_gate,
 //               w_up} [E, FE, C] and moe.experts.w_down [E, C, FE])
 //   unit L + 1  final_norm [C], lm_head [V, C] (absent when tied: the head reads embed)
+// LayerNorm adds a bias after each norm weight (attn_norm_bias, ...); linear_biases adds attn.bq,
+// bk, bv, bo and mlp.b_gate, b_up, b_down after the block's matrices (column-parallel biases split
+// like their outputs, row-parallel ones replicated); biases init to zeros.
 // Sharding (Megatron-LM, Shoeybi et al. 1909.08053 §3): column-parallel matrices (wq, wk, wv,
 // w_gate, w_up, wq_b, wkv_b, embed and lm_head by vocabulary rows) split dimension 0 over tp,
 // row-parallel ones (wo, w_down) dimension 1; routed experts split dimension 0 over ep; norms and
@@ -24,9 +27,15 @@
 
 namespace trillion::plan {
 
-inline int embedding_unit() { return 0; }
-inline int layer_unit(int64_t layer) { return 1 + static_cast<int>(layer); }
-inline int head_unit(const ModelSpec& m) { return 1 + static_cast<int>(m.n_layers); }
+inline int embedding_unit() {
+  return 0;
+}
+inline int layer_unit(int64_t layer) {
+  return 1 + static_cast<int>(layer);
+}
+inline int head_unit(const ModelSpec& m) {
+  return 1 + static_cast<int>(m.n_layers);
+}
 
 // Throws Error naming the field when the spec cannot describe a model (non-positive sizes).
 TensorTable parameter_table(const ModelSpec& m, DType dtype = DType::f32);

@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "plan/model_file.h"
+#include "plan/units.h"
 
 namespace trillion::plan {
 
@@ -24,7 +26,8 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
   // replica writing a disjoint slice: the busiest rank writes 12 x its parameters / n_d.
   const LocalParams lp = params_per_gpu(in.model, c.layout);
   const int n_d = c.layout.dp * c.layout.cp;
-  r.checkpoint_bytes_per_gpu = 12.0 * (lp.dense / n_d + lp.expert / std::max(1, n_d / c.layout.ep));
+  r.checkpoint_bytes_per_gpu =
+      c.layout.optimizer_bytes() * (lp.dense / n_d + lp.expert / std::max(1, n_d / c.layout.ep));
   r.checkpoint_seconds = r.checkpoint_bytes_per_gpu / in.checkpoint_bytes_per_second;
   FailureInputs fi;
   fi.gpus = in.gpus;
@@ -42,11 +45,17 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
 Plan make_plan(PlanInputs in) {
   if (in.gpus <= 0) throw Error(fmt::format("--gpus must be positive, got {}", in.gpus));
   if (in.seq_len <= 0) in.seq_len = in.model.default_seq;
+  bool default_batch = false;
   if (in.batch_tokens <= 0) {
     in.batch_tokens = in.model.default_batch_tokens;
-    if (in.batch_tokens <= 0 || in.seq_len != in.model.default_seq)
-      in.batch_tokens = std::max(1.0, std::round(16.0 * 1024 * 1024 / in.seq_len)) *
-                        static_cast<double>(in.seq_len);
+    if (in.batch_tokens <= 0 || in.seq_len != in.model.default_seq) {
+      // No published batch: ~16Mi tokens, rounded to a whole number of sequences per GPU so that
+      // every data-parallel degree of this GPU count divides it.
+      const double per_gpu =
+          std::max(1.0, std::round(16.0 * 1024 * 1024 / in.seq_len / static_cast<double>(in.gpus)));
+      in.batch_tokens = per_gpu * static_cast<double>(in.gpus) * static_cast<double>(in.seq_len);
+      default_batch = true;
+    }
   }
   const double seqs = in.batch_tokens / in.seq_len;
   if (seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9) {
@@ -66,53 +75,79 @@ Plan make_plan(PlanInputs in) {
   p.inputs = in;
   p.search = search_layouts(in.model, in.gpu, in.gpus, in.seq_len, in.batch_tokens, so);
   p.run = estimate_run(in, p.best());
+  const Gpu& g = in.gpu;
   const Efficiency& e = so.efficiency;
+  auto src = [&](const char* key) {
+    const std::string s = g.source_of(key);
+    return s.empty() ? std::string("no source given in ") + g.file : s;
+  };
   p.assumptions = {
+      {"model",
+       fmt::format("{}; {} ({})", in.model.name, describe_block(in.model), in.model.source)},
+      {"GPU peak",
+       fmt::format("{} dense {}; {}", g.model,
+                   fmt::format("bf16 {:.0f}, fp16 {:.0f}, fp8 {:.0f}, fp4 {:.0f} TFLOP/s",
+                               g.bf16_flops / 1e12, g.fp16_flops / 1e12, g.fp8_flops / 1e12,
+                               g.fp4_flops / 1e12),
+                   src(g.fp16_flops > 0 && g.bf16_flops == g.fp16_flops ? "bf16" : "fp16"))},
       {"GEMM efficiency",
-       fmt::format("{:.0f}% of BF16 peak ({:.0f}% FP8, {:.0f}% FP4), calibrated on Llama 3 405B "
-                   "Table 4 row 1 (43% MFU on 8,192 H100)",
-                   100 * e.gemm_bf16, 100 * e.gemm_fp8, 100 * e.gemm_fp4)},
+       fmt::format("{:.0f}% of dense peak for large GEMMs ({}), times wave quantisation over {} "
+                   "SMs and K / (K + 128), or the HBM roofline when memory bound",
+                   100 * g.gemm_efficiency, src("gemm"), g.sm_count)},
       {"attention efficiency",
-       fmt::format("{:.0f}% of BF16 peak for causal FlashAttention forward+backward",
-                   100 * e.attention)},
+       fmt::format("FlashAttention at {:.0f}% of the 16-bit peak x Lq/(Lq + 256) ({}); "
+                   "materialised attention as batched GEMMs of the score matrix",
+                   100 * g.attention_efficiency, src("attention"))},
+      {"memory bandwidth",
+       fmt::format("{:.0f}% of {} ({}); elementwise kernels make {:.0f} passes "
+                   "over each layer's stored activations",
+                   100 * g.memory_efficiency, fmt::format("{:.2f} TB/s", g.hbm_bandwidth / 1e12),
+                   src("memory"), e.elementwise_passes)},
       {"MFU convention",
        "model FLOPs with causal attention (6N + 6 L h s per token) over the dense peak of the "
-       "layout's precision (mfu_bf16: over the BF16 peak); mfu_palm counts the full s x s "
-       "attention"},
-      {"collective bandwidth",
-       fmt::format("{:.0f}% of one-way NVLink inside the {}-GPU domain, {:.0f}% of the {:.0f} "
-                   "GB/s scale-out link per GPU outside it",
-                   100 * e.nvlink, in.gpu.nvlink_domain, 100 * e.network,
-                   in.gpu.scaleout_bandwidth / 1e9)},
+       "layout's precision (mfu_bf16: over the 16-bit peak); mfu_palm counts the full s x s "
+       "attention (12 L h s); HFU adds recompute"},
+      {"collectives",
+       fmt::format("alpha-beta rings at {:.0f}% of one-way NVLink ({:.0f} GB/s, alpha {:.0f} us) "
+                   "inside the {}-GPU domain and of the {:.0f} GB/s scale-out link (alpha {:.0f} "
+                   "us) outside it ({}; {})",
+                   100 * g.collective_efficiency, g.nvlink_bandwidth / 2e9, g.nvlink_latency * 1e6,
+                   g.nvlink_domain, g.scaleout_bandwidth / 1e9, g.scaleout_latency * 1e6,
+                   src("collective"), src("latency"))},
       {"overlap",
        fmt::format("TP/SP collectives {:.0f}% hidden; EP all-to-all {:.0f}% hidden under "
-                   "DualPipe, {:.0f}% otherwise; DP reduce-scatter/all-gather hidden behind one "
-                   "micro-batch's backward/forward; CP all-gather exposed",
+                   "DualPipe (DeepSeek-V3 §3.2.1), {:.0f}% otherwise; DP reduce-scatter/all-gather "
+                   "hidden behind one micro-batch's backward/forward; CP all-gather exposed "
+                   "(Llama 3 §3.3.2)",
                    100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other)},
       {"tokens", p.run.chinchilla_tokens
-                     ? fmt::format("Chinchilla-optimal for {:.0f}B total parameters (Hoffmann "
-                                   "et al. Table 3): {:.2f}T",
-                                   count_model(in.model).total / 1e9, p.run.tokens / 1e12)
-                     : fmt::format("given: {:.3g} tokens", p.run.tokens)},
-      {"batch", fmt::format("{:.0f} tokens per step ({:.0f} sequences of {})", in.batch_tokens,
-                            seqs, in.seq_len)},
-      {"price", fmt::format("${:.2f} per GPU-hour for {} ({})", in.gpu.usd_per_gpu_hour,
-                            in.gpu.model, in.gpu.notes)},
-      {"failure rate",
-       fmt::format("{:.3f} unexpected interruptions per 1,000 GPU-days (Llama 3: 419 in 54 days "
-                   "on 16,384 GPUs = 0.47)",
-                   in.gpu.failures_per_gpu_hour * 24 * 1000)},
+                     ? fmt::format("Chinchilla-optimal for {} total parameters (Hoffmann "
+                                   "et al. Table 3): {}",
+                                   format_count(static_cast<double>(count_model(in.model).total)),
+                                   format_count(p.run.tokens))
+                     : fmt::format("given: {}", format_count(p.run.tokens))},
+      {"batch", fmt::format("{} tokens per step ({:.0f} sequences of {}){}",
+                            format_count(in.batch_tokens), seqs, in.seq_len,
+                            default_batch ? "; no published batch: ~16Mi tokens rounded to whole "
+                                            "sequences per GPU (--batch-tokens to choose)"
+                                          : "")},
+      {"price",
+       fmt::format("${:.2f} per GPU-hour for {} ({})", g.usd_per_gpu_hour, g.model, src("price"))},
+      {"failure rate", fmt::format("{:.3f} unexpected interruptions per 1,000 GPU-days ({})",
+                                   g.failures_per_gpu_hour * 24 * 1000, src("failures"))},
       {"checkpoint",
-       fmt::format("fp32 master + Adam moments, sliced over data-parallel replicas ({:.2f} GB "
+       fmt::format("fp32 master + Adam moments, sliced over data-parallel replicas ({} "
                    "per GPU), written at {:.1f} GB/s per GPU "
                    "(Llama 3's 7 TB/s storage peak / 16K GPUs), interval from Daly (2006)",
-                   p.run.checkpoint_bytes_per_gpu / 1e9, in.checkpoint_bytes_per_second / 1e9)},
+                   format_bytes(p.run.checkpoint_bytes_per_gpu),
+                   in.checkpoint_bytes_per_second / 1e9)},
       {"restart", fmt::format("{:.0f} minutes per interruption (detect, relaunch, initialise, "
                               "load); an assumption",
                               in.restart_seconds / 60)},
-      {"memory", fmt::format("fits if under {:.0f} GB; includes 3 GB of CUDA/NCCL workspaces and "
-                             "5% fragmentation; activations stored in 16 bits",
-                             in.gpu.hbm_bytes / 1e9)},
+      {"memory",
+       fmt::format("fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; "
+                   "activations stored in 16 bits, norm statistics in fp32",
+                   format_bytes(g.hbm_bytes), format_bytes(g.overhead_bytes), src("overhead"))},
   };
   p.scale_out = estimate_scale_out(in.scale_out, static_cast<double>(count_model(in.model).total),
                                    p.best().step.step, p.best().layout.dp, in.batch_tokens);

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "core/error.h"
+#include "plan/units.h"
 
 namespace trillion::plan {
 namespace {
@@ -22,7 +24,60 @@ struct ScheduleChoice {
   int chunks;
 };
 
+class Refusals {
+ public:
+  void add(const std::string& reason, const std::string& example) {
+    Refusal& r = by_reason_[reason];
+    if (r.count++ == 0) {
+      r.reason = reason;
+      r.example = example;
+      order_.push_back(reason);
+    }
+  }
+  std::vector<Refusal> list() const {
+    std::vector<Refusal> out;
+    for (const std::string& reason : order_) out.push_back(by_reason_.at(reason));
+    return out;
+  }
+  long total() const {
+    long n = 0;
+    for (const auto& [k, v] : by_reason_) n += v.count;
+    return n;
+  }
+
+ private:
+  std::map<std::string, Refusal> by_reason_;
+  std::vector<std::string> order_;
+};
+
+std::string short_layout(const Layout& l) {
+  std::string s = fmt::format("tp={},pp={},cp={},ep={},dp={}", l.tp, l.pp, l.cp, l.ep, l.dp);
+  if (l.pp > 1) {
+    s += fmt::format(",schedule={}", schedule::schedule_kind_name(l.schedule));
+    if (l.schedule == schedule::ScheduleKind::kInterleaved)
+      s += fmt::format(",chunks={}", l.chunks);
+  }
+  s += fmt::format(",micro_batch={}", l.micro_batch);
+  return s;
+}
+
 }  // namespace
+
+std::vector<int> pipeline_depths(int64_t n_layers, int max_depth) {
+  std::vector<int> out;
+  for (int p = 1; p <= std::min<int64_t>(n_layers, max_depth); ++p)
+    if (n_layers % p == 0 || (n_layers + 1) % p == 0 || (n_layers + 2) % p == 0) out.push_back(p);
+  return out;
+}
+
+std::string explain_memory(const MemoryBreakdown& m, double hbm) {
+  return fmt::format(
+      "weights {}, gradients {}, optimizer {}, activations {}, temporary {}, overhead {}: {} on "
+      "pipeline rank {} of {} ({} over)",
+      format_bytes(m.weights), format_bytes(m.gradients), format_bytes(m.optimizer),
+      format_bytes(m.activations), format_bytes(m.temporary), format_bytes(m.overhead),
+      format_bytes(m.total()), m.rank, format_bytes(hbm), format_bytes(m.total() - hbm));
+}
 
 SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64_t seq,
                             double batch_tokens, const SearchOptions& o) {
@@ -31,113 +86,201 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
   auto pick = [](bool fixed, int value, std::vector<int> all) {
     return fixed ? std::vector<int>{value} : all;
   };
-  std::vector<int> tps;
-  for (int t : powers_of_two(std::min(gpu.nvlink_domain, 64)))
-    if (m.n_heads % t == 0 && t <= 16) tps.push_back(t);
-  std::vector<int> cps;
-  for (int c : powers_of_two(32))
-    if (seq % c == 0 && seq / c >= 2048) cps.push_back(c);
-  std::vector<int> pps;
-  for (int p : powers_of_two(128))
-    if (p <= m.n_layers) pps.push_back(p);
-  std::vector<int> eps{1};
-  if (m.is_moe()) eps = powers_of_two(static_cast<int>(m.n_routed_experts));
-  const long before = schedule_simulations_run();
-  SearchResult result;
-  std::vector<Candidate> all;
-  std::vector<double> best_times;  // the `keep` fastest step times so far, ascending
-  const std::vector<Precision> precisions =
-      f.precision ? std::vector<Precision>{fx.precision} : o.precisions;
   if (f.tp && (m.n_heads % fx.tp != 0 || fx.tp > gpu.nvlink_domain))
     throw Error(
         fmt::format("--layout tp={}: tensor parallelism must divide the {} attention heads "
                     "and fit the {}-GPU NVLink domain of {}",
                     fx.tp, m.n_heads, gpu.nvlink_domain, gpu.model));
+  if (f.pp && fx.pp > m.n_layers)
+    throw Error(fmt::format("--layout pp={}: {} has {} layers; every stage needs a whole layer",
+                            fx.pp, m.name, m.n_layers));
+  if (f.cp && seq % fx.cp != 0)
+    throw Error(
+        fmt::format("--layout cp={}: the sequence of {} tokens must split evenly", fx.cp, seq));
+  std::vector<int> tps;
+  for (int t = 1; t <= gpu.nvlink_domain; ++t)
+    if (m.n_heads % t == 0) tps.push_back(t);
+  std::vector<int> cps;
+  for (int c : powers_of_two(64))
+    if (seq % c == 0 && (c == 1 || seq / c >= 1024)) cps.push_back(c);
+  const std::vector<int> pps = pipeline_depths(m.n_layers, 128);
+  std::vector<int> eps{1};
+  if (m.is_moe()) eps = powers_of_two(static_cast<int>(m.n_routed_experts));
+  const long before = schedule_simulations_run();
+  SearchResult result;
+  Refusals refused;
+  std::vector<Candidate> all;
+  std::vector<double> best_times;  // the `keep` fastest step times so far, ascending
+  double near_ratio = INFINITY;
+  std::vector<Precision> precisions =
+      f.precision ? std::vector<Precision>{fx.precision} : o.precisions;
+  std::vector<Precision> usable;
+  for (Precision p : precisions)
+    if (gpu.peak(p) > 0) usable.push_back(p);
+  if (usable.empty())
+    throw Error(fmt::format("{} has no dense {} peak; use --precision with one of: {}", gpu.model,
+                            precision_name(precisions.front()), gpu.precisions()));
   for (int tp : pick(f.tp, fx.tp, tps))
     for (int cp : pick(f.cp, fx.cp, cps))
       for (int pp : pick(f.pp, fx.pp, pps)) {
         const long inner = static_cast<long>(tp) * cp * pp;
-        if (gpus % inner != 0) continue;
+        Layout base;
+        base.tp = tp, base.cp = cp, base.pp = pp;
+        if (gpus % inner != 0) {
+          ++result.shapes;
+          refused.add(fmt::format("tp x cp x pp does not divide the {} GPUs", gpus),
+                      fmt::format("tp={} x cp={} x pp={} = {}", tp, cp, pp, inner));
+          continue;
+        }
         const int dp = static_cast<int>(gpus / inner);
-        if (f.dp && dp != fx.dp) continue;
+        base.dp = dp;
+        if (f.dp && dp != fx.dp) {
+          ++result.shapes;
+          refused.add("dp differs from --layout dp",
+                      fmt::format("tp={},cp={},pp={} leaves dp={}", tp, cp, pp, dp));
+          continue;
+        }
         std::vector<ScheduleChoice> schedules;
+        const int max_chunks = std::min<int>(8, static_cast<int>(m.n_layers / pp));
         if (pp == 1) {
           schedules.push_back({schedule::ScheduleKind::k1F1B, 1});
         } else if (f.schedule) {
-          if (fx.schedule == schedule::ScheduleKind::kInterleaved && !f.chunks)
-            for (int v : {2, 4, 8}) schedules.push_back({fx.schedule, v});
-          else
-            schedules.push_back(
-                {fx.schedule, fx.schedule == schedule::ScheduleKind::kDualPipe ? 2 : fx.chunks});
+          if (fx.schedule == schedule::ScheduleKind::kInterleaved && !f.chunks) {
+            for (int v = 2; v <= max_chunks; ++v) schedules.push_back({fx.schedule, v});
+            if (max_chunks < 2) {
+              ++result.shapes;
+              refused.add("interleaved needs 2 layers per rank",
+                          fmt::format("pp={} for {} layers", pp, m.n_layers));
+            }
+          } else {
+            schedules.push_back({fx.schedule, fx.schedule == schedule::ScheduleKind::kDualPipe ? 2
+                                              : fx.schedule == schedule::ScheduleKind::kInterleaved
+                                                  ? fx.chunks
+                                                  : 1});
+          }
         } else {
           schedules = {{schedule::ScheduleKind::k1F1B, 1},
                        {schedule::ScheduleKind::kZbH1, 1},
                        {schedule::ScheduleKind::kZbH2, 1},
                        {schedule::ScheduleKind::kDualPipe, 2}};
-          for (int v : {2, 4, 8})
+          for (int v = 2; v <= max_chunks; ++v)
             if (!f.chunks || fx.chunks == v)
               schedules.push_back({schedule::ScheduleKind::kInterleaved, v});
         }
+        std::vector<Partition> partitions{Partition::kEven};
+        if (f.partition)
+          partitions = {fx.partition};
+        else if (pp > 1)
+          partitions.push_back(Partition::kBalanced);
         for (int ep : pick(f.ep, fx.ep, eps)) {
-          if ((static_cast<long>(dp) * cp) % ep != 0) continue;
+          if ((static_cast<long>(dp) * cp) % ep != 0 ||
+              (m.is_moe() && m.n_routed_experts % ep != 0)) {
+            ++result.shapes;
+            refused.add("ep does not divide dp x cp or the experts",
+                        fmt::format("ep={} with dp={} x cp={}", ep, dp, cp));
+            continue;
+          }
           for (int mb : pick(f.micro_batch, fx.micro_batch, {1, 2, 4}))
             for (const ScheduleChoice& sc : schedules)
-              for (Precision prec : precisions) {
-                if (gpu.peak(prec) <= 0) continue;
-                Layout l;
-                l.tp = tp, l.cp = cp, l.pp = pp, l.dp = dp, l.ep = ep, l.micro_batch = mb;
-                l.schedule = sc.kind, l.chunks = sc.chunks, l.precision = prec;
-                const int micro = microbatches_for(l, seq, batch_tokens);
-                if (micro == 0) continue;
-                if (pp > 1 && sc.kind == schedule::ScheduleKind::kInterleaved &&
-                    (micro % pp != 0 || stage_shape(m, l).layers_per_rank < sc.chunks))
-                  continue;
-                if (pp > 1 && sc.kind == schedule::ScheduleKind::kDualPipe &&
-                    (pp % 2 != 0 || micro % 2 != 0 || micro < 2 * pp))
-                  continue;
-                // The cheapest recompute policy, then the cheapest ZeRO stage, that fits.
-                bool placed = false;
-                for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-                  if (f.recompute && rc != fx.recompute) continue;
-                  for (int zero : f.zero ? std::vector<int>{fx.zero} : std::vector<int>{1, 2, 3}) {
+              for (Partition part : partitions)
+                for (Precision prec : usable) {
+                  Layout l = base;
+                  l.ep = ep, l.micro_batch = mb, l.schedule = sc.kind, l.chunks = sc.chunks;
+                  l.precision = prec, l.partition = part;
+                  l.sp = f.sp ? fx.sp : true;
+                  if (f.grad) l.grad_bytes = fx.grad_bytes;
+                  if (f.moments) l.moment_bytes = fx.moment_bytes;
+                  const int micro = microbatches_for(l, seq, batch_tokens);
+                  auto refuse = [&](const std::string& reason, const std::string& why) {
                     ++result.shapes;
-                    l.recompute = rc, l.zero = zero;
-                    const MemoryBreakdown mem = memory_per_gpu(m, l, seq, micro);
-                    if (mem.total() > gpu.hbm_bytes) continue;
-                    ++result.fitting;
-                    // Only a layout that can still enter the top `keep` is simulated.
-                    const double bar =
-                        static_cast<int>(best_times.size()) < o.keep ? INFINITY : best_times.back();
-                    StepBreakdown sb = model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
-                    if (sb.step < bar) {
-                      best_times.insert(
-                          std::upper_bound(best_times.begin(), best_times.end(), sb.step), sb.step);
-                      if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
-                      all.push_back({l, std::move(sb)});
-                    }
-                    placed = true;
-                    break;
+                    refused.add(reason, short_layout(l) + ": " + why);
+                  };
+                  if (micro == 0) {
+                    refuse("the batch does not split into dp x whole micro-batches",
+                           fmt::format("{:.0f} sequences / (dp={} x micro_batch={})",
+                                       batch_tokens / seq, dp, mb));
+                    continue;
                   }
-                  if (placed) break;
+                  if (pp > 1 && sc.kind == schedule::ScheduleKind::kInterleaved &&
+                      micro % pp != 0) {
+                    refuse("interleaved needs micro-batches a multiple of pp",
+                           fmt::format("{} micro-batches, pp={}", micro, pp));
+                    continue;
+                  }
+                  if (pp > 1 && sc.kind == schedule::ScheduleKind::kDualPipe &&
+                      (pp % 2 != 0 || micro % 2 != 0 || micro < 2 * pp)) {
+                    refuse("dualpipe needs an even pp and an even count >= 2 pp of micro-batches",
+                           fmt::format("{} micro-batches, pp={}", micro, pp));
+                    continue;
+                  }
+                  if (part == Partition::kBalanced && pp > 1) {
+                    // Skip the balanced split where it equals the even one.
+                    const PipelineShape even = pipeline_shape(m, l);
+                    Layout le = l;
+                    le.partition = Partition::kEven;
+                    if (pipeline_shape(m, le).stage_layers == even.stage_layers) continue;
+                  }
+                  // Every recompute policy and ZeRO stage that fits is timed: less recompute
+                  // with more sharding can beat more recompute with less (ZeRO-3's gathers).
+                  for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+                    if (f.recompute && rc != fx.recompute) continue;
+                    for (int zero :
+                         f.zero ? std::vector<int>{fx.zero} : std::vector<int>{1, 2, 3}) {
+                      ++result.shapes;
+                      l.recompute = rc, l.zero = zero;
+                      const MemoryBreakdown mem =
+                          memory_per_gpu(m, l, seq, micro, gpu.overhead_bytes);
+                      if (mem.total() > gpu.hbm_bytes) {
+                        refused.add(
+                            fmt::format("does not fit in {} per GPU", format_bytes(gpu.hbm_bytes)),
+                            l.to_string() + ": " + format_bytes(mem.total()));
+                        const double ratio = mem.total() / gpu.hbm_bytes;
+                        if (ratio < near_ratio) {
+                          near_ratio = ratio;
+                          result.has_near_miss = true;
+                          result.near_miss = l;
+                          result.near_miss_memory = mem;
+                        }
+                        continue;
+                      }
+                      ++result.fitting;
+                      // Only a layout that can still enter the top `keep` is simulated.
+                      const double bar = static_cast<int>(best_times.size()) < o.keep
+                                             ? INFINITY
+                                             : best_times.back();
+                      StepBreakdown sb =
+                          model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
+                      if (sb.step < bar) {
+                        best_times.insert(
+                            std::upper_bound(best_times.begin(), best_times.end(), sb.step),
+                            sb.step);
+                        if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
+                        all.push_back({l, std::move(sb)});
+                      }
+                      // A higher ZeRO stage only adds communication once this one fits.
+                      break;
+                    }
+                  }
                 }
-              }
         }
       }
   result.simulations = schedule_simulations_run() - before;
-  if (result.shapes == 0)
-    throw Error(fmt::format(
-        "no layout of {} on {} GPUs matches the --layout fields with a batch of {:.0f} sequences "
-        "of {}: "
-        "tp*pp*cp*dp must equal the GPU count, tp must divide the {} heads and fit the NVLink "
-        "domain, the sequences must split into dp x whole micro-batches, interleaved needs the "
-        "micro-batch count to be a multiple of pp, dualpipe an even pp and at least 2 x pp even "
-        "micro-batches",
-        m.name, gpus, batch_tokens / seq, seq, m.n_heads));
-  if (all.empty())
-    throw Error(fmt::format(
-        "no layout of {} on {} x {} fits in {:.0f} GB per GPU (searched {} layouts); use more "
-        "GPUs, a GPU with more memory, a shorter --seq or a smaller --batch-tokens",
-        m.name, gpus, gpu.model, gpu.hbm_bytes / 1e9, result.shapes));
+  result.refusals = refused.list();
+  if (all.empty()) {
+    std::string why;
+    for (const Refusal& r : result.refusals)
+      why += fmt::format("\n  {} layout(s): {} (e.g. {})", r.count, r.reason, r.example);
+    if (result.has_near_miss)
+      why += fmt::format(
+          "\nThe closest layout, {}, needs {}.\nTo fit: more GPUs, a GPU with more memory, a "
+          "shorter --seq, a smaller --batch-tokens, or fix fewer --layout fields (recompute, "
+          "zero, pp) so the search can use them.",
+          result.near_miss.to_string(), explain_memory(result.near_miss_memory, gpu.hbm_bytes));
+    throw Error(
+        fmt::format("no layout of {} on {} x {} with {:.0f} sequences of {} per step can "
+                    "run: {} layouts refused:{}",
+                    m.name, gpus, gpu.model, batch_tokens / seq, seq, result.shapes, why));
+  }
   std::sort(all.begin(), all.end(), [](const Candidate& a, const Candidate& b) {
     if (a.step.step != b.step.step) return a.step.step < b.step.step;
     return a.step.memory.total() < b.step.memory.total();

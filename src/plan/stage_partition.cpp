@@ -3,27 +3,100 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 
 namespace trillion::plan {
 
-std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages) {
+namespace {
+
+void check(int64_t n_layers, int n_stages) {
   if (n_stages < 1 || n_stages > n_layers) {
-    throw Error(fmt::format("{} pipeline stage(s) for {} layer(s): need 1 <= stages <= layers "
-                            "(every stage holds at least one whole layer)",
-                            n_stages, n_layers));
+    throw Error(
+        fmt::format("{} pipeline stage(s) for {} layer(s): need 1 <= stages <= layers "
+                    "(every stage holds at least one whole layer)",
+                    n_stages, n_layers));
   }
+}
+
+std::vector<StageUnits> from_counts(const std::vector<int64_t>& counts) {
   std::vector<StageUnits> out;
-  const int64_t base = n_layers / n_stages, extra = n_layers % n_stages;
   int64_t next_layer = 0;
-  for (int s = 0; s < n_stages; ++s) {
-    const int64_t count = base + (s < extra ? 1 : 0);
+  const int n = static_cast<int>(counts.size());
+  for (int s = 0; s < n; ++s) {
     StageUnits u;
     u.first_unit = s == 0 ? 0 : static_cast<int>(1 + next_layer);
-    next_layer += count;
+    next_layer += counts[s];
     u.last_unit = static_cast<int>(next_layer);  // unit of the stage's last layer
-    if (s == n_stages - 1) u.last_unit += 1;     // + the head
+    if (s == n - 1) u.last_unit += 1;            // + the head
     out.push_back(u);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages) {
+  check(n_layers, n_stages);
+  std::vector<int64_t> counts;
+  const int64_t base = n_layers / n_stages, extra = n_layers % n_stages;
+  for (int s = 0; s < n_stages; ++s) counts.push_back(base + (s < extra ? 1 : 0));
+  return from_counts(counts);
+}
+
+std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const StageWeights& w) {
+  check(n_layers, n_stages);
+  if (w.embedding < 0 || w.head < 0) throw Error("stage weights must be >= 0");
+  const int S = n_stages;
+  auto weight = [&](int s) { return (s == 0 ? w.embedding : 0.0) + (s == S - 1 ? w.head : 0.0); };
+  // Capacity of stage s under a bound B: the whole layers that keep its cost <= B (at least 1).
+  auto capacities = [&](double bound) {
+    std::vector<int64_t> cap(S);
+    for (int s = 0; s < S; ++s)
+      cap[s] = std::max<int64_t>(1, static_cast<int64_t>(std::floor(bound - weight(s) + 1e-9)));
+    return cap;
+  };
+  auto total = [](const std::vector<int64_t>& c) {
+    int64_t t = 0;
+    for (int64_t x : c) t += x;
+    return t;
+  };
+  // The optimal bound is some k + weight(s): try them in increasing order.
+  std::vector<double> bounds;
+  for (int64_t k = 1; k <= n_layers; ++k)
+    for (double extra : {0.0, w.embedding, w.head, w.embedding + w.head})
+      bounds.push_back(k + extra);
+  std::sort(bounds.begin(), bounds.end());
+  // Feasibility grows with the bound: binary search for the smallest feasible one.
+  const auto best = std::partition_point(bounds.begin(), bounds.end(), [&](double bound) {
+    return total(capacities(bound)) < n_layers;
+  });
+  TRILLION_CHECK(best != bounds.end(), "stage partition: no bound fits the layers");
+  std::vector<int64_t> counts = capacities(*best);
+  // Remove the surplus one layer at a time from the costliest stage, the latest among equals,
+  // so that zero weights give the even split (extra layers on the first stages).
+  for (int64_t surplus = total(counts) - n_layers; surplus > 0; --surplus) {
+    int pick = -1;
+    for (int s = S - 1; s >= 0; --s) {
+      if (counts[s] <= 1) continue;
+      if (pick < 0 || counts[s] + weight(s) > counts[pick] + weight(pick) + 1e-9) pick = s;
+    }
+    TRILLION_CHECK(pick >= 0, "stage partition: no stage can give up a layer");
+    --counts[pick];
+  }
+  return from_counts(counts);
+}
+
+std::vector<int> stage_layer_counts(const std::vector<StageUnits>& stages) {
+  std::vector<int> out;
+  const int n = static_cast<int>(stages.size());
+  for (int s = 0; s < n; ++s) {
+    int layers = stages[s].last_unit - stages[s].first_unit + 1;
+    if (s == 0) --layers;      // the embedding unit
+    if (s == n - 1) --layers;  // the head unit
+    out.push_back(layers);
   }
   return out;
 }

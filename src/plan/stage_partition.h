@@ -1,10 +1,15 @@
 // How a model's units are cut into pipeline stages: the one partition the engine's StageModels
 // use and the planner reads. Units are 0 (embedding), 1 + l (layer l) and L + 1 (head); stage s of
-// S holds a contiguous run of them, the embedding on stage 0 and the head on stage S - 1. Layers
-// are spread as evenly as whole layers allow: every stage gets floor(L / S) and the first L mod S
-// stages one more.
-// Invariant: the stages cover units 0..L+1 exactly once, in order; throws Error when S < 1 or
-// S > L (a stage without a layer).
+// S holds a contiguous run of them, the embedding on stage 0 and the head on stage S - 1.
+//
+// partition_stages(L, S) is the engine's split: layers as evenly as whole layers allow, every
+// stage floor(L / S) and the first L mod S stages one more. The weighted form also counts the
+// embedding and the head as `weights` layers' worth of work (Llama 3 2407.21783 §3.3.2 took a
+// layer off the first and last stages for this reason): it minimises the largest stage's cost
+// (layers + its weight) over contiguous whole-layer splits, then keeps the extra layers on the
+// earliest stages as the even split does; with zero weights it is the even split exactly.
+// Invariant: the stages cover units 0..L+1 exactly once, in order; every stage holds at least one
+// layer; throws Error when S < 1 or S > L.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +21,15 @@ struct StageUnits {
   int first_unit = 0, last_unit = 0;  // inclusive
 };
 
+struct StageWeights {
+  double embedding = 0, head = 0;  // extra cost of stage 0 and stage S - 1, in layers
+};
+
 std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages);
+std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages,
+                                         const StageWeights& weights);
+
+// Layers per stage of a partition, in stage order.
+std::vector<int> stage_layer_counts(const std::vector<StageUnits>& stages);
 
 }  // namespace trillion::plan

@@ -9,6 +9,8 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/efficiency.h"
+#include "plan/parameter_table.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
 
@@ -37,20 +39,184 @@ double simulated_bubble(schedule::ScheduleKind kind, int p, int m, int v, double
   return bubble;
 }
 
-double ring_time(double bytes, int n, double bandwidth) {
-  return n <= 1 ? 0.0 : (n - 1.0) / n * bytes / bandwidth;
+// One layer's (or the head's) cost for one micro-batch on one GPU.
+struct PassCost {
+  double f = 0, b = 0, w = 0;     // forward, input gradient (with recompute), weight gradient
+  double recompute = 0;           // part of b
+  double tp = 0, cp = 0, ep = 0;  // exposed communication inside f + b
+  void add_gemm(const GemmPasses& g) {
+    f += g.forward, b += g.backward_input, w += g.backward_weight;
+  }
+};
+
+struct Context {
+  const ModelSpec& m;
+  const Gpu& gpu;
+  const Layout& l;
+  const Efficiency& eff;
+  int64_t seq;
+  double tokens;  // per micro-batch per GPU (after CP)
+  double e;       // GEMM operand bytes
+  Precision p;
+};
+
+// Columns of a tensor-parallel matrix on one rank: split when it divides, else replicated.
+double split(double features, int tp) {
+  return std::fmod(features, tp) == 0 ? features / tp : features;
 }
 
-double gemm_fraction(const Efficiency& e, Precision p) {
-  switch (p) {
-    case Precision::kBf16:
-      return e.gemm_bf16;
-    case Precision::kFp8:
-      return e.gemm_fp8;
-    case Precision::kFp4:
-      return e.gemm_fp4;
+PassCost layer_cost(const Context& c, bool moe) {
+  const ModelSpec& m = c.m;
+  const Layout& l = c.l;
+  const Gpu& gpu = c.gpu;
+  const int t = l.tp;
+  const double T = c.tokens, h = static_cast<double>(m.d_model),
+               nh = static_cast<double>(m.n_heads);
+  PassCost r;
+  auto linear = [&](double out, double in) {
+    r.add_gemm(linear_seconds(gpu, c.p, T, out, in, c.e));
+  };
+  // Attention projections (Megatron's column/row split, plan/parameter_table.h).
+  if (m.is_mla()) {
+    if (m.q_lora_rank > 0) {
+      linear(static_cast<double>(m.q_lora_rank), h);  // replicated down projection
+      linear(split(nh * m.qk_dim(), t), static_cast<double>(m.q_lora_rank));
+    } else {
+      linear(split(nh * m.qk_dim(), t), h);
+    }
+    linear(static_cast<double>(m.kv_lora_rank + m.qk_rope_dim), h);
+    linear(split(nh * (m.qk_nope_dim + m.v_head_dim), t), static_cast<double>(m.kv_lora_rank));
+  } else {
+    linear(split(nh * m.head_dim, t) + 2 * split(static_cast<double>(m.n_kv_heads * m.head_dim), t),
+           h);
   }
-  return e.gemm_bf16;
+  linear(h, split(nh * m.v_dim(), t));
+  // MLP or experts.
+  if (!moe) {
+    const double f = split(static_cast<double>(m.ffn_hidden), t);
+    linear(m.mlp == MlpKind::kSwiGlu ? 2 * f : f, h);
+    linear(h, f);
+  } else {
+    linear(static_cast<double>(m.n_routed_experts), h);  // router
+    if (m.n_shared_experts > 0) {
+      const double fs = split(static_cast<double>(m.n_shared_experts * m.expert_ffn), t);
+      linear(2 * fs, h);
+      linear(h, fs);
+    }
+    // Routed experts: E/ep local experts, each with its share of the top-k copies (balanced
+    // routing): a grouped GEMM of many small M.
+    const double local_experts = static_cast<double>(m.n_routed_experts) / l.ep;
+    const double per_expert =
+        std::max(1.0, T * m.top_k * l.ep / static_cast<double>(m.n_routed_experts));
+    const double fe = split(static_cast<double>(m.expert_ffn), t);
+    auto grouped = [&](double out, double in) {
+      r.f += gemm_seconds(gpu, c.p, per_expert, out, in, local_experts, c.e);
+      r.b += gemm_seconds(gpu, c.p, per_expert, in, out, local_experts, c.e);
+      r.w += gemm_seconds(gpu, c.p, out, in, per_expert, local_experts, c.e);
+    };
+    grouped(2 * fe, h);
+    grouped(h, fe);
+  }
+  // Attention core.
+  const double heads = split(nh, t);
+  double core_forward = 0;
+  if (m.attention_kernel == AttentionKernel::kFlash) {
+    const double flops =
+        T * attention_flops_per_token_layer(m, c.seq, AttentionFlops::kCausal) / 3 / t;
+    core_forward = flash_attention_forward_seconds(gpu, flops, static_cast<double>(c.seq) / l.cp);
+    r.f += core_forward;
+    r.b += kFlashBackwardRatio * core_forward;
+  } else {
+    // Scores Q K^T and P V as batched GEMMs over (micro-batch x heads), full square (Megatron
+    // computes every score and masks); backward runs four GEMMs of the same shapes.
+    const double s = static_cast<double>(c.seq), q = s / l.cp, batch = l.micro_batch * heads;
+    const double e16 = 2.0;  // scores stay 16-bit
+    core_forward =
+        gemm_seconds(gpu, Precision::kBf16, q, s, static_cast<double>(m.qk_dim()), batch, e16) +
+        gemm_seconds(gpu, Precision::kBf16, q, static_cast<double>(m.v_dim()), s, batch, e16);
+    r.f += core_forward;
+    r.b += 2 * core_forward;
+  }
+  // Elementwise work: the layer's stored activations pass through HBM (1 pass forward, the rest
+  // backward); recomputation replays the forward's share.
+  const ActivationOptions opt{2.0, 4.0};
+  const std::vector<ActivationTerm> terms = block_terms(m, moe, static_cast<double>(c.seq), opt);
+  const bool sp = l.sequence_parallel();
+  const double bytes = T * layer_bytes_per_token(terms, t, sp, Recompute::kNone, 0);
+  const double elem = memory_seconds(gpu, bytes);
+  r.f += elem;
+  r.b += (c.eff.elementwise_passes - 1) * elem;
+  const double gemm_forward = r.f - core_forward - elem;
+
+  // TP: per layer 2 all-reduces forward and 2 backward of the [tokens, h] activation, or with SP
+  // 2 all-gathers + 2 reduce-scatters each way (same bytes; Korthikanti §4.2.2).
+  const double act = T * h * 2.0;
+  double tp_forward = 0;
+  if (t > 1) {
+    const LinkCost link = link_cost(gpu, link_of(gpu, t));
+    tp_forward = sp ? 2 * (all_gather_seconds(link, act, t) + reduce_scatter_seconds(link, act, t))
+                    : 2 * all_reduce_seconds(link, act, t);
+    tp_forward *= 1 - c.eff.tp_overlap;
+  }
+  // CP (Llama 3 §3.3.2): all-gather K and V forward, reduce-scatter dK, dV backward; exposed.
+  double cp_each = 0;
+  if (l.cp > 1) {
+    const double kv = m.is_mla() ? heads : split(static_cast<double>(m.n_kv_heads), t);
+    const double kv_bytes =
+        static_cast<double>(l.micro_batch) * c.seq * kv * (m.qk_dim() + m.v_dim()) * 2.0;
+    cp_each = all_gather_seconds(link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp)),
+                                 kv_bytes, l.cp);
+  }
+  // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies
+  // (dispatch in FP8 under an FP8 layout, combine in BF16; DeepSeek-V3 §3.3.2). The copies for
+  // experts inside the NVLink domain stay on NVLink; the rest cross the scale-out link, at most
+  // moe_max_nodes times per token when routing is node-limited (DeepSeek-V3 §3.2.2: sent once
+  // per node, then forwarded over NVLink).
+  double ep_each = 0;
+  if (moe && l.ep > 1) {
+    const double tokens_here = T / (sp ? t : 1), k = static_cast<double>(m.top_k);
+    const double inside = std::min(1.0, std::max(1.0, double(gpu.nvlink_domain) / t) / l.ep);
+    double crossing = k * (1 - inside);
+    if (m.moe_max_nodes > 0) crossing = std::min(crossing, static_cast<double>(m.moe_max_nodes));
+    const double bytes_per_copy = h * (c.e + 2.0) / 2;  // dispatch + combine, averaged
+    const LinkCost nv = link_cost(gpu, Link::kNvlink), out = link_cost(gpu, Link::kScaleOut);
+    const double t_a2a = std::max(
+        all_to_all_seconds(nv, tokens_here * k * bytes_per_copy,
+                           std::min<int>(l.ep, gpu.nvlink_domain)),
+        crossing > 0
+            ? out.alpha * (l.ep - 1) + tokens_here * crossing * bytes_per_copy / out.bandwidth
+            : 0.0);
+    const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
+    ep_each = 2 * t_a2a * (1 - (dual ? c.eff.ep_overlap_dualpipe : c.eff.ep_overlap_other));
+  }
+  r.f += tp_forward + cp_each + ep_each;
+  r.b += tp_forward + cp_each + ep_each;
+  r.tp = 2 * tp_forward;
+  r.cp = 2 * cp_each;
+  r.ep = 2 * ep_each;
+  // Recompute: full replays the forward (its TP collectives too; Megatron's checkpointed layer);
+  // selective replays the attention core and the cheap elementwise products.
+  if (l.recompute == Recompute::kFull) {
+    r.recompute = gemm_forward + core_forward + elem + tp_forward;
+    r.tp += tp_forward;
+  } else if (l.recompute == Recompute::kSelective) {
+    r.recompute = core_forward + 0.25 * elem;
+  }
+  r.b += r.recompute;
+  return r;
+}
+
+// The LM head on its stage: final norm, logits GEMM forward/dgrad/wgrad (vocabulary split over
+// TP), and the fused cross-entropy's passes over the fp32 logits.
+PassCost head_cost(const Context& c) {
+  PassCost r;
+  const double V = split(static_cast<double>(c.m.vocab), c.l.tp),
+               h = static_cast<double>(c.m.d_model);
+  r.add_gemm(linear_seconds(c.gpu, c.p, c.tokens, V, h, c.e));
+  const double logits = c.tokens * V * 4.0;
+  r.f += memory_seconds(c.gpu, 2 * logits);
+  r.b += memory_seconds(c.gpu, 2 * logits);
+  return r;
 }
 
 }  // namespace
@@ -67,13 +233,20 @@ int microbatches_for(const Layout& l, int64_t seq_len, double batch_tokens) {
   return static_cast<int>(std::lround(m));
 }
 
+double megatron_flops_per_iteration(const ModelSpec& m, double B, int64_t seq) {
+  const double s = static_cast<double>(seq), l = static_cast<double>(m.n_layers),
+               h = static_cast<double>(m.d_model), V = static_cast<double>(m.vocab);
+  return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
 StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, int64_t seq,
                          double batch_tokens, const Efficiency& eff, double give_up_above) {
   StepBreakdown r;
-  const double peak = gpu.peak(l.precision), peak_bf16 = gpu.bf16_flops;
+  const double peak = gpu.peak(l.precision);
+  const double peak16 = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
   if (peak <= 0)
-    throw Error(fmt::format("{} has no dense {} peak; use --precision bf16", gpu.model,
-                            precision_name(l.precision)));
+    throw Error(fmt::format("{} has no dense {} peak; use --precision with one of: {}", gpu.model,
+                            precision_name(l.precision), gpu.precisions()));
   const int mb = microbatches_for(l, seq, batch_tokens);
   if (mb == 0)
     throw Error(fmt::format(
@@ -81,155 +254,112 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
         "whole micro-batches of {}; change --batch-tokens, dp or micro_batch",
         batch_tokens, batch_tokens / seq, seq, l.dp, l.micro_batch));
   r.microbatches = mb;
-  const ModelCounts c = count_model(m);
-  const StageShape st = stage_shape(m, l);
+  const PipelineShape shape = pipeline_shape(m, l);
   const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
 
-  // Per layer, per micro-batch, on one GPU.
-  const double tokens = static_cast<double>(l.micro_batch) * seq / l.cp;
-  const double dense_mm = c.attention + c.dense_mlp;  // matmul weights of one layer
-  const double moe_mm = c.attention + c.router + (m.n_shared_experts + m.top_k) * c.expert;
-  const double layer_mm = st.moe_fraction * moe_mm + (1 - st.moe_fraction) * dense_mm;
-  const double gemm_flops = 6.0 * tokens * layer_mm / l.tp;
-  const double attn_flops = tokens * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / l.tp;
-  const double t_gemm = gemm_flops / (peak * gemm_fraction(eff, l.precision));
-  const double t_attn = attn_flops / (peak_bf16 * eff.attention);
-  // Elementwise work (norms, RoPE, SwiGLU, residuals, softmax bookkeeping) is memory bound: the
-  // stored activations are written once forward and read + their gradients written backward.
-  const double e = 2.0;
-  const bool sp = l.tp > 1;
-  const double act_tok =
-      st.moe_fraction *
-          layer_bytes_per_token(block_terms(m, true, e), l.tp, sp, Recompute::kNone, 0) +
-      (1 - st.moe_fraction) *
-          layer_bytes_per_token(block_terms(m, false, e), l.tp, sp, Recompute::kNone, 0);
-  const double t_elem = 3.0 * tokens * act_tok / gpu.hbm_bandwidth;
-  double f = t_gemm / 3 + t_attn / 3 + t_elem / 3;
-  double b = t_gemm / 3 + 2 * t_attn / 3 + 2 * t_elem / 3;
-  const double w = t_gemm / 3;
-  double recompute = 0;
-  // Selective recompute (the engine's policy, plan/activation_memory.h) redoes the attention
-  // core from Q, K, V (one FlashAttention forward) and the SwiGLU product from gate and up
-  // (about a quarter of the forward's elementwise traffic). Full recompute redoes the forward.
-  if (l.recompute == Recompute::kSelective) recompute = t_attn / 3 + t_elem / 3 * 0.25;
-  if (l.recompute == Recompute::kFull) recompute = f;
-  b += recompute;
+  const double e = l.precision == Precision::kFp8 || l.precision == Precision::kFp4 ? 1.0 : 2.0;
+  const Context c{m, gpu,        l, eff, seq, static_cast<double>(l.micro_batch) * seq / l.cp,
+                  e, l.precision};
+  const PassCost dense = layer_cost(c, false);
+  const PassCost moe = m.is_moe() ? layer_cost(c, true) : dense;
+  const PassCost head = head_cost(c);
 
-  // Bandwidths: a group stays in the NVLink domain when its GPUs and the inner dimensions fit.
-  const double nvlink = gpu.nvlink_bandwidth / 2 * eff.nvlink;
-  const double network = gpu.scaleout_bandwidth * eff.network;
-  auto group_bw = [&](long inner_times_size) {
-    return inner_times_size <= gpu.nvlink_domain ? nvlink : network;
-  };
-  // TP with SP: per layer 2 all-gathers + 2 reduce-scatters forward and the same backward, of
-  // the whole [tokens, C] activation (Korthikanti §4.2.2).
-  const double tp_coll = ring_time(tokens * m.d_model * e, l.tp, group_bw(l.tp));
-  const double tp_exposed = 4 * tp_coll * (1 - eff.tp_overlap);
-  f += tp_exposed;
-  b += tp_exposed;
-  // CP (Llama 3 §3.3.2): all-gather K and V forward, reduce-scatter dK, dV backward. Attention
-  // needs the gathered K/V, so the collective is exposed (Llama 3 accepts this because it is
-  // small next to long-context attention).
-  double cp_f = 0, cp_b = 0;
-  if (l.cp > 1) {
-    const double kv_heads_per_gpu =
-        m.is_mla() ? double(m.n_heads) / l.tp : std::max<double>(1.0, m.n_kv_heads / double(l.tp));
-    const double bytes =
-        static_cast<double>(l.micro_batch) * seq * kv_heads_per_gpu * (m.qk_dim() + m.v_dim()) * e;
-    cp_f = cp_b = ring_time(bytes, l.cp, group_bw(static_cast<long>(l.tp) * l.cp));
-    f += cp_f;
-    b += cp_b;
+  // Each rank's work: the layers (and the head) of the stages it holds.
+  PassCost busiest;
+  for (int rank = 0; rank < l.pp; ++rank) {
+    PassCost sum;
+    for (int stage : shape.rank_stages[rank]) {
+      const StageUnits& su = shape.stages[stage];
+      for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
+        if (unit == embedding_unit()) continue;
+        const PassCost& p = unit == head_unit(m)           ? head
+                            : unit - 1 >= m.dense_layers() ? moe
+                                                           : dense;
+        sum.f += p.f, sum.b += p.b, sum.w += p.w, sum.recompute += p.recompute;
+        sum.tp += p.tp, sum.cp += p.cp, sum.ep += p.ep;
+      }
+    }
+    if (sum.f + sum.b + sum.w > busiest.f + busiest.b + busiest.w) {
+      busiest = sum;
+      r.busiest_rank = rank;
+    }
   }
-  // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies.
-  double ep_f = 0;
-  if (m.is_moe() && l.ep > 1) {
-    const double bytes = tokens / l.tp * m.top_k * m.d_model * e;
-    const double leave = bytes * (l.ep - 1.0) / l.ep;
-    const double local_share =
-        std::min(1.0, std::max(1.0, double(gpu.nvlink_domain) / l.tp) / l.ep);
-    const double t = std::max(leave * (1 - local_share) / network, leave * local_share / nvlink);
-    const double hidden = dual ? eff.ep_overlap_dualpipe : eff.ep_overlap_other;
-    ep_f = 2 * t * st.moe_fraction * (1 - hidden);
-    f += ep_f;
-    b += ep_f;
-  }
-
-  // One pipeline stage (what one schedule action covers): a rank's layers, or one copy's stage
-  // under DualPipe; interleaved chunks are a 1/v share of it (the simulator scales).
-  const double stage_layers = dual ? st.layers_per_stage : st.layers_per_rank;
-  const double sf = f * stage_layers, sb = b * stage_layers, sw = w * stage_layers;
-  const double p2p = l.pp > 1 ? tokens * m.d_model * e / l.tp / network : 0.0;
-  if (give_up_above < INFINITY && mb * (sf + sb + sw) >= give_up_above) {
+  // One schedule action covers a rank's full share (interleaved chunks are a 1/v share of it;
+  // the simulator scales) or, under DualPipe, one of its two copies' stages.
+  const double share = dual ? 0.5 : 1.0;
+  const double sf = busiest.f * share, sb = busiest.b * share, sw = busiest.w * share;
+  const double act_bytes = c.tokens * m.d_model * 2.0 / (l.sequence_parallel() ? l.tp : 1);
+  const double p2p =
+      l.pp > 1 ? p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp)), act_bytes)
+               : 0.0;
+  // Each micro-batch passes one of a DualPipe rank's two stages (one per direction), so a
+  // rank's work per micro-batch is one action's worth under every schedule.
+  const double busy = mb * (sf + sb + sw);
+  if (give_up_above < INFINITY && busy >= give_up_above) {
     r.step = INFINITY;
     return r;
   }
-  double pipeline = 0;
-  if (l.pp == 1) {
-    pipeline = mb * (sf + sb + sw);
-  } else {
-    const int v = l.schedule == schedule::ScheduleKind::kInterleaved ? l.chunks : dual ? 2 : 1;
-    // Every rank does the same work, so the step's pipeline time is that work over the share
-    // of time the schedule keeps a rank busy.
-    pipeline = mb * (sf + sb + sw) /
-               (1 - simulated_bubble(l.schedule, l.pp, mb, v, sb / sf, sw / sf, p2p / sf));
+  double pipeline = busy;
+  if (l.pp > 1) {
+    const int v = shape.chunks;
+    // Every rank is costed as the busiest, so the step's pipeline time is that work over the
+    // share of time the schedule keeps a rank busy.
+    pipeline = busy / (1 - simulated_bubble(l.schedule, l.pp, mb, v, sb / sf, sw / sf, p2p / sf));
   }
-  const double busy = mb * (sf + sb + sw);
-  r.layer_forward = f;
-  r.layer_backward_input = b;
-  r.layer_backward_weight = w;
   r.stage_forward = sf;
   r.stage_backward_input = sb;
   r.stage_backward_weight = sw;
   r.p2p = p2p;
   r.bubble = pipeline - busy;
   r.bubble_fraction = r.bubble / pipeline;
-  const double per_step = stage_layers * mb;  // layer-passes per step on this rank
-  r.tp_comm = 2 * tp_exposed * per_step;
-  r.cp_comm = (cp_f + cp_b) * per_step;
-  r.ep_comm = 2 * ep_f * per_step;
-  r.recompute = recompute * per_step;
+  r.tp_comm = busiest.tp * share * mb;
+  r.cp_comm = busiest.cp * share * mb;
+  r.ep_comm = busiest.ep * share * mb;
+  r.recompute = busiest.recompute * share * mb;
   r.compute = busy - r.tp_comm - r.cp_comm - r.ep_comm;
-  r.pp_comm = mb * 2 * p2p;
+  r.pp_comm = mb * 2 * p2p * shape.chunks;
 
-  // DP / ZeRO: reduce-scatter gradients and all-gather parameters (2 bytes each per parameter;
-  // ZeRO 0's all-reduce moves the same bytes), over the network; the
-  // non-expert weights over dp x cp ranks, the experts over dp x cp / ep. Overlapped with the
-  // last micro-batch's backward and the next step's first forward (Megatron's distributed
-  // optimizer); ZeRO-3's per-micro-batch gathers with that micro-batch's compute.
-  const MemoryBreakdown mem = memory_per_gpu(m, l, seq, mb);
-  r.memory = mem;
+  // DP / ZeRO: reduce-scatter gradients (grad_bytes each) and all-gather bf16 parameters (ZeRO
+  // 0's all-reduce moves the same bytes) over the dp x cp replicas, the experts over dp x cp /
+  // ep; overlapped with the last micro-batch's backward and the next step's first forward
+  // (Megatron's distributed optimizer); ZeRO-2 reduce-scatters after every micro-batch, ZeRO-3
+  // also gathers weights for every forward and backward.
+  r.memory = memory_per_gpu(m, l, seq, mb, gpu.overhead_bytes);
   const LocalParams local = params_per_gpu(m, l);
   const int n_d = l.dp * l.cp, n_e = std::max(1, l.dp * l.cp / l.ep);
-  const double rs =
-      ring_time(local.dense * e, n_d, network) + ring_time(local.expert * e, n_e, network);
-  const double ag = rs;
+  const LinkCost dp_link = link_cost(gpu, link_of(gpu, static_cast<long>(l.tp) * l.cp * l.dp));
+  const double rs = reduce_scatter_seconds(dp_link, local.dense * l.grad_bytes, n_d) +
+                    reduce_scatter_seconds(dp_link, local.expert * l.grad_bytes, n_e);
+  const double ag = all_gather_seconds(dp_link, local.dense * 2.0, n_d) +
+                    all_gather_seconds(dp_link, local.expert * 2.0, n_e);
   // DualPipe ends with the deferred W of one micro-batch of each copy, so its last backward
   // window is two stages long.
   const double backward_one_mb = (sb + sw) * (dual ? 2 : 1);
   r.dp_comm = std::max(0.0, rs - backward_one_mb) + std::max(0.0, ag - sf);
-  // ZeRO-2 cannot keep a full gradient buffer across micro-batches: it reduce-scatters after
-  // every micro-batch's backward; ZeRO-3 also gathers weights for every forward and backward.
   if (l.zero >= 2) r.dp_comm += (mb - 1) * std::max(0.0, rs - backward_one_mb);
   if (l.zero == 3) r.dp_comm += mb * std::max(0.0, 2 * ag - 0.9 * (sf + sb + sw));
-  // Adam step: read param, grad, two moments and master, write four of them (~32 bytes/param of
-  // the local optimizer shard) at HBM bandwidth.
+  // Adam step over the local optimizer shard: read and write the fp32 master and both moments,
+  // read the gradient, write the bf16 weights.
   const double shard =
       l.zero >= 1 ? local.dense / n_d + local.expert / n_e : local.dense + local.expert;
-  r.optimizer = 32.0 * shard / gpu.hbm_bandwidth;
+  const double bytes_per_param = 8.0 + 4.0 * l.moment_bytes + l.grad_bytes + 2.0;
+  r.optimizer = memory_seconds(gpu, bytes_per_param * shard);
   r.step = pipeline + r.dp_comm + r.optimizer;
 
   const double n = static_cast<double>(l.gpus());
   r.model_flops = model_flops_per_token(m, seq, AttentionFlops::kCausal) * batch_tokens;
   r.mfu = r.model_flops / (n * peak * r.step);
-  r.mfu_bf16 = r.model_flops / (n * peak_bf16 * r.step);
-  r.mfu_palm = model_flops_per_token(m, seq, AttentionFlops::kFullSquare) * batch_tokens / (n * peak * r.step);
+  r.mfu_bf16 = r.model_flops / (n * peak16 * r.step);
+  r.mfu_palm = model_flops_per_token(m, seq, AttentionFlops::kFullSquare) * batch_tokens /
+               (n * peak * r.step);
+  const ModelCounts counts = count_model(m);
+  const double attention =
+      m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal);
   double hardware = r.model_flops;
-  if (l.recompute == Recompute::kSelective)
-    hardware += m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / 3 * batch_tokens;
+  if (l.recompute == Recompute::kSelective) hardware += attention / 3 * batch_tokens;
   if (l.recompute == Recompute::kFull)
-    hardware +=
-        (2.0 * c.matmul_active + m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / 3) *
-        batch_tokens;
+    hardware += (2.0 * counts.matmul_active + attention / 3) * batch_tokens;
+  r.hardware_flops = hardware;
   r.hfu = hardware / (n * peak * r.step);
   r.tokens_per_second = batch_tokens / r.step;
   return r;

@@ -301,7 +301,9 @@ Schedule generate_schedule(ScheduleKind kind, int p, int m, int v, const OpCosts
   if (p < 1) throw Error(fmt::format("pipeline stages must be >= 1, got {}", p));
   if (m < 1) throw Error(fmt::format("micro-batches must be >= 1, got {}", m));
   if (kind == ScheduleKind::kInterleaved) {
-    if (v < 2) throw Error(fmt::format("interleaved needs --chunks >= 2, got {}", v));
+    if (v < 2)
+      throw Error(fmt::format(
+          "interleaved needs chunks >= 2 (--chunks V or --layout ...,chunks=V), got {}", v));
     if (m % p != 0)
       throw Error(fmt::format(
           "interleaved needs micro-batches ({}) to be a multiple of stages ({})", m, p));

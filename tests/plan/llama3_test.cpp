@@ -1,7 +1,7 @@
-// Validation against Llama 3 405B (Grattafiori et al. 2407.21783): the planner's MFU on the
-// three Table 4 layouts is within 4 points of the reported value, with memory under 80 GB; the
-// search over 16,384 H100 at the same batch puts a layout within 5% of the published one's
-// time among its top 3; and the failure model reproduces §3.3.4's interruption count.
+// Validation against Llama 3 405B (Grattafiori et al. 2407.21783; its Table 4 MFU rows are in
+// calibration_test.cpp): the search over 16,384 H100 at the same batch puts a layout within 5% of
+// the published one's time among its top 3; and the failure model reproduces §3.3.4's interruption
+// count.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -38,19 +38,6 @@ Plan plan_row(const Row& row) {
   in.search.fixed.dp = row.dp;
   in.search.fields.tp = in.search.fields.cp = in.search.fields.pp = in.search.fields.dp = true;
   return make_plan(in);
-}
-
-TEST(Llama3, Table4MfuWithinFourPointsAndFitsIn80GB) {
-  for (const Row& row : kTable4) {
-    const Plan p = plan_row(row);
-    const Candidate& c = p.best();
-    EXPECT_EQ(c.layout.tp, row.tp);
-    EXPECT_EQ(c.layout.dp, row.dp);
-    EXPECT_NEAR(c.step.mfu, row.mfu, 0.04) << "gpus=" << row.gpus << " seq=" << row.seq;
-    EXPECT_LT(c.step.memory.total(), 80e9) << "gpus=" << row.gpus << " seq=" << row.seq;
-    // TFLOP/s per GPU is MFU x 989.
-    EXPECT_NEAR(c.step.mfu * 989, row.mfu * 989, 40);
-  }
 }
 
 TEST(Llama3, SearchFindsTheTable4LayoutsQuality) {

@@ -7,7 +7,9 @@
 
 #include <cmath>
 
+#include "core/error.h"
 #include "plan/activation_memory.h"
+#include "plan/published_runs.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
 
@@ -59,6 +61,46 @@ TEST(Activations, GptBlockTermsReproduceKorthikantiTable2) {
                    2048.0 * 4096 * (34 + 5 * 32 * 2048.0 / 4096));
 }
 
+// The general block model, given Korthikanti's GPT block (LayerNorm, GELU 4h, MHA, materialised
+// softmax, dropout, 16-bit; Table 2 leaves out the norms' fp32 statistics), is Table 2: every
+// row, with and without SP, for every recompute policy.
+TEST(Activations, GeneralBlockModelHasKorthikantiTable2AsASpecialCase) {
+  const ActivationOptions table2{2.0, 0.0};
+  for (int64_t h : {2304, 12288})
+    for (int64_t a : {24, 96})
+      for (double s : {2048.0, 8192.0}) {
+        const ModelSpec m = megatron_gpt("gpt", h, a, 4);
+        const auto terms = block_terms(m, false, s, table2);
+        for (int t : {1, 2, 8})
+          for (bool sp : {false, true})
+            for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+              if (r == Recompute::kFull && sp) continue;  // Table 2's full row is without SP
+              EXPECT_DOUBLE_EQ(s * layer_bytes_per_token(terms, t, sp, r, 2.0 * h),
+                               korthikanti_layer_bytes(s, 1, h, a, t, sp, r))
+                  << "h=" << h << " a=" << a << " t=" << t << " sp=" << sp << " "
+                  << recompute_name(r);
+            }
+      }
+  // Without dropout the softmax mask and dropout output go: 5as becomes 2as.
+  ModelSpec m = megatron_gpt("gpt", 4096, 32, 4);
+  m.dropout = 0;
+  EXPECT_DOUBLE_EQ(2048 * layer_bytes_per_token(block_terms(m, false, 2048, table2), 1, false,
+                                                Recompute::kNone, 2 * 4096.0),
+                   2048.0 * 4096 * (32 + 2 * 32 * 2048.0 / 4096));
+  // FlashAttention instead of the softmax: no s^2 term, a 4-byte logsumexp per head.
+  m.attention_kernel = AttentionKernel::kFlash;
+  EXPECT_DOUBLE_EQ(layer_bytes_per_token(block_terms(m, false, 2048, table2), 1, false,
+                                         Recompute::kNone, 2 * 4096.0),
+                   32 * 4096.0 + 4 * 32);
+  // LayerNorm keeps two statistics per norm, RMSNorm one.
+  const ActivationOptions stats{2.0, 4.0};
+  EXPECT_DOUBLE_EQ(layer_bytes_per_token(block_terms(m, false, 2048, stats), 1, false,
+                                         Recompute::kNone, 2 * 4096.0) -
+                       layer_bytes_per_token(block_terms(m, false, 2048, table2), 1, false,
+                                             Recompute::kNone, 2 * 4096.0),
+                   16);
+}
+
 // Our block (RMSNorm, GQA, RoPE, FlashAttention, SwiGLU), per token and layer:
 // none e(6h + 2 KV HD + 3F) + 4 NH + 8; selective (attention core and SwiGLU product
 // recomputed) e(5h + 2 KV HD + 2F) + 8; full e h (the layer input). Everything divides by t
@@ -67,7 +109,7 @@ TEST(Activations, OurBlockTerms) {
   const ModelSpec& m = find_model("llama3-405b");
   const double h = 16384, kv = 8, hd = 128, f = 53248, nh = 128;
   for (double e : {4.0, 2.0, 1.0}) {
-    const auto terms = block_terms(m, false, e);
+    const auto terms = block_terms(m, false, 8192, {e, 4.0});
     EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, Recompute::kNone, e * h),
                      e * (6 * h + 2 * kv * hd + 3 * f) + 4 * nh + 8);
     EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, Recompute::kSelective, e * h),
@@ -81,24 +123,27 @@ TEST(Activations, OurBlockTerms) {
   }
   // A MoE layer stores each token's top-k dispatched copies and expert activations.
   const ModelSpec& ds = find_model("deepseek-v3");
-  EXPECT_GT(layer_bytes_per_token(block_terms(ds, true, 2), 1, false, Recompute::kNone, 2 * 7168),
-            layer_bytes_per_token(block_terms(ds, false, 2), 1, false, Recompute::kNone, 2 * 7168));
+  EXPECT_GT(
+      layer_bytes_per_token(block_terms(ds, true, 4096), 1, false, Recompute::kNone, 2 * 7168),
+      layer_bytes_per_token(block_terms(ds, false, 4096), 1, false, Recompute::kNone, 2 * 7168));
+}
+
+ModelSpec dense_spec(int64_t V, int64_t C, int64_t L, int64_t NH, int64_t KV, int64_t HD, int64_t F,
+                     bool tied) {
+  ModelSpec m;
+  m.name = "test";
+  m.vocab = V, m.d_model = C, m.n_layers = L, m.n_heads = NH, m.n_kv_heads = KV;
+  m.head_dim = HD, m.ffn_hidden = F, m.tied_embeddings = tied, m.default_seq = 128;
+  return m;
 }
 
 // One cost model: per layer, the planner's terms equal what the engine allocates
 // (plan/activation_memory.h, checked by the engine's tests against its measured buffers) for
 // every policy, with fp32 elements and statistics and tiled attention (no s^2 term).
 TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
-  auto dense = [](int64_t V, int64_t C, int64_t L, int64_t NH, int64_t KV, int64_t HD, int64_t F,
-                  bool tied) {
-    ModelSpec m;
-    m.name = "test";
-    m.vocab = V, m.d_model = C, m.n_layers = L, m.n_heads = NH, m.n_kv_heads = KV;
-    m.head_dim = HD, m.ffn_hidden = F, m.tied_embeddings = tied, m.default_seq = 128;
-    return m;
-  };
-  for (const ModelSpec& spec : {dense(1000, 64, 3, 4, 2, 16, 160, false),
-                                dense(512, 96, 2, 6, 6, 16, 256, true), find_model("llama3-8b")}) {
+  for (const ModelSpec& spec :
+       {dense_spec(1000, 64, 3, 4, 2, 16, 160, false), dense_spec(512, 96, 2, 6, 6, 16, 256, true),
+        find_model("llama3-8b")}) {
     const int64_t batch = 3, seq = 128, tokens = batch * seq;
     for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
       ActivationPolicy policy;
@@ -109,11 +154,30 @@ TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
       const double engine_layer =
           static_cast<double>(engine_activation_bytes(two, batch, seq, policy, 4, 4).stored -
                               engine_activation_bytes(one, batch, seq, policy, 4, 4).stored);
-      const double ours = tokens * layer_bytes_per_token(block_terms(spec, false, 4.0), 1, false, r,
-                                                         4.0 * spec.d_model);
+      const double ours = tokens * layer_bytes_per_token(block_terms(spec, false, seq, {4.0, 4.0}),
+                                                         1, false, r, 4.0 * spec.d_model);
       EXPECT_DOUBLE_EQ(ours, engine_layer) << recompute_name(r) << " C=" << spec.d_model;
     }
   }
+}
+
+// The whole model on one stage: the planner's activations (layers + the head's tensors) equal
+// the engine's stored bytes for every policy and micro-batch size, fp32 as the engine runs.
+TEST(Activations, WholeModelEqualsTheEnginesAllocation) {
+  for (const ModelSpec& spec :
+       {dense_spec(1000, 64, 3, 4, 2, 16, 160, false), find_model("llama3-8b")})
+    for (int mb : {1, 3})
+      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+        Layout l;
+        l.recompute = r, l.micro_batch = mb;
+        ActivationPolicy policy;
+        policy.recompute = r;
+        const MemoryBreakdown ours = memory_per_gpu(spec, l, 128, 4, 0, {4.0, 4.0});
+        EXPECT_DOUBLE_EQ(
+            ours.activations / 1.0,
+            static_cast<double>(engine_activation_bytes(spec, mb, 128, policy, 4, 4).stored))
+            << spec.name << " " << recompute_name(r) << " mb=" << mb;
+      }
 }
 
 // The memory model's in-flight micro-batches are the schedule simulator's peak.
@@ -139,16 +203,78 @@ TEST(Memory, ShardingShrinksWhatItShards) {
   const ModelSpec& m = find_model("moe-2t");
   Layout l;
   l.tp = 8, l.pp = 8, l.dp = 256, l.ep = 8, l.schedule = schedule::ScheduleKind::k1F1B;
-  const MemoryBreakdown a = memory_per_gpu(m, l, 4096, 16);
+  // Rank 3 holds 12 MoE layers (the dense ones and the embedding sit on rank 0).
+  const MemoryBreakdown a = memory_per_rank(m, l, 4096, 16)[3];
   l.ep = 64;
-  const MemoryBreakdown b = memory_per_gpu(m, l, 4096, 16);
+  const MemoryBreakdown b = memory_per_rank(m, l, 4096, 16)[3];
   EXPECT_LT(b.weights, a.weights / 4);  // experts dominate and shard 8x more
   EXPECT_DOUBLE_EQ(a.activations, b.activations);
   l.recompute = Recompute::kFull;
-  EXPECT_LT(memory_per_gpu(m, l, 4096, 16).activations, b.activations / 10);
+  EXPECT_LT(memory_per_rank(m, l, 4096, 16)[3].activations, b.activations / 10);
   l.zero = 3;
   // Experts shard over dp/ep = 4 replicas, the rest over 256.
-  EXPECT_LT(memory_per_gpu(m, l, 4096, 16).weights, b.weights / 3.5);
+  EXPECT_LT(memory_per_rank(m, l, 4096, 16)[3].weights, b.weights / 3.5);
+  // fp32 gradients (Megatron's main_grad) are 18 bytes per parameter with Adam, bf16 ones 16.
+  Layout z;
+  z.zero = 0;
+  const ModelSpec& small = find_model("llama3-8b");
+  const MemoryBreakdown fp32 = memory_per_gpu(small, z, 8192, 1);
+  z.grad_bytes = 2;
+  const MemoryBreakdown bf16 = memory_per_gpu(small, z, 8192, 1);
+  const double params = static_cast<double>(count_model(small).total);
+  EXPECT_DOUBLE_EQ(fp32.weights + fp32.gradients + fp32.optimizer, 18 * params);
+  EXPECT_DOUBLE_EQ(bf16.weights + bf16.gradients + bf16.optimizer, 16 * params);
+  // DeepSeek-V3's bf16 Adam moments: 2 + 4 + 4 + 2 + 2 = 14.
+  z.grad_bytes = 4, z.moment_bytes = 2;
+  const MemoryBreakdown ds = memory_per_gpu(small, z, 8192, 1);
+  EXPECT_DOUBLE_EQ(ds.weights + ds.gradients + ds.optimizer, 14 * params);
+}
+
+// Every rank's memory comes from the stages it holds and the schedule's slots: under 1F1B rank r
+// keeps p - r micro-batches; DualPipe ranks hold two copies' parameters.
+TEST(Memory, PerRankFromThePartitionAndTheSchedule) {
+  const ModelSpec& m = find_model("llama3-8b");  // 32 layers
+  Layout l;
+  l.pp = 4, l.schedule = schedule::ScheduleKind::k1F1B, l.recompute = Recompute::kFull;
+  const auto ranks = memory_per_rank(m, l, 8192, 8);
+  ASSERT_EQ(ranks.size(), 4u);
+  // Full recompute keeps each layer's input: 8 layers x 4 - r slots x 8192 x 4096 x 2 bytes,
+  // plus the head's final-norm tensors on the last rank.
+  for (int r = 0; r < 3; ++r)
+    EXPECT_DOUBLE_EQ(ranks[r].activations, 8.0 * (4 - r) * 8192 * 4096 * 2) << r;
+  EXPECT_DOUBLE_EQ(ranks[3].activations, (8 * 8192.0 * 4096 * 2 + 8192 * (2 * 4096 * 2 + 12)));
+  l.schedule = schedule::ScheduleKind::kDualPipe;
+  const auto dual = memory_per_rank(m, l, 8192, 8);
+  const auto single = memory_per_rank(m, Layout{.pp = 4, .recompute = Recompute::kFull}, 8192, 8);
+  EXPECT_GT(dual[1].weights, 1.9 * single[1].weights);  // stage 1 and stage 2: two copies
+}
+
+// The even partition is the engine's; balanced weighs the embedding (one layer) and the head
+// (its matmul work): Llama 3 405B's 126 layers on 16 stages become 7, 8 x 14, 7.
+TEST(Stages, EvenIsTheEnginesAndBalancedWeighsTheEnds) {
+  for (int64_t L : {8, 31, 126})
+    for (int S : {1, 2, 5, 8})
+      EXPECT_EQ(stage_layer_counts(partition_stages(L, S, StageWeights{})),
+                stage_layer_counts(partition_stages(L, S)));
+  const std::vector<int> balanced = stage_layer_counts(
+      partition_stages(126, 16, balanced_stage_weights(find_model("llama3-405b"))));
+  std::vector<int> expected(16, 8);
+  expected.front() = expected.back() = 7;
+  EXPECT_EQ(balanced, expected);
+  const std::vector<int> even = stage_layer_counts(partition_stages(126, 16));
+  EXPECT_EQ(even.front(), 8);
+  EXPECT_EQ(even.back(), 7);
+  EXPECT_THROW(partition_stages(4, 5), Error);
+  // The planner's pipeline shape reads the placement from the schedule: interleaved stage s on
+  // rank s mod p; no stage without a layer.
+  Layout l;
+  l.pp = 4, l.schedule = schedule::ScheduleKind::kInterleaved, l.chunks = 2;
+  const PipelineShape shape = pipeline_shape(find_model("llama3-8b"), l);
+  EXPECT_EQ(shape.stages.size(), 8u);
+  EXPECT_EQ(shape.rank_stages[1], (std::vector<int>{1, 5}));
+  EXPECT_EQ(shape.max_rank_layers(), 8);
+  l.chunks = 9;  // 36 stages for 32 layers
+  EXPECT_THROW(pipeline_shape(find_model("llama3-8b"), l), Error);
 }
 
 }  // namespace

@@ -3,13 +3,13 @@
 // match the published parameter counts; Chinchilla's Table 3; layouts.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "plan/hardware.h"
 #include "plan/layout.h"
 #include "plan/model_spec.h"
 #include "plan/parameter_table.h"
-
-#include <cmath>
 
 namespace trillion::plan {
 namespace {
@@ -19,7 +19,9 @@ namespace {
 // engine allocates: equal for every catalog model (dense, GELU, MoE, MLA).
 ModelCounts closed_form(const ModelSpec& m) {
   ModelCounts c;
-  const int64_t C = m.d_model, NH = m.n_heads;
+  const int64_t C = m.d_model, NH = m.n_heads, F = m.ffn_hidden;
+  const bool ln = m.norm == NormKind::kLayerNorm, swiglu = m.mlp == MlpKind::kSwiGlu;
+  int64_t attention_bias = 0, mlp_bias = 0;
   if (m.is_mla()) {
     const int64_t q = m.q_lora_rank > 0
                           ? C * m.q_lora_rank + m.q_lora_rank * NH * m.qk_dim() + m.q_lora_rank
@@ -29,14 +31,19 @@ ModelCounts closed_form(const ModelSpec& m) {
     c.attention = q + kv + NH * m.v_head_dim * C;
   } else {
     c.attention = C * NH * m.head_dim + 2 * C * m.n_kv_heads * m.head_dim + NH * m.head_dim * C;
+    // q, k, v biases split with their columns, the output bias whole.
+    if (m.linear_biases) attention_bias = NH * m.head_dim + 2 * m.n_kv_heads * m.head_dim + C;
   }
-  c.norms = 2 * C;
-  c.dense_mlp = m.mlp_matrices * C * m.ffn_hidden;
+  if (m.linear_biases) mlp_bias = (swiglu ? 2 * F : F) + C;
+  c.attention += attention_bias;
+  const int64_t norm = ln ? 2 * C : C;  // LayerNorm: weight + bias
+  c.norms = 2 * norm;
+  c.dense_mlp = m.mlp_matrices() * C * F + mlp_bias;
   c.expert = m.is_moe() ? 3 * C * m.expert_ffn : 0;
   const int64_t bias = m.is_moe() && m.router_bias ? m.n_routed_experts : 0;
   c.router = m.is_moe() ? C * m.n_routed_experts + bias : 0;
-  c.embedding = m.vocab * C;
-  c.head = (m.tied_embeddings ? 0 : m.vocab * C) + C;
+  c.embedding = m.vocab * C + (m.position == PositionKind::kLearned ? m.default_seq * C : 0);
+  c.head = (m.tied_embeddings ? 0 : m.vocab * C) + norm;
   const int64_t per_dense = c.attention + c.norms + c.dense_mlp;
   const int64_t per_moe_shared =
       c.attention + c.norms + c.router + m.n_shared_experts * 3 * C * m.expert_ffn;
@@ -45,7 +52,10 @@ ModelCounts closed_form(const ModelSpec& m) {
       m.dense_layers() * per_dense + m.moe_layers() * per_moe_shared + c.embedding + c.head;
   c.total = c.dense_total + c.routed_total;
   c.activated = c.dense_total + m.moe_layers() * m.top_k * c.expert;
-  c.matmul_active = c.activated - c.embedding - m.n_layers * c.norms - C - m.moe_layers() * bias +
+  // Weights that multiply: not the embedding lookup, norms or biases (routing bias included);
+  // the tied head does.
+  c.matmul_active = c.activated - c.embedding - m.n_layers * (c.norms + attention_bias) -
+                    m.dense_layers() * mlp_bias - norm - m.moe_layers() * bias +
                     m.vocab * C * (m.tied_embeddings ? 1 : 0);
   if (m.is_mla())
     c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
@@ -161,9 +171,20 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_TRUE(f.tp && f.pp && f.cp && f.dp && f.schedule && f.chunks && f.micro_batch);
   EXPECT_FALSE(f.ep);
   EXPECT_EQ(l.micro_batch, 2);
-  EXPECT_EQ(l.to_string(),
-            "tp=8,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
-            "recompute=selective,micro_batch=2,precision=fp8");
+  EXPECT_EQ(
+      l.to_string(),
+      "tp=8,sp=1,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
+      "partition=even,recompute=selective,micro_batch=2,precision=fp8,grad=fp32,moments=fp32");
+  const Layout g =
+      parse_layout("sp=0,grad=bf16,moments=bf16,partition=balanced,precision=fp16", &f);
+  EXPECT_FALSE(g.sp);
+  EXPECT_EQ(g.grad_bytes, 2);
+  EXPECT_EQ(g.moment_bytes, 2);
+  EXPECT_EQ(g.partition, Partition::kBalanced);
+  EXPECT_EQ(g.precision, Precision::kFp16);
+  EXPECT_TRUE(f.sp && f.grad && f.moments && f.partition);
+  EXPECT_THROW(parse_layout("grad=fp16"), Error);
+  EXPECT_THROW(parse_layout("sp=2"), Error);
   EXPECT_THROW(parse_layout("tp=x"), Error);
   EXPECT_THROW(parse_layout("tq=8"), Error);
   EXPECT_THROW(parse_layout("zero=4"), Error);

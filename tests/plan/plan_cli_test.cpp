@@ -22,7 +22,7 @@ std::string run(const std::string& args, int* rc) {
 TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
   int rc = 0;
   const auto j = nlohmann::json::parse(
-      run("plan --model llama3-405b --cluster h100 --gpus 8192 --layout tp=8,cp=1,pp=16,dp=64 "
+      run("plan --model llama3-405b --cluster h100 --gpus 16384 --layout tp=8,cp=1,pp=16,dp=128 "
           "--seq 8192 --batch-tokens 16777216 --tokens 15.6T --json",
           &rc));
   ASSERT_EQ(rc, 0);
@@ -31,13 +31,13 @@ TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
     EXPECT_TRUE(j["layout"].contains(key)) << key;
   EXPECT_EQ(j["layout"]["tp"], 8);
   EXPECT_EQ(j["layout"]["pp"], 16);
-  EXPECT_EQ(j["layout"]["dp"], 64);
-  EXPECT_NEAR(j["mfu"].get<double>(), 0.43, 0.04);
+  EXPECT_EQ(j["layout"]["dp"], 128);
+  EXPECT_NEAR(j["mfu"].get<double>(), 0.41, 0.04);
   EXPECT_LT(j["memory_per_gpu_bytes"].get<double>(), 80e9);
   for (const char* key :
        {"step_seconds", "days", "gpu_hours", "cost_usd", "expected_interruptions", "goodput"})
     EXPECT_GT(j[key].get<double>(), 0) << key;
-  EXPECT_NEAR(j["gpu_hours"].get<double>(), j["days"].get<double>() * 24 * 8192, 1.0);
+  EXPECT_NEAR(j["gpu_hours"].get<double>(), j["days"].get<double>() * 24 * 16384, 1.0);
   EXPECT_DOUBLE_EQ(j["tokens"].get<double>(), 15.6e12);
   EXPECT_FALSE(j["assumptions"].empty());
 }
@@ -102,6 +102,66 @@ TEST(PlanCli, UserErrorsExitTwo) {
       "schedule=dualpipe --seq 8192 --batch-tokens 64Ki",
       &rc);
   EXPECT_EQ(rc, 2);  // 8 sequences: dualpipe needs >= 16 micro-batches
+}
+
+// A refusal says how much was needed, where, and against what; flags name what exists.
+TEST(PlanCli, RefusalsExplainThemselves) {
+  auto err = [](const std::string& args) {
+    const auto r = trillion::testing::run_trillion(args, /*with_stderr=*/true);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    return r.output;
+  };
+  const std::string fit = err("plan --model llama3-405b --cluster h100 --gpus 8");
+  EXPECT_NE(fit.find("does not fit in 80.0 GB per GPU"), std::string::npos) << fit;
+  EXPECT_NE(fit.find("The closest layout"), std::string::npos) << fit;
+  EXPECT_NE(fit.find("activations"), std::string::npos) << fit;
+  EXPECT_NE(fit.find("GB over"), std::string::npos) << fit;
+  const std::string fp8 = err("plan --model llama3-8b --cluster a100 --gpus 64 --precision fp8");
+  EXPECT_NE(fp8.find("no dense fp8 peak"), std::string::npos) << fp8;
+  EXPECT_NE(fp8.find("bf16, fp16"), std::string::npos) << fp8;
+  EXPECT_EQ(fp8.find("--layout fields"), std::string::npos) << fp8;
+  const std::string chunks =
+      err("plan --model llama3-8b --cluster h100 --gpus 64 --layout pp=4,schedule=interleaved "
+          "--chunks 1");
+  EXPECT_NE(chunks.find("--chunks"), std::string::npos) << chunks;
+}
+
+TEST(PlanCli, SmallModelHumanUnits) {
+  int rc = 0;
+  const std::string out =
+      run("plan --model " TRILLION_SOURCE_DIR "/configs/brown.toml --cluster h100 --gpus 8", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("M parameters"), std::string::npos) << out;
+  EXPECT_EQ(out.find("0B parameters"), std::string::npos) << out;
+  EXPECT_EQ(out.find("e+"), std::string::npos) << out;  // no $3.45e+07 or 1.73e+07
+}
+
+TEST(PlanCli, CompareAndValidate) {
+  int rc = 0;
+  const std::string out = run("plan --compare llama3-405b-16k deepseek-v3-2k", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("GPU-hours llama3-405b-16k / deepseek-v3-2k"), std::string::npos) << out;
+  EXPECT_NE(out.find("11.06x published"), std::string::npos) << out;
+  const std::string table = run("plan --validate", &rc);
+  ASSERT_EQ(rc, 0);
+  EXPECT_NE(table.find("Narayanan et al. 2104.04473 Table 1"), std::string::npos);
+  EXPECT_NE(table.find("(calibration)"), std::string::npos);
+}
+
+TEST(PlanCli, HtmlHasAxesTimelineAndRunnersUpChart) {
+  int rc = 0;
+  const std::string html = testing::TempDir() + "/plan_axes.html";
+  run("plan --model llama3-70b --cluster h100 --gpus 512 --layout tp=8,pp=4 --html " + html, &rc);
+  ASSERT_EQ(rc, 0);
+  std::ifstream in(html);
+  std::stringstream body;
+  body << in.rdbuf();
+  const std::string s = body.str();
+  EXPECT_NE(s.find("Timeline of one step"), std::string::npos);
+  EXPECT_NE(s.find(">seconds</text>"), std::string::npos);
+  EXPECT_NE(s.find("seconds per step"), std::string::npos);  // the runners-up chart's axis
+  EXPECT_NE(s.find("width=\"100%\""), std::string::npos);    // page width
+  EXPECT_EQ(s.find("e+0"), std::string::npos);
 }
 
 }  // namespace
