@@ -94,14 +94,19 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   const double flops_per_token = convention.flops_per_token;
   const double mfu = flops_per_token * tokens_per_s / (peak.gflops * 1e9);
   const int64_t params = plan::count_model(spec).total;
-  const double recompute_flops = plan::recompute_flops_per_token(
-      spec, cfg.model.seq_len, cfg.model.activation_policy(), convention.attention);
+  // The engine block's formulas (dense layers); MoE models report measured bytes only.
+  const bool dense = !cfg.model.moe.enabled();
+  const double recompute_flops =
+      dense ? plan::recompute_flops_per_token(spec, cfg.model.seq_len,
+                                              cfg.model.activation_policy(), convention.attention)
+            : 0.0;
   const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak.gflops * 1e9);
   const int64_t elem = static_cast<int64_t>(dtype_size(cfg.model.dtype));
   const int64_t predicted_activations =
-      plan::engine_activation_bytes(spec, cfg.train.micro_batch, cfg.model.seq_len,
-                                    cfg.model.activation_policy(), elem, elem)
-          .total();
+      dense ? plan::engine_activation_bytes(spec, cfg.train.micro_batch, cfg.model.seq_len,
+                                            cfg.model.activation_policy(), elem, elem)
+                  .total()
+            : 0;
   nlohmann::json j{{"config", config_path},
                    {"steps", steps},
                    {"tokens_per_step", runner.tokens_per_step()},

@@ -89,7 +89,7 @@ int inspect_command(int argc, char** argv) {
   for (const StageInfo& s : stages) rank_params[s.pp_rank] += s.parameters;
 
   // Activation bytes per stage: the engine's formula, for the layouts whose layers it describes.
-  const bool activation_formula = pc.tp == 1 && pc.cp == 1;
+  const bool activation_formula = pc.tp == 1 && pc.cp == 1 && !mc.moe.enabled();
   const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
   auto activation_bytes = [&](const StageInfo& s) -> int64_t {
     const int64_t first = s.units.first_unit == 0 ? 0 : s.units.first_unit - 1;
@@ -157,9 +157,16 @@ int inspect_command(int argc, char** argv) {
     return 0;
   }
 
-  std::printf("%s: %lld parameters in %zu tensors (%s)\n", config_path.c_str(),
+  std::printf("%s: %lld parameters in %zu tensors (%s)", config_path.c_str(),
               static_cast<long long>(total), global.specs().size(),
               std::string(dtype_name(mc.dtype)).c_str());
+  if (mc.moe.enabled()) {
+    std::printf(", %lld activated per token (top %lld of %lld routed experts)",
+                static_cast<long long>(plan::count_model(mc.spec()).activated),
+                static_cast<long long>(mc.moe.top_k),
+                static_cast<long long>(mc.moe.n_routed_experts));
+  }
+  std::printf("\n");
   std::printf("\n%-28s %-16s %-7s %-16s %4s  %-13s %s\n", "tensor", "global shape", "shard",
               "local shape", "unit", "role", "init");
   for (size_t i = 0; i < global.specs().size(); ++i) {
@@ -201,7 +208,9 @@ int inspect_command(int argc, char** argv) {
       "units: 0 embedding, 1..%lld layers, %lld head; parameters per rank are its "
       "tp/ep shard%s\n",
       static_cast<long long>(mc.n_layers), static_cast<long long>(mc.n_layers + 1),
-      activation_formula ? "" : "; activation bytes for tp/cp layouts: not modelled yet");
+      activation_formula ? ""
+                         : "; activation bytes for tp/cp layouts and MoE layers (whose "
+                           "expert buffers follow the routing): not modelled");
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/timer.h"
+#include "model/router.h"
 #include "model/transformer.h"
 #include "optim/lamb.h"
 #include "parallel/global_layout.h"
@@ -57,6 +58,13 @@ const RunConfig& checked_layout(const RunConfig& c) {
   refuse("cp", c.parallel.cp, "context parallelism");
   refuse("ep", c.parallel.ep, "expert parallelism");
   const ParallelConfig& p = c.parallel;
+  if (c.model.moe.enabled() && p.zero >= 2) {
+    throw Error(fmt::format(
+        "parallel.zero = {} with MoE layers: the routing bias is updated in place and expert "
+        "gradients reduce over their own group, which ZeRO-2/3's sharded stores do not do yet; "
+        "use parallel.zero = 0 or 1",
+        p.zero));
+  }
   if (p.pp > 1 && p.zero >= 2) {
     throw Error(fmt::format(
         "parallel.zero = {} with parallel.pp = {}: ZeRO-2/3 reduce or gather every micro-batch, "
@@ -291,6 +299,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   st.lr = lr_schedule_.at(step_index);
   optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
   parallel_->finish_step();
+  if (config_.model.moe.enabled()) finish_moe_step(st);
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
   st.comm = dp_.counters() - dp_before;
@@ -300,6 +309,60 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;
+}
+
+void StepRunner::finish_moe_step(StepStats& st) {
+  const MoeConfig& moe = config_.model.moe;
+  const int64_t L = config_.model.n_layers, E = moe.n_routed_experts;
+  // [L * E] loads of every layer (zero where this rank holds none), then balance and dropped.
+  std::vector<double> v(L * E + 2, 0.0);
+  for (auto& stage : stages_) {
+    const MoeStepStats s = stage->take_moe_stats();
+    for (size_t i = 0; i < s.layers.size(); ++i) {
+      for (int64_t e = 0; e < E; ++e) v[s.layers[i] * E + e] += s.loads[i][e];
+    }
+    v[L * E] += s.balance_loss;
+    v[L * E + 1] += static_cast<double>(s.dropped);
+  }
+  const Tensor all(v.data(), DType::f64, {static_cast<int64_t>(v.size())});
+  if (dp_.size() > 1) dp_.all_reduce(all);
+  // DualPipe: each copy of a layer saw half the micro-batches; both update from the sum.
+  if (mirror_) mirror_->all_reduce(all);
+  const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
+  // Each rank moves the biases it holds, from the same global loads: replicas stay equal.
+  double bias_sq = 0;
+  st.moe_layer_load_ratio.assign(L, 0.0);
+  for (int64_t l = 0; l < L; ++l) {
+    double sum = 0, mx = 0;
+    for (int64_t e = 0; e < E; ++e) sum += v[l * E + e], mx = std::max(mx, v[l * E + e]);
+    if (sum > 0) st.moe_layer_load_ratio[l] = mx / (sum / static_cast<double>(E));
+    const std::string bias = fmt::format("layers.{}.moe.router_bias", l);
+    if (sum > 0 && params_->table().contains(bias)) {
+      const Tensor b = params_->param(bias);
+      Router::update_bias(b, std::vector<double>(v.begin() + l * E, v.begin() + (l + 1) * E),
+                          moe.bias_update_rate);
+      if (contributes) bias_sq += be_.sum_squares(b);  // once over DualPipe's two copies
+    }
+  }
+  st.moe_balance_loss = v[L * E];
+  st.moe_dropped_tokens = static_cast<int64_t>(v[L * E + 1]);
+  if (pp_.size() > 1) {
+    // Each layer lives on one stage (counted once under DualPipe by the lower rank of a pair).
+    std::vector<double> r = st.moe_layer_load_ratio;
+    r.push_back(st.moe_balance_loss);
+    r.push_back(static_cast<double>(st.moe_dropped_tokens));
+    if (!contributes) std::fill(r.begin(), r.end(), 0.0);
+    r.push_back(bias_sq);
+    pp_.all_reduce(Tensor(r.data(), DType::f64, {static_cast<int64_t>(r.size())}));
+    std::copy(r.begin(), r.begin() + L, st.moe_layer_load_ratio.begin());
+    st.moe_balance_loss = r[L];
+    st.moe_dropped_tokens = static_cast<int64_t>(r[L + 1]);
+    bias_sq = r[L + 2];
+  }
+  st.moe_balance_loss /= static_cast<double>(config_.train.micro_batch * config_.train.grad_accum);
+  st.moe_bias_norm = std::sqrt(bias_sq);
+  st.moe_max_load_ratio =
+      *std::max_element(st.moe_layer_load_ratio.begin(), st.moe_layer_load_ratio.end());
 }
 
 void StepRunner::to_global(const Buffer& local, const Buffer& global) {

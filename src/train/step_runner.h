@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "comm/communicator.h"
 #include "model/stage_model.h"
@@ -38,6 +39,12 @@ struct StepStats {
   comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
   double pipeline_wait_seconds = 0;  // time blocked on pipeline receives
+  // MoE layers, over the step's global batch (zero for dense models):
+  double moe_max_load_ratio = 0;             // max over layers of (max / mean expert load)
+  std::vector<double> moe_layer_load_ratio;  // [layer] max / mean (0 for dense layers)
+  int64_t moe_dropped_tokens = 0;            // assignments over capacity
+  double moe_balance_loss = 0;               // mean over sequences of the layers' balance losses
+  double moe_bias_norm = 0;                  // L2 norm of every routing bias after its update
 };
 
 // This rank's process groups (nullptr: a group of one), from the DeviceMesh.
@@ -108,6 +115,9 @@ class StepRunner {
   std::vector<std::unique_ptr<StageModel>> stages_;  // per chunk of this rank
   std::unique_ptr<parallel::DataParallel> parallel_;
   std::unique_ptr<parallel::PipelineExecutor> executor_, eval_executor_;
+  // MoE: the step's expert loads over the data-parallel group, the aux-loss-free bias update and
+  // the routing metrics.
+  void finish_moe_step(StepStats& st);
   // Assembles a local-layout buffer into the global layout over the pp group (one holder of
   // each tensor contributes).
   void to_global(const Buffer& local, const Buffer& global);

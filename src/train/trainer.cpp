@@ -131,7 +131,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if (dir.lead()) peak = measure_gemm_peak(2048, 2);
   world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
   const MfuConvention mfu_flops = mfu_convention(mc.spec(), mc.seq_len);
-  const int64_t params = plan::count_model(mc.spec()).total;
+  const plan::ModelCounts counts = plan::count_model(mc.spec());
+  const int64_t params = counts.total;
   dir.event(fmt::format(
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, GEMM peak "
       "{:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
@@ -177,6 +178,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"comm", comm_groups_json(st)},
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
+    if (mc.moe.enabled()) {
+      line["moe_max_load_ratio"] = st.moe_max_load_ratio;
+      line["moe_layer_load_ratio"] = st.moe_layer_load_ratio;
+      line["moe_dropped_tokens"] = st.moe_dropped_tokens;
+      line["moe_balance_loss"] = st.moe_balance_loss;
+      line["moe_bias_norm"] = st.moe_bias_norm;
+    }
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;
     if (eval_now) line["val_loss"] = val_loss = evaluate(runner, shard, config.train.eval_batches);
     dir.metrics(line.dump());
@@ -237,6 +245,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
        steps_run > 0 ? static_cast<double>(steps_run) * runner.tokens_per_step() / train_seconds
                      : 0.0},
       {"params", params},
+      {"activated_params", counts.activated},
       {"model_flops_per_token", mfu_flops.flops_per_token},
       {"mfu_attention_flops", plan::attention_flops_name(mfu_flops.attention)},
       {"world_size", world.size()},
