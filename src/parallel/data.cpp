@@ -36,8 +36,8 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
       be_(backend),
       tracker_(tracker),
       options_(options),
-      plan_(params.unit_ranges(), options.stage == 3 ? 0 : options.bucket_elements, dp.size(),
-            dp.rank()),
+      plan_(options.ranges.empty() ? params.unit_ranges() : options.ranges,
+            options.stage == 3 ? 0 : options.bucket_elements, dp.size(), dp.rank()),
       finished_(params.num_units(), 0),
       reduced_(plan_.buckets().size(), 0) {
   TRILLION_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage must be 0..3");
@@ -51,8 +51,11 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
   TRILLION_CHECK((params.parameters().count() > 0) == need.parameters &&
                      (params.gradients().count() > 0) == need.gradients,
                  "model storage does not match the ZeRO stage");
+  TRILLION_CHECK(options.ranges.empty() || options.stage <= 1,
+                 "data parallelism over part of the units needs ZeRO 0 or 1");
   params_store_ = make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
-  grads_store_ = make_gradient_store(options.stage, params, dp, backend, tracker, plan_);
+  grads_store_ = make_gradient_store(options.stage, params, dp, backend, tracker, plan_,
+                                     options.ranges.empty());
   for (const Bucket& b : plan_.buckets()) {
     int64_t n = expected_[b.first_unit];
     for (int u = b.first_unit; u <= b.last_unit; ++u) {
@@ -64,11 +67,21 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
     needed_.push_back(grads_store_->reduces_every_micro_batch() ? n : 1);
   }
   if (options.stage == 0) {
-    segments_ = full_segments(params.table());
+    // Every tensor of the ranges, with the optimizer state compact in table order (the whole
+    // table: the one-process layout, state offset = table offset).
+    int64_t state = 0;
+    for (int i = 0; i < params.table().size(); ++i) {
+      const TensorSpec& t = params.table().spec(i);
+      if (!covers(t.offset) || t.numel() == 0) continue;
+      segments_.push_back({i, t.offset, t.offset, options.state_base + state, t.numel()});
+      state += t.numel();
+    }
+    state_elements_ = state;
   } else {
     for (const OwnedPiece& p : plan_.owned_pieces(params.table())) {
       segments_.push_back({p.spec, params_store_->sharded() ? p.local : p.global,
-                           grads_store_->sharded() ? p.local : p.global, p.local, p.length});
+                           grads_store_->sharded() ? p.local : p.global,
+                           options.state_base + p.local, p.length});
     }
   }
   params_.hooks().add(this);
@@ -81,18 +94,43 @@ DataParallel::~DataParallel() {
   }
 }
 
+bool DataParallel::covers(int64_t element) const {
+  for (const Bucket& b : plan_.buckets()) {
+    if (element >= b.begin && element < b.end) return true;
+  }
+  return false;
+}
+
 void DataParallel::gather_state(const Buffer& state, const Buffer& full) {
-  if (options_.stage == 0) return be_.copy(full.flat(), state.flat());
-  gather_shards(dp_, be_, tracker_, plan_, state, full, MemoryCategory::workspace);
+  if (options_.stage == 0) {
+    for (const OptimSegment& s : segments_) {
+      be_.copy(full.view(s.param_offset, {s.length}), state.view(s.state_offset, {s.length}));
+    }
+    return;
+  }
+  if (options_.state_base == 0) {
+    return gather_shards(dp_, be_, tracker_, plan_, state, full, MemoryCategory::workspace);
+  }
+  Buffer shard(tracker_, MemoryCategory::workspace, state.dtype(), plan_.shard_elements());
+  be_.copy(shard.flat(), state.view(options_.state_base, {plan_.shard_elements()}));
+  gather_shards(dp_, be_, tracker_, plan_, shard, full, MemoryCategory::workspace);
 }
 
 void DataParallel::load_state(const Buffer& full, const Buffer& state) {
-  if (options_.stage == 0) return be_.copy(state.flat(), full.flat());
-  take_shard(be_, plan_, full, state);
+  if (options_.stage == 0) {
+    for (const OptimSegment& s : segments_) {
+      be_.copy(state.view(s.state_offset, {s.length}), full.view(s.param_offset, {s.length}));
+    }
+    return;
+  }
+  if (options_.state_base == 0) return take_shard(be_, plan_, full, state);
+  Buffer shard(tracker_, MemoryCategory::workspace, state.dtype(), plan_.shard_elements());
+  take_shard(be_, plan_, full, shard);
+  be_.copy(state.view(options_.state_base, {plan_.shard_elements()}), shard.flat());
 }
 
 int64_t DataParallel::state_elements() const {
-  return options_.stage == 0 ? params_.table().total_elements() : plan_.shard_elements();
+  return options_.stage == 0 ? state_elements_ : plan_.shard_elements();
 }
 
 SumAcrossRanks DataParallel::sum_across_ranks() {
@@ -149,7 +187,7 @@ void DataParallel::maybe_reduce(int b) {
     if (!complete || reduced_[b] > 0) return;
     reduced_[b] = 1;
   }
-  start_reduction(b);
+  if (bk.size() > 0) start_reduction(b);  // units with nothing in this instance's ranges
 }
 
 void DataParallel::start_reduction(int b) {
@@ -203,8 +241,14 @@ double DataParallel::gradient_sum_squares() {
 
 std::vector<Tensor> DataParallel::reduced_gradients() {
   TRILLION_CHECK(options_.stage <= 1, "reduced_gradients: ZeRO-2/3 gradients live in shards");
-  if (options_.stage == 0) return {params_.gradients().flat()};
   std::vector<Tensor> views;
+  if (options_.stage == 0) {
+    if (options_.ranges.empty()) return {params_.gradients().flat()};
+    for (const Bucket& b : plan_.buckets()) {
+      if (b.size() > 0) views.push_back(params_.gradients().view(b.begin, {b.size()}));
+    }
+    return views;
+  }
   for (const Bucket& b : plan_.buckets()) {
     const int64_t lo = b.owned_begin(plan_.rank()), hi = b.owned_end(plan_.rank());
     if (hi > lo) views.push_back(params_.gradients().view(lo, {hi - lo}));

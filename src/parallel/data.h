@@ -40,6 +40,13 @@ struct DataParallelOptions {
   // Per local unit, when units differ (DualPipe: each model copy's stages see half the
   // micro-batches); empty: micro_batches for every unit.
   std::vector<int64_t> passes_per_unit;
+  // The part of each local unit this instance reduces (empty: every unit whole). Expert
+  // parallelism runs two instances over one ParameterSet: the dense tensors over the dp group and
+  // the routed experts over the expert-data-parallel group. Each range must be contiguous.
+  std::vector<UnitRange> ranges;
+  // Where this instance's optimizer state starts in the optimizer's buffers (the second
+  // instance of expert parallelism follows the first's).
+  int64_t state_base = 0;
 };
 
 class DataParallel : public UnitHooks {
@@ -91,6 +98,7 @@ class DataParallel : public UnitHooks {
 
  private:
   void maybe_reduce(int bucket);
+  bool covers(int64_t element) const;  // whether a table element is in this instance's ranges
   void start_reduction(int bucket);
   void poll();
 
@@ -103,6 +111,7 @@ class DataParallel : public UnitHooks {
   std::unique_ptr<ParameterStore> params_store_;
   std::unique_ptr<GradientStore> grads_store_;
   std::vector<OptimSegment> segments_;
+  int64_t state_elements_ = 0;  // stage 0
   std::vector<int64_t> expected_;  // per unit: backward passes per step
   std::vector<int64_t> finished_;  // per unit: backward passes finished this step
   std::vector<int64_t> reduced_;   // per bucket: micro-batches whose reduction has started

@@ -172,8 +172,8 @@ class ShardedParameters : public ParameterStore {
 class AllReducedGradients : public GradientStore {
  public:
   AllReducedGradients(ParameterSet& params, comm::Communicator& dp, Backend& be,
-                      const BucketPlan& plan)
-      : params_(params), dp_(dp), be_(be), plan_(plan) {}
+                      const BucketPlan& plan, bool whole = true)
+      : params_(params), dp_(dp), be_(be), plan_(plan), whole_(whole) {}
   bool sharded() const override { return false; }
   bool reduces_every_micro_batch() const override { return false; }
   void begin_step() override { params_.zero_grad(); }
@@ -187,14 +187,27 @@ class AllReducedGradients : public GradientStore {
   void complete(Reduction& r) override {}
   const Buffer& optimizer_grads() override { return params_.gradients(); }
   // Every rank holds the same reduced gradients, so its sum is already the total.
-  double sum_squares() override { return be_.sum_squares(params_.gradients().flat()); }
-  void scale(double f) override { be_.scale(params_.gradients().flat(), f); }
+  double sum_squares() override {
+    if (whole_) return be_.sum_squares(params_.gradients().flat());
+    double s = 0;
+    for (const Bucket& b : plan_.buckets()) {
+      if (b.size() > 0) s += be_.sum_squares(params_.gradients().view(b.begin, {b.size()}));
+    }
+    return s;
+  }
+  void scale(double f) override {
+    if (whole_) return be_.scale(params_.gradients().flat(), f);
+    for (const Bucket& b : plan_.buckets()) {
+      if (b.size() > 0) be_.scale(params_.gradients().view(b.begin, {b.size()}), f);
+    }
+  }
 
  protected:
   ParameterSet& params_;
   comm::Communicator& dp_;
   Backend& be_;
   const BucketPlan& plan_;
+  bool whole_;
 };
 
 // Stage 1: gradients accumulate in the model's buffer; each bucket is reduce-scattered and this
@@ -312,8 +325,9 @@ std::unique_ptr<ParameterStore> make_parameter_store(int stage, ParameterSet& pa
 
 std::unique_ptr<GradientStore> make_gradient_store(int stage, ParameterSet& params,
                                                    comm::Communicator& dp, Backend& be,
-                                                   MemoryTracker& tracker, const BucketPlan& plan) {
-  if (stage == 0) return std::make_unique<AllReducedGradients>(params, dp, be, plan);
+                                                   MemoryTracker& tracker, const BucketPlan& plan,
+                                                   bool whole) {
+  if (stage == 0) return std::make_unique<AllReducedGradients>(params, dp, be, plan, whole);
   if (stage == 1) return std::make_unique<ReduceScatteredGradients>(params, dp, be, tracker, plan);
   return std::make_unique<ShardedGradients>(params, dp, be, tracker, plan);
 }

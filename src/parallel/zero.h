@@ -86,8 +86,11 @@ std::unique_ptr<ParameterStore> make_parameter_store(int stage, ParameterSet& pa
                                                      comm::Communicator& dp, Backend& be,
                                                      MemoryTracker& tracker,
                                                      const BucketPlan& plan);
+// whole: the plan covers every element of the table (norms and scaling then run over the whole
+// buffer at once, as the one-process optimizer does).
 std::unique_ptr<GradientStore> make_gradient_store(int stage, ParameterSet& params,
                                                    comm::Communicator& dp, Backend& be,
-                                                   MemoryTracker& tracker, const BucketPlan& plan);
+                                                   MemoryTracker& tracker, const BucketPlan& plan,
+                                                   bool whole = true);
 
 }  // namespace trillion::parallel

@@ -9,6 +9,7 @@
 #include "model/router.h"
 #include "model/transformer.h"
 #include "optim/lamb.h"
+#include "parallel/expert_comm.h"
 #include "parallel/global_layout.h"
 #include "plan/parameter_table.h"
 #include "plan/stage_partition.h"
@@ -56,7 +57,15 @@ const RunConfig& checked_layout(const RunConfig& c) {
   };
   refuse("tp", c.parallel.tp, "tensor parallelism");
   refuse("cp", c.parallel.cp, "context parallelism");
-  refuse("ep", c.parallel.ep, "expert parallelism");
+  if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
+    throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
+                            "(model.n_routed_experts > 0)",
+                            c.parallel.ep));
+  }
+  if (c.parallel.ep > 1 && c.model.moe.n_routed_experts % c.parallel.ep != 0) {
+    throw Error(fmt::format("parallel.ep = {} does not divide model.n_routed_experts = {}",
+                            c.parallel.ep, c.model.moe.n_routed_experts));
+  }
   const ParallelConfig& p = c.parallel;
   if (c.model.moe.enabled() && p.zero >= 2) {
     throw Error(fmt::format(
@@ -162,7 +171,9 @@ parallel::DataParallelOptions parallel_options(const RunConfig& c) {
           static_cast<int64_t>(c.parallel.bucket_mb * 1e6 / elem),
           c.parallel.overlap,
           c.train.grad_accum,
-          {}};
+          {},
+          {},
+          0};
 }
 
 comm::Communicator& group_or(comm::Communicator* g, std::unique_ptr<comm::Communicator>& local,
@@ -179,6 +190,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       be_(backend),
       dp_(checked_group(group_or(groups.dp, local_dp_, "dp"), config.parallel.dp, "dp")),
       pp_(checked_group(group_or(groups.pp, local_pp_, "pp"), config.parallel.pp, "pp")),
+      ep_(checked_group(group_or(groups.ep, local_ep_, "ep"), config.parallel.ep, "ep")),
+      edp_(group_or(groups.edp, local_edp_, "edp")),
       ctx_(context_of(config, dp_.size())),
       schedule_(schedule_of(config)),
       eval_schedule_(forward_only(schedule_)),
@@ -203,9 +216,19 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     }
     return false;
   };
+  // Expert parallelism: this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep).
+  const ShardCoord coord{1, 0, ep_.size(), ep_.rank()};
+  if (ep_.size() > 1) {
+    experts_ = std::make_unique<parallel::AllToAllExchange>(ep_, backend, tracker,
+                                                           mc.moe.n_routed_experts);
+    ctx_.experts = experts_.get();
+    ctx_.ep = &ep_;
+    ctx_.degrees.ep = ep_.size();
+    ctx_.shard = coord;
+  }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
-  params_ = std::make_unique<ParameterSet>(global_table_.local(held, ShardCoord{}), ShardCoord{},
-                                           mc.dtype, backend, tracker,
+  params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
+                                           backend, tracker,
                                            parallel::DataParallel::model_storage(zero));
   const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
   std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
@@ -236,7 +259,35 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       dp_options.passes_per_unit[params_->local_unit(g)] = passes_of_chunk[c];
     }
   }
-  parallel_ = std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker, dp_options);
+  if (ep_.size() > 1) {
+    // Each unit's routed experts (stored last in it) reduce over edp, the rest over dp; one
+    // bucket per unit, since a unit's two parts interleave in the flat layout.
+    std::vector<UnitRange> dense, expert;
+    for (int u = 0; u < params_->num_units(); ++u) {
+      const UnitRange r = params_->unit_range(u);
+      int64_t split_at = r.end;
+      for (const TensorSpec& t : params_->table().specs()) {
+        if (t.role == TensorRole::routed_expert && t.offset >= r.begin && t.offset < r.end) {
+          split_at = std::min(split_at, t.offset);
+        }
+      }
+      dense.push_back({r.begin, split_at});
+      expert.push_back({split_at, r.end});
+    }
+    parallel::DataParallelOptions expert_options = dp_options;
+    dp_options.ranges = dense;
+    dp_options.bucket_elements = 0;
+    parallel_ =
+        std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker, dp_options);
+    expert_options.ranges = expert;
+    expert_options.bucket_elements = 0;
+    expert_options.state_base = parallel_->state_elements();
+    expert_parallel_ =
+        std::make_unique<parallel::DataParallel>(*params_, edp_, backend, tracker, expert_options);
+  } else {
+    parallel_ =
+        std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker, dp_options);
+  }
   std::vector<StageModel*> chunks;
   for (auto& s : stages_) chunks.push_back(s.get());
   comm::Communicator* pp = pp_.size() > 1 ? &pp_ : nullptr;
@@ -250,14 +301,34 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   }
 
   const AdamWConfig oc = adamw_config(config.optim);
+  std::vector<OptimSegment> segments = parallel_->segments();
+  int64_t state = parallel_->state_elements();
+  SumAcrossRanks sums = parallel_->sum_across_ranks();
+  if (expert_parallel_) {
+    const auto& more = expert_parallel_->segments();
+    segments.insert(segments.end(), more.begin(), more.end());
+    state += expert_parallel_->state_elements();
+    // LAMB's per-tensor partial sums: dense tensors' over dp, experts' over edp.
+    const int n_specs = params_->table().size();
+    std::vector<char> is_expert(n_specs);
+    for (int i = 0; i < n_specs; ++i) {
+      is_expert[i] = params_->table().spec(i).role == TensorRole::routed_expert;
+    }
+    sums = [this, is_expert, n_specs, dense = parallel_->sum_across_ranks(),
+            experts = expert_parallel_->sum_across_ranks()](std::vector<double>& v) {
+      std::vector<double> d = v, e = v;
+      for (size_t i = 0; i < v.size(); ++i) (is_expert[i % n_specs] ? d : e)[i] = 0;
+      dense(d);
+      experts(e);
+      for (size_t i = 0; i < v.size(); ++i) v[i] = d[i] + e[i];
+    };
+  }
   if (config.optim.name == "lamb") {
-    optimizer_ =
-        std::make_unique<Lamb>(params_->table(), parallel_->segments(), parallel_->state_elements(),
-                               mc.dtype, oc, tracker, parallel_->sum_across_ranks());
+    optimizer_ = std::make_unique<Lamb>(params_->table(), segments, state, mc.dtype, oc, tracker,
+                                        sums);
   } else {
     optimizer_ =
-        std::make_unique<AdamW>(params_->table(), parallel_->segments(),
-                                parallel_->state_elements(), mc.dtype, oc, backend, tracker);
+        std::make_unique<AdamW>(params_->table(), segments, state, mc.dtype, oc, backend, tracker);
   }
 }
 
@@ -274,6 +345,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   // Every rank scales by the global token count, so the sum over ranks is the mean's gradient.
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
   parallel_->begin_step();
+  if (expert_parallel_) expert_parallel_->begin_step();
   const std::vector<double> sums =
       executor_->run([&](int64_t micro, int32_t* tokens,
                          int32_t* targets) { batches(step_index, micro, tokens, targets); },
@@ -283,22 +355,24 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   // The head stages hold the losses (both ends under DualPipe); every pipeline rank learns them.
   if (pp_.size() > 1) pp_.all_reduce(Tensor(&st.loss, DType::f64, {1}));
   parallel_->finish_gradients();
+  if (expert_parallel_) expert_parallel_->finish_gradients();
   st.loss = parallel_->mean_across_ranks(st.loss);
   // DualPipe: the gradient of a stage is the sum over the two model copies that hold it.
   if (mirror_) {
     for (const Tensor& g : parallel_->reduced_gradients()) mirror_->all_reduce(g);
+    if (expert_parallel_) {
+      for (const Tensor& g : expert_parallel_->reduced_gradients()) mirror_->all_reduce(g);
+    }
   }
-  // The global norm over every stage, each parameter once (one of the two DualPipe copies).
-  double sum_sq = parallel_->gradient_sum_squares();
-  if (mirror_ && pp_.rank() >= pp_.size() / 2) sum_sq = 0;
-  if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum_sq, DType::f64, {1}));
-  st.grad_norm = std::sqrt(sum_sq);
+  st.grad_norm = std::sqrt(gradient_sum_squares());
   if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
     parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
+    if (expert_parallel_) expert_parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
   }
   st.lr = lr_schedule_.at(step_index);
   optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
   parallel_->finish_step();
+  if (expert_parallel_) expert_parallel_->finish_step();
   if (config_.model.moe.enabled()) finish_moe_step(st);
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
@@ -309,6 +383,20 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;
+}
+
+double StepRunner::gradient_sum_squares() {
+  double sum_sq = parallel_->gradient_sum_squares();
+  if (expert_parallel_) {
+    // Dense tensors are replicated over ep (its ranks are dp ranks); experts differ per ep rank.
+    double experts = expert_parallel_->gradient_sum_squares();
+    ep_.all_reduce(Tensor(&experts, DType::f64, {1}));
+    sum_sq += experts;
+  }
+  // Every stage, each parameter once (one of DualPipe's two copies).
+  if (mirror_ && pp_.rank() >= pp_.size() / 2) sum_sq = 0;
+  if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum_sq, DType::f64, {1}));
+  return sum_sq;
 }
 
 void StepRunner::finish_moe_step(StepStats& st) {
@@ -369,8 +457,14 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   be_.fill(global.flat(), 0.0);
   // DualPipe's two ranks of a pair hold the same tensors: the lower one contributes.
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
+  // Experts differ per ep rank; everything else is replicated over ep: ep rank 0 gives it.
   parallel::local_to_global(be_, params_->table(), params_->shard(), local, global_table_, global,
-                            [&](int) { return contributes; });
+                            [&](int spec) {
+                              const bool expert = params_->table().spec(spec).shard.group ==
+                                                  ShardGroup::ep;
+                              return contributes && (expert || ep_.rank() == 0);
+                            });
+  if (ep_.size() > 1) ep_.all_reduce(global.flat());
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
 }
 
@@ -383,6 +477,7 @@ void StepRunner::gather_global_parameters(const Buffer& global) {
 void StepRunner::gather_global_state(const Buffer& state, const Buffer& global) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
   parallel_->gather_state(state, local);
+  if (expert_parallel_) expert_parallel_->gather_state(state, local);
   to_global(local, global);
 }
 
@@ -396,6 +491,7 @@ void StepRunner::load_global_state(const Buffer& global, const Buffer& state) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
   parallel::global_to_local(be_, global_table_, global, params_->table(), params_->shard(), local);
   parallel_->load_state(local, state);
+  if (expert_parallel_) expert_parallel_->load_state(local, state);
 }
 
 double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets) {

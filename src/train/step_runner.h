@@ -51,6 +51,8 @@ struct StepStats {
 struct RankGroups {
   comm::Communicator* dp = nullptr;
   comm::Communicator* pp = nullptr;
+  comm::Communicator* ep = nullptr;   // expert parallelism (within dp)
+  comm::Communicator* edp = nullptr;  // the ranks holding the same experts
 };
 
 // Fills tokens and targets ([B_local*T] each) for this rank's part of micro-batch `micro` of
@@ -94,6 +96,8 @@ class StepRunner {
   const parallel::PipelineExecutor& executor() const { return *executor_; }
   Optimizer& optimizer() { return *optimizer_; }
   parallel::DataParallel& data_parallel() { return *parallel_; }
+  // The global norm's square of every stage's reduced gradients, each parameter once.
+  double gradient_sum_squares();
   const LrSchedule& lr_schedule() const { return lr_schedule_; }
   int64_t tokens_per_step() const;  // global
   int64_t local_micro_batch() const { return config_.train.micro_batch / dp_.size(); }
@@ -105,6 +109,10 @@ class StepRunner {
   std::unique_ptr<comm::Communicator> local_dp_, local_pp_;  // groups of one when none is given
   comm::Communicator& dp_;
   comm::Communicator& pp_;
+  std::unique_ptr<comm::Communicator> local_ep_, local_edp_;
+  comm::Communicator& ep_;
+  comm::Communicator& edp_;
+  std::unique_ptr<ExpertExchange> experts_;  // expert parallelism's all-to-all
   std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
                                                 // same stages of the other model copy
   ParallelContext ctx_;
@@ -114,6 +122,9 @@ class StepRunner {
   std::unique_ptr<ParameterSet> params_;
   std::vector<std::unique_ptr<StageModel>> stages_;  // per chunk of this rank
   std::unique_ptr<parallel::DataParallel> parallel_;
+  // Expert parallelism: the routed experts reduce over the edp group (parallel_ then holds the
+  // dense tensors, over dp).
+  std::unique_ptr<parallel::DataParallel> expert_parallel_;
   std::unique_ptr<parallel::PipelineExecutor> executor_, eval_executor_;
   // MoE: the step's expert loads over the data-parallel group, the aux-loss-free bias update and
   // the routing metrics.

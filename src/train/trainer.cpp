@@ -113,11 +113,14 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                          .n_kv_heads = mc.n_kv_heads,
                          .n_layers = mc.n_layers,
                          .micro_batch = config.train.micro_batch,
-                         .seq_len = mc.seq_len});
+                         .seq_len = mc.seq_len,
+                         .n_experts = mc.moe.n_routed_experts});
   MemoryTracker tracker;
   auto backend = make_cpu_backend(tracker);
   StepRunner runner(config, *backend, tracker,
-                    RankGroups{&mesh.group(comm::MeshGroup::dp), &mesh.group(comm::MeshGroup::pp)});
+                    RankGroups{&mesh.group(comm::MeshGroup::dp), &mesh.group(comm::MeshGroup::pp),
+                               &mesh.group(comm::MeshGroup::ep),
+                               &mesh.group(comm::MeshGroup::edp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const std::string config_toml = to_toml(config);
 
