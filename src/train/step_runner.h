@@ -19,6 +19,7 @@
 #include "model/stage_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "optim/noise_scale.h"
 #include "parallel/data.h"
 #include "parallel/pipeline/executor.h"
 #include "schedule/action.h"
@@ -38,6 +39,11 @@ struct StepStats {
   comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
   double pipeline_wait_seconds = 0;  // time blocked on pipeline receives
+  // The gradient noise scale's measurements (optim/noise_scale.h, batches in tokens): each dp
+  // rank's gradient (under ZeRO-2/3 each micro-batch's) as the small-batch estimates, the step's
+  // as the big one. Valid with two or more estimates and without DualPipe's two model copies.
+  NoiseScaleSample noise;
+  bool noise_valid = false;
 };
 
 // This rank's process groups (nullptr: a group of one), from the DeviceMesh.
