@@ -6,7 +6,8 @@
 // - DiLoCo with H = 20 sends exactly 1/20 of synchronous DP's gradient bytes between the two
 //   islands (counters; also under the emulated 1,000 km link);
 // - Streaming DiLoCo (2 fragments, overlapped, bf16 or fp4 exchange) resumes bitwise from a
-//   checkpoint taken while an exchange is in flight, and sends exactly the quantised bytes;
+//   checkpoint taken while an exchange is in flight (weights, losses, validation losses and the
+//   noise scale's averages), and sends exactly the quantised bytes;
 // - the all-reduce algorithms and the link emulator train the same run as one process;
 // - the gradient noise scale is the same whether its estimates are dp ranks or micro-batches.
 #include <gtest/gtest.h>
@@ -197,6 +198,11 @@ TEST_P(StreamingDiloco, ResumesBitwiseWithAnExchangeInFlight) {
   const auto cmp_val =
       run_trillion("compare " + whole + " " + parts + " --metric val_loss --tol 0");
   EXPECT_EQ(cmp_val.exit_code, 0) << cmp_val.output;
+  if (v.dp / 2 > 1) {  // islands of 2 ranks measure the noise scale; its averages resume too
+    const auto cmp_noise =
+        run_trillion("compare " + whole + " " + parts + " --metric gradient_noise_scale --tol 0");
+    EXPECT_EQ(cmp_noise.exit_code, 0) << cmp_noise.output;
+  }
 
   const auto m = metrics(whole);
   ASSERT_EQ(m.size(), 12u);
