@@ -1,7 +1,9 @@
-// `trillion compare RUN_A RUN_B [--tol X]`: the acceptance test of "same math, any layout".
-// Prints per-step loss differences and the largest absolute difference of the final weights
-// (newest checkpoint of each run); exits 0 iff every difference is <= X (X = 0: bitwise), 1 if
-// not, 2 on a user error (missing run, different models).
+// `trillion compare RUN_A RUN_B [--tol X] [--metric KEY]`: the acceptance test of "same math, any
+// layout". Prints per-step loss differences (or of another metrics.jsonl key, on the steps that
+// log it: `--metric val_loss` compares a DiLoCo run, whose `loss` is one island's, by its global
+// model) and the largest absolute difference of the final weights (newest checkpoint of each
+// run); exits 0 iff every difference is <= X (X = 0: bitwise), 1 if not, 2 on a user error
+// (missing run, different models).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -20,7 +22,7 @@ namespace trillion::cli {
 
 namespace {
 
-std::map<int64_t, double> read_losses(const std::string& run_dir) {
+std::map<int64_t, double> read_losses(const std::string& run_dir, const std::string& key) {
   const std::string path = run_dir + "/metrics.jsonl";
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("'{}' has no metrics.jsonl: is it a run directory?", run_dir));
@@ -29,7 +31,7 @@ std::map<int64_t, double> read_losses(const std::string& run_dir) {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line);
-    losses[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
+    if (j.contains(key)) losses[j.at("step").get<int64_t>()] = j.at(key).get<double>();
   }
   return losses;
 }
@@ -56,15 +58,19 @@ int compare_command(int argc, char** argv) {
   CLI::App app{"Compare two runs: per-step losses and final weights"};
   std::string a, b;
   double tol = 0;
+  std::string metric = "loss";
   app.add_option("run_a", a, "first run directory")->required();
   app.add_option("run_b", b, "second run directory")->required();
   app.add_option("--tol", tol, "largest allowed absolute difference (0: bitwise)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--metric", metric, "the metrics.jsonl key compared per step (default loss)");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
-  const auto la = read_losses(a), lb = read_losses(b);
+  const auto la = read_losses(a, metric), lb = read_losses(b, metric);
+  if (la.empty()) throw Error(fmt::format("'{}' logs no '{}' in metrics.jsonl", a, metric));
   bool ok = la.size() == lb.size();
   double max_loss_diff = 0;
-  std::printf("%8s %14s %14s %12s\n", "step", "loss A", "loss B", "|diff|");
+  std::printf("%8s %14s %14s %12s\n", "step", (metric + " A").c_str(), (metric + " B").c_str(),
+              "|diff|");
   for (const auto& [step, loss_a] : la) {
     auto it = lb.find(step);
     if (it == lb.end()) {
@@ -107,8 +113,8 @@ int compare_command(int argc, char** argv) {
     }
   }
   if (!(max_weight_diff <= tol) || (tol == 0 && !bitwise_equal)) ok = false;
-  std::printf("max |loss diff| %.3e, max |weight diff| %.3e%s, tolerance %.3e: %s\n", max_loss_diff,
-              max_weight_diff, bitwise_equal ? " (bitwise equal)" : "", tol,
+  std::printf("max |%s diff| %.3e, max |weight diff| %.3e%s, tolerance %.3e: %s\n", metric.c_str(),
+              max_loss_diff, max_weight_diff, bitwise_equal ? " (bitwise equal)" : "", tol,
               ok ? "MATCH" : "DIFFER");
   return ok ? 0 : 1;
 }

@@ -145,6 +145,8 @@ void validate_options(const MeshOptions& o, int world_size) {
     throw Error(
         fmt::format("{} emulated sites must divide the job's {} process(es)", o.sites, world_size));
   }
+  TRILLION_CHECK(o.site_of_rank.empty() || static_cast<int>(o.site_of_rank.size()) == world_size,
+                 "one site per world rank");
 }
 
 }  // namespace
@@ -154,31 +156,42 @@ int DeviceMesh::node_of(const MeshOptions& options, int, int rank) {
 }
 
 int DeviceMesh::site_of(const MeshOptions& options, int world_size, int rank) {
+  if (!options.site_of_rank.empty()) return options.site_of_rank[static_cast<size_t>(rank)];
   return rank / (world_size / options.sites);
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLimits& limits,
                        const MeshOptions& options)
-    : world_(world), layout_(shape) {
+    : world_(world),
+      layout_(shape),
+      options_(options),
+      links_(std::make_shared<LinkEmulator::Links>()) {
   validate_mesh(shape, world.size(), limits);
   validate_options(options, world.size());
   coord_ = layout_.coord_of(world.rank());
-  const int n = world.size(), r = world.rank();
-  auto links = std::make_shared<LinkEmulator::Links>();  // one set of wires for every group
   for (int g = 0; g < kMeshGroups; ++g) {
     const auto kind = static_cast<MeshGroup>(g);
     const auto [color, key] = color_key(shape, kind, coord_);
-    std::unique_ptr<Communicator> group = world.split(color, key, group_name(kind));
-    if (options.sites > 1) {
-      group = std::make_unique<LinkEmulator>(std::move(group), site_of(options, n, r),
-                                             options.between_sites, LinkModel{}, r, links);
-    }
-    if (options.all_reduce != AllReduceAlgorithm::mpi) {
-      group = std::make_unique<AlgorithmCommunicator>(std::move(group), options.all_reduce,
-                                                      node_of(options, n, r));
-    }
-    groups_.push_back(std::move(group));
+    groups_.push_back(wrap(world.split(color, key, group_name(kind))));
   }
+}
+
+std::unique_ptr<Communicator> DeviceMesh::split(int color, int key, const std::string& name) {
+  return wrap(world_.split(color, key, name));
+}
+
+// split -> LinkEmulator -> AlgorithmCommunicator, so the algorithm's messages are the delayed ones.
+std::unique_ptr<Communicator> DeviceMesh::wrap(std::unique_ptr<Communicator> group) const {
+  const int n = world_.size(), r = world_.rank();
+  if (options_.sites > 1) {
+    group = std::make_unique<LinkEmulator>(std::move(group), site_of(options_, n, r),
+                                           options_.between_sites, LinkModel{}, r, links_);
+  }
+  if (options_.all_reduce != AllReduceAlgorithm::mpi) {
+    group = std::make_unique<AlgorithmCommunicator>(std::move(group), options_.all_reduce,
+                                                    node_of(options_, n, r));
+  }
+  return group;
 }
 
 CommCounters DeviceMesh::total_counters() const {

@@ -29,7 +29,8 @@
 // MeshOptions choose how the groups communicate, without the code that uses them knowing: the
 // all-reduce algorithm (comm/algorithms: the MPI library's, an explicit ring, or hierarchical
 // over nodes of ranks_per_node consecutive world ranks) and, for tests and benchmarks, emulated
-// slow links between `sites` equal blocks of consecutive world ranks (comm/link_emulator.h).
+// slow links between `sites` (equal blocks of consecutive world ranks, or any assignment of ranks
+// to sites: the trainer makes sites blocks of dp coordinates) (comm/link_emulator.h).
 // Every group is wrapped the same way: split -> LinkEmulator -> AlgorithmCommunicator.
 #pragma once
 
@@ -68,6 +69,8 @@ struct MeshOptions {
   int ranks_per_node = 0;  // consecutive world ranks per node; 0: one node holds every rank
   int sites = 1;           // emulated sites; 1: no emulation
   LinkModel between_sites;
+  // The site of each world rank; empty: `sites` equal blocks of consecutive world ranks.
+  std::vector<int> site_of_rank;
 };
 
 // Throws Error naming the offending degree and what to change.
@@ -102,6 +105,10 @@ class DeviceMesh {
   const MeshCoord& coord() const { return coord_; }
   Communicator& world() { return world_; }
   Communicator& group(MeshGroup g) { return *groups_[static_cast<int>(g)]; }
+  // A group beyond the mesh's own (e.g. DiLoCo's islands), split from the world by (color, key)
+  // and wrapped as the mesh's groups are: same algorithm, same emulated wires. Collective over
+  // the world.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name);
   // Where world rank `rank` runs under `options` (node and emulated site).
   static int node_of(const MeshOptions& options, int world_size, int rank);
   static int site_of(const MeshOptions& options, int world_size, int rank);
@@ -109,8 +116,12 @@ class DeviceMesh {
   CommCounters total_counters() const;
 
  private:
+  std::unique_ptr<Communicator> wrap(std::unique_ptr<Communicator> group) const;
+
   Communicator& world_;
   MeshLayout layout_;
+  MeshOptions options_;
+  std::shared_ptr<LinkEmulator::Links> links_;  // one set of wires for every group
   MeshCoord coord_;
   std::vector<std::unique_ptr<Communicator>> groups_;
 };

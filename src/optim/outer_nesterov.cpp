@@ -3,12 +3,20 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace trillion {
 
 OuterNesterov::OuterNesterov(int64_t parameters, const OuterNesterovConfig& config)
-    : config_(config), momentum_(static_cast<size_t>(parameters), 0.0f) {
+    : OuterNesterov(std::span<float>(), config) {
+  owned_.assign(static_cast<size_t>(parameters), 0.0f);
+  momentum_ = owned_;
+}
+
+OuterNesterov::OuterNesterov(std::span<float> momentum, const OuterNesterovConfig& config)
+    : config_(config), momentum_(momentum) {
   if (!(config.lr > 0)) {
     throw Error(fmt::format("diloco.outer_lr = {} must be > 0 (DiLoCo uses 0.7)", config.lr));
   }
@@ -38,12 +46,12 @@ void OuterNesterov::pseudo_gradient(std::span<const float> start, std::span<cons
   for (size_t i = 0; i < start.size(); ++i) delta[i] = start[i] - end[i];
 }
 
-void OuterNesterov::set_momentum(std::vector<float> m) {
+void OuterNesterov::set_momentum(std::span<const float> m) {
   if (m.size() != momentum_.size()) {
     throw Error(fmt::format("outer momentum of {} elements does not fit a model of {} parameters",
                             m.size(), momentum_.size()));
   }
-  momentum_ = std::move(m);
+  std::copy(m.begin(), m.end(), momentum_.begin());
 }
 
 }  // namespace trillion

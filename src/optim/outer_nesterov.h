@@ -13,7 +13,8 @@
 // parameters and averaged pseudo-gradients.
 //
 // Invariants: momentum is fp32, one element per parameter (4 bytes/param of outer state, kept by
-// checkpoints); step() touches only the slice it is given.
+// checkpoints), owned or lent by the caller (the DiLoCo driver keeps it in an accounted Buffer);
+// step() touches only the slice it is given.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,12 @@ class OuterNesterov {
  public:
   // `parameters` elements of momentum, zero. Error for lr <= 0 or momentum outside [0, 1).
   OuterNesterov(int64_t parameters, const OuterNesterovConfig& config);
+  // Momentum in the caller's storage (which must outlive this), used as it is.
+  OuterNesterov(std::span<float> momentum, const OuterNesterovConfig& config);
+  OuterNesterov(const OuterNesterov&) = delete;  // the span may point into owned_
+  OuterNesterov& operator=(const OuterNesterov&) = delete;
+  OuterNesterov(OuterNesterov&&) = default;  // a moved vector keeps its storage
+  OuterNesterov& operator=(OuterNesterov&&) = default;
 
   // params[i] holds theta_start for elements [offset, offset + params.size()) and receives the
   // new global parameters; delta[i] is the averaged pseudo-gradient of the same elements.
@@ -41,13 +48,14 @@ class OuterNesterov {
   static void pseudo_gradient(std::span<const float> start, std::span<const float> end,
                               std::span<float> delta);
 
-  const std::vector<float>& momentum() const { return momentum_; }
-  void set_momentum(std::vector<float> m);
+  std::span<const float> momentum() const { return momentum_; }
+  void set_momentum(std::span<const float> m);
   const OuterNesterovConfig& config() const { return config_; }
 
  private:
   OuterNesterovConfig config_;
-  std::vector<float> momentum_;
+  std::vector<float> owned_;
+  std::span<float> momentum_;
 };
 
 }  // namespace trillion

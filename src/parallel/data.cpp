@@ -147,6 +147,7 @@ void DataParallel::begin_step() {
   std::fill(finished_.begin(), finished_.end(), 0);
   std::fill(reduced_.begin(), reduced_.end(), 0);
   wait_seconds_ = 0;
+  local_sq_ = 0;
 }
 
 void DataParallel::before(int unit, Pass pass, Use use, int next) {
@@ -191,6 +192,7 @@ void DataParallel::maybe_reduce(int b) {
 }
 
 void DataParallel::start_reduction(int b) {
+  if (dp_.size() * local_estimates() > 1) local_sq_ += grads_store_->local_sum_squares(b);
   in_flight_.push_back(grads_store_->start(b));
   if (!options_.overlap) return finish_gradients();  // measuring mode: nothing hidden
   // Sharded stores: bound the gradient memory in flight by waiting for the oldest reduction

@@ -89,6 +89,14 @@ class DataParallel : public UnitHooks {
   std::vector<Tensor> reduced_gradients();
   void finish_step() { params_store_->finish_step(); }
   double mean_across_ranks(double value);
+  // The gradient noise scale's small-batch estimates (optim/noise_scale.h): the sum of squares of
+  // this rank's gradients before their reduction, over the estimates it made this step (one per
+  // step when gradients accumulate in the model's buffer, ZeRO 0-1; one per micro-batch under
+  // ZeRO 2-3), measured only when the dp group holds two or more estimates.
+  double local_sum_squares() const { return local_sq_; }
+  int64_t local_estimates() const {
+    return grads_store_->reduces_every_micro_batch() ? options_.micro_batches : 1;
+  }
   // Seconds finish_gradients() spent waiting in the last step: reduction time not hidden behind
   // backward.
   double exposed_wait_seconds() const { return wait_seconds_; }
@@ -118,6 +126,7 @@ class DataParallel : public UnitHooks {
   std::vector<int64_t> needed_;    // per bucket: reductions per step (1, or every micro-batch)
   std::vector<Reduction> in_flight_;
   double wait_seconds_ = 0;
+  double local_sq_ = 0;
 };
 
 }  // namespace trillion::parallel

@@ -177,6 +177,10 @@ class AllReducedGradients : public GradientStore {
   bool sharded() const override { return false; }
   bool reduces_every_micro_batch() const override { return false; }
   void begin_step() override { params_.zero_grad(); }
+  double local_sum_squares(int bucket) override {
+    const Bucket& b = plan_.buckets()[bucket];
+    return be_.sum_squares(params_.gradients().view(b.begin, {b.size()}));
+  }
   Reduction start(int bucket) override {
     const Bucket& b = plan_.buckets()[bucket];
     Reduction r;
@@ -283,6 +287,9 @@ class ShardedGradients : public GradientStore {
       params_.bind_gradients(
           u, static_cast<char*>(buf.raw()) + (params_.unit_range(u).begin - b.begin) * elem);
     }
+  }
+  double local_sum_squares(int bucket) override {  // padding is zero
+    return be_.sum_squares(buckets_[bucket].flat());
   }
   Reduction start(int bucket) override {
     const Bucket& b = plan_.buckets()[bucket];

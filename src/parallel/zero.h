@@ -74,6 +74,9 @@ class GradientStore {
   virtual bool reduces_every_micro_batch() const = 0;
   virtual void begin_step() = 0;    // zero the gradients
   virtual void open(int bucket) {}  // a backward pass is about to write the bucket's gradients
+  // Sum of squares of the bucket's gradients on this rank before they are reduced (called just
+  // before start(); for the gradient noise scale).
+  virtual double local_sum_squares(int bucket) = 0;
   virtual Reduction start(int bucket) = 0;
   virtual void complete(Reduction& r) = 0;
   virtual const Buffer& optimizer_grads() = 0;

@@ -74,6 +74,11 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointContent
                                 .dump(2);
   put("state.json", state.data(), state.size());
   put("config.toml", c.config_toml.data(), c.config_toml.size());
+  for (const CheckpointFile& f : c.extra) {
+    TRILLION_CHECK(!manifest.contains(f.name) && f.name.find('/') == std::string::npos,
+                   "checkpoint file name " + f.name);
+    put(f.name, f.bytes.data(), f.bytes.size());
+  }
   const std::string m = manifest.dump(2);
   write_bytes((tmp / "manifest.json").string(), m.data(), m.size());
   fsync_path(tmp.string());
@@ -109,14 +114,16 @@ std::optional<std::string> verify_checkpoint(const std::string& dir) {
   }
   for (const char* name : {"params.bin", "optimizer.bin", "state.json", "config.toml"}) {
     if (!manifest.contains(name)) return fmt::format("manifest has no entry for {}", name);
+  }
+  for (const auto& [name, entry] : manifest.items()) {  // extra files (CheckpointFile) too
     const fs::path p = fs::path(dir) / name;
     if (!fs::exists(p)) return fmt::format("{} is missing", name);
     const std::string bytes = read_bytes(p.string());
-    if (bytes.size() != manifest[name]["bytes"].get<size_t>()) {
+    if (bytes.size() != entry["bytes"].get<size_t>()) {
       return fmt::format("{} has {} bytes, manifest says {}", name, bytes.size(),
-                         manifest[name]["bytes"].get<size_t>());
+                         entry["bytes"].get<size_t>());
     }
-    if (XXH64(bytes.data(), bytes.size(), 0) != manifest[name]["xxh64"].get<uint64_t>()) {
+    if (XXH64(bytes.data(), bytes.size(), 0) != entry["xxh64"].get<uint64_t>()) {
       return fmt::format("{} checksum mismatch", name);
     }
   }
@@ -150,6 +157,12 @@ CheckpointState load_checkpoint(const std::string& dir, Buffer& params, Buffer* 
   st.next_sample = s["next_sample"];
   st.seed = s["seed"];
   return st;
+}
+
+std::optional<std::string> read_checkpoint_file(const std::string& dir, const std::string& name) {
+  const fs::path p = fs::path(dir) / name;
+  if (!fs::exists(p)) return std::nullopt;
+  return read_bytes(p.string());
 }
 
 std::string read_checkpoint_config(const std::string& dir) {

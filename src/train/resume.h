@@ -1,25 +1,39 @@
 // Checkpoints of a running job: write one from the runner's (possibly sharded) state, and resume
 // from the newest valid one. Sharded state is gathered into the one-process table layout, so any
 // layout resumes any checkpoint; a corrupt checkpoint is reported in events.log and the previous
-// one used (train/checkpoint.h holds the file format and its checks).
+// one used (train/checkpoint.h holds the file format and its checks). The rest of a run's state
+// (DiLoCo's outer state, the noise-scale averages) travels as CheckpointParts, each its own files.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "train/checkpoint.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
 
 namespace trillion {
 
-// Collective over the dp group; only the lead rank writes. Keeps config.train.keep_checkpoints.
+// State beyond the runner's that a checkpoint carries.
+class CheckpointPart {
+ public:
+  virtual ~CheckpointPart() = default;
+  // Collective over the world (every rank calls it); the lead rank's files are written.
+  virtual void save(std::vector<CheckpointFile>& files) = 0;
+  // Every rank, after the runner's state was loaded from the verified `checkpoint_dir`.
+  virtual void load(const std::string& checkpoint_dir) = 0;
+};
+
+// Collective over the world; only the lead rank writes. Keeps config.train.keep_checkpoints.
 void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
                      const RunConfig& config, const std::string& config_toml, int64_t step,
-                     uint64_t next_sample);
+                     uint64_t next_sample, const std::vector<CheckpointPart*>& parts = {});
 
-// Loads the newest valid checkpoint into the runner and returns its step; 0 when the run has
-// none. Throws Error when checkpoints exist but every one is corrupt.
+// Loads the newest valid checkpoint into the runner and the parts and returns its step; 0 when
+// the run has none. Throws Error when checkpoints exist but every one is corrupt.
 int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
-                               const RunConfig& config);
+                               const RunConfig& config,
+                               const std::vector<CheckpointPart*>& parts = {});
 
 }  // namespace trillion

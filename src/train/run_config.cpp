@@ -4,11 +4,16 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "comm/algorithms/algorithm_communicator.h"
 #include "core/error.h"
+#include "optim/outer_nesterov.h"
+#include "optim/outer_quantize.h"
+#include "optim/streaming_schedule.h"
 #include "schedule/action.h"
 
 namespace trillion {
@@ -106,10 +111,11 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   for (const std::string& o : overrides) apply_override(root, o, source);
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
-    if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel") {
+    if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel" &&
+        k != "emulate" && k != "diloco") {
       throw Error(
           fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
-                      "parallel)",
+                      "parallel, emulate, diloco)",
                       source, k));
     }
     if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
@@ -177,6 +183,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   t.read("eval_batches", tc.eval_batches);
   t.read("checkpoint_every", tc.checkpoint_every);
   t.read("keep_checkpoints", tc.keep_checkpoints);
+  t.read("noise_scale_decay", tc.noise_scale_decay);
   t.reject_unknown();
   auto at_least = [&](const char* key, int64_t v, int64_t lo) {
     if (v < lo) throw Error(fmt::format("{}: {} = {} must be >= {}", source, key, v, lo));
@@ -189,6 +196,12 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   at_least("train.eval_batches", tc.eval_batches, 1);
   at_least("train.checkpoint_every", tc.checkpoint_every, 0);
   at_least("train.keep_checkpoints", tc.keep_checkpoints, 1);
+  if (!(tc.noise_scale_decay >= 0 && tc.noise_scale_decay < 1)) {
+    throw Error(
+        fmt::format("{}: train.noise_scale_decay = {} must be in [0, 1) (0.99 averages "
+                    "over ~100 steps)",
+                    source, tc.noise_scale_decay));
+  }
 
   SectionReader o(root["optim"].as_table(), "optim", source);
   OptimConfig& oc = rc.optim;
@@ -204,9 +217,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   o.read("warmup_steps", oc.warmup_steps);
   o.read("decay_fraction", oc.decay_fraction);
   o.reject_unknown();
-  if (oc.name != "adamw" && oc.name != "lamb") {
-    throw Error(
-        fmt::format("{}: optim.name = '{}': supported optimizers: adamw, lamb", source, oc.name));
+  if (oc.name != "adamw" && oc.name != "lamb" && oc.name != "sgd") {
+    throw Error(fmt::format("{}: optim.name = '{}': supported optimizers: adamw, lamb, sgd", source,
+                            oc.name));
   }
   if (!(oc.lr > 0) || oc.min_lr < 0 || oc.min_lr > oc.lr) {
     throw Error(
@@ -257,6 +270,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   p.read("schedule", pc.schedule);
   p.read("chunks", pc.chunks);
   p.read("split_backward", pc.split_backward);
+  p.read("allreduce", pc.allreduce);
+  p.read("ranks_per_node", pc.ranks_per_node);
   p.reject_unknown();
   at_least("parallel.dp", pc.dp, 1);
   at_least("parallel.tp", pc.tp, 1);
@@ -284,12 +299,101 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
                     "divides it",
                     source, pc.dp, rc.train.micro_batch));
   }
+  try {
+    comm::parse_algorithm(pc.allreduce, "parallel.allreduce");
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
+  at_least("parallel.ranks_per_node", pc.ranks_per_node, 0);
+
+  SectionReader em(root["emulate"].as_table(), "emulate", source);
+  EmulateConfig& ec = rc.emulate;
+  em.read("sites", ec.sites);
+  em.read("latency_ms", ec.latency_ms);
+  em.read("gbps", ec.gbps);
+  em.reject_unknown();
+  at_least("emulate.sites", ec.sites, 1);
+  if (pc.dp % ec.sites != 0) {
+    throw Error(fmt::format(
+        "{}: emulate.sites = {} does not divide parallel.dp = {} (sites split the data-parallel "
+        "replicas into equal blocks)",
+        source, ec.sites, pc.dp));
+  }
+  if (!(ec.latency_ms >= 0) || !(ec.gbps >= 0)) {
+    throw Error(fmt::format(
+        "{}: emulate.latency_ms = {} and emulate.gbps = {} must be >= 0 (gbps 0: no limit)", source,
+        ec.latency_ms, ec.gbps));
+  }
+
+  SectionReader dl(root["diloco"].as_table(), "diloco", source);
+  DilocoConfig& di = rc.diloco;
+  double mixing = std::nan("");
+  dl.read("islands", di.islands);
+  dl.read("inner_steps", di.inner_steps);
+  dl.read("outer_lr", di.outer_lr);
+  dl.read("outer_momentum", di.outer_momentum);
+  dl.read("nesterov", di.nesterov);
+  dl.read("fragments", di.fragments);
+  dl.read("overlap_steps", di.overlap_steps);
+  dl.read("mixing", mixing);
+  dl.read("fragment_pattern", di.fragment_pattern);
+  dl.read("outer_precision", di.outer_precision);
+  dl.reject_unknown();
+  // Streaming DiLoCo mixes an overlapped fragment half and half (2501.18512 §2.3); without
+  // overlap the global fragment replaces the local one (DiLoCo).
+  di.mixing = std::isnan(mixing) ? (di.overlap_steps > 0 ? 0.5 : 0.0) : mixing;
+  at_least("diloco.islands", di.islands, 0);
+  if (di.enabled()) {
+    try {
+      if (pc.dp % di.islands != 0) {
+        throw Error(fmt::format(
+            "diloco.islands = {} does not divide parallel.dp = {} (each island holds dp / "
+            "islands data-parallel replicas)",
+            di.islands, pc.dp));
+      }
+      if (mc.dtype != DType::f32) {
+        throw Error(
+            fmt::format("diloco needs model.dtype = \"f32\" (got \"{}\"): the outer "
+                        "optimizer and the quantised exchange are fp32",
+                        dtype_name(mc.dtype)));
+      }
+      if (schedule::parse_schedule_kind(pc.schedule) == schedule::ScheduleKind::kDualPipe) {
+        throw Error(
+            "diloco with parallel.schedule = \"dualpipe\" is not supported (its two model copies "
+            "would need one outer state); use another schedule");
+      }
+      if (pc.ep > 1) {
+        throw Error(fmt::format(
+            "diloco with parallel.ep = {} is not supported (the outer optimizer covers the dense "
+            "replicas' state only); use parallel.ep = 1",
+            pc.ep));
+      }
+      OuterNesterov(0, {di.outer_lr, di.outer_momentum, di.nesterov});  // checks lr, momentum
+      parse_outer_precision(di.outer_precision, "diloco.outer_precision");
+      if (di.fragment_pattern != "strided" && di.fragment_pattern != "sequential") {
+        throw Error(fmt::format("diloco.fragment_pattern = '{}': expected strided or sequential",
+                                di.fragment_pattern));
+      }
+      FragmentSchedule(streaming_config(di), static_cast<int>(mc.n_layers));  // checks the rest
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", source, e.what()));
+    }
+  }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
     throw Error(fmt::format("{}: data.vocab = {} exceeds model.vocab_size = {}", source, dc.vocab,
                             mc.vocab_size));
   }
   return rc;
+}
+
+StreamingConfig streaming_config(const DilocoConfig& d) {
+  return {.inner_steps = static_cast<int>(d.inner_steps),
+          .fragments = static_cast<int>(d.fragments),
+          .overlap_steps = static_cast<int>(d.overlap_steps),
+          .mixing = d.mixing,
+          .pattern = d.fragment_pattern == "sequential" ? FragmentPattern::sequential
+                                                        : FragmentPattern::strided};
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -339,7 +443,8 @@ std::string to_toml(const RunConfig& c) {
                     {"eval_every", t.eval_every},
                     {"eval_batches", t.eval_batches},
                     {"checkpoint_every", t.checkpoint_every},
-                    {"keep_checkpoints", t.keep_checkpoints}};
+                    {"keep_checkpoints", t.keep_checkpoints},
+                    {"noise_scale_decay", t.noise_scale_decay}};
   const OptimConfig& o = c.optim;
   toml::table optim{{"name", o.name},
                     {"lr", o.lr},
@@ -372,9 +477,24 @@ std::string to_toml(const RunConfig& c) {
                        {"overlap", p.overlap},
                        {"schedule", p.schedule},
                        {"chunks", p.chunks},
-                       {"split_backward", p.split_backward}};
-  toml::table root{
-      {"model", model}, {"train", train}, {"optim", optim}, {"data", data}, {"parallel", parallel}};
+                       {"split_backward", p.split_backward},
+                       {"allreduce", p.allreduce},
+                       {"ranks_per_node", p.ranks_per_node}};
+  const EmulateConfig& e = c.emulate;
+  toml::table emulate{{"sites", e.sites}, {"latency_ms", e.latency_ms}, {"gbps", e.gbps}};
+  const DilocoConfig& di = c.diloco;
+  toml::table diloco{{"islands", di.islands},
+                     {"inner_steps", di.inner_steps},
+                     {"outer_lr", di.outer_lr},
+                     {"outer_momentum", di.outer_momentum},
+                     {"nesterov", di.nesterov},
+                     {"fragments", di.fragments},
+                     {"overlap_steps", di.overlap_steps},
+                     {"mixing", di.mixing},
+                     {"fragment_pattern", di.fragment_pattern},
+                     {"outer_precision", di.outer_precision}};
+  toml::table root{{"model", model},       {"train", train},     {"optim", optim},  {"data", data},
+                   {"parallel", parallel}, {"emulate", emulate}, {"diloco", diloco}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

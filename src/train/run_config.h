@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "optim/streaming_schedule.h"
 
 namespace trillion {
 
@@ -22,10 +23,14 @@ struct TrainConfig {
   int64_t eval_batches = 8;      // micro-batches per validation pass
   int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
   int64_t keep_checkpoints = 2;  // newest checkpoints kept on disk
+  // The gradient noise scale's moving-average decay (optim/noise_scale.h; 0.99 averages ~100
+  // steps). Measured when a step has two or more gradient estimates (dp ranks, or micro-batches
+  // under ZeRO-2/3).
+  double noise_scale_decay = 0.99;
 };
 
 struct OptimConfig {
-  std::string name = "adamw";  // adamw | lamb
+  std::string name = "adamw";  // adamw | lamb | sgd (beta1 = momentum; DiLoCo's parity test)
   double lr = 3e-4;
   double min_lr = 3e-5;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
@@ -63,7 +68,42 @@ struct ParallelConfig {
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | dualpipe
   int64_t chunks = 1;             // model chunks per rank (interleaved: >= 2)
   bool split_backward = false;    // run every backward as separate B (dgrad) and W (wgrad) passes
+  // How every group all-reduces (comm/algorithms): the MPI library's, an explicit ring, or
+  // hierarchical over nodes of ranks_per_node consecutive world ranks (0: one node).
+  std::string allreduce = "mpi";  // mpi | ring | hierarchical
+  int64_t ranks_per_node = 0;
   int64_t world_size() const { return dp * tp * pp * cp; }
+};
+
+// [emulate]: slow links between `sites` (e.g. data centres) on one machine (comm/link_emulator.h),
+// so cross-site training is measured, not assumed. Sites split the data-parallel replicas into
+// equal blocks of dp coordinates (site = dp_rank / (dp / sites)), as the planner assumes; every
+// message between ranks on different sites takes latency + bytes / bandwidth.
+struct EmulateConfig {
+  int64_t sites = 1;      // 1: no emulation
+  double latency_ms = 0;  // one way (1,000 km of fibre is ~5 ms)
+  double gbps = 0;        // per rank pair, Gb/s; 0: no bandwidth limit
+};
+
+// [diloco]: DiLoCo (Douillard et al. 2311.08105) and Streaming DiLoCo (2501.18512), train/diloco.h.
+// The dp replicas form `islands` equal groups (synchronous data parallelism with ZeRO inside
+// each); islands take inner_steps optimizer steps alone, then average their pseudo-gradients and
+// take one outer Nesterov step. `fragments` > 1 staggers the exchange over groups of layers,
+// overlapped with overlap_steps inner steps and merged with `mixing`; outer_precision quantises
+// what crosses between islands.
+struct DilocoConfig {
+  int64_t islands = 0;  // 0: off
+  int64_t inner_steps = 100;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool nesterov = true;
+  int64_t fragments = 1;
+  int64_t overlap_steps = 0;
+  double mixing = 0;  // theta = mixing theta_local + (1 - mixing) theta_global; default 0.5
+                      // when overlap_steps > 0, else 0 (replace)
+  std::string fragment_pattern = "strided";  // strided | sequential
+  std::string outer_precision = "fp32";      // fp32 | bf16 | fp4
+  bool enabled() const { return islands > 0; }
 };
 
 struct RunConfig {
@@ -72,6 +112,8 @@ struct RunConfig {
   OptimConfig optim;
   DataConfig data;
   ParallelConfig parallel;
+  EmulateConfig emulate;
+  DilocoConfig diloco;
   std::string source;  // where it came from, for messages
 };
 
@@ -81,6 +123,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 // The same from TOML text (tests; `source` names it in messages).
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
                            const std::vector<std::string>& overrides);
+// The fragment schedule's view of [diloco].
+StreamingConfig streaming_config(const DilocoConfig& d);
 // The fully resolved config as TOML.
 std::string to_toml(const RunConfig& config);
 

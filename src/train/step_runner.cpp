@@ -10,6 +10,7 @@
 #include "model/transformer.h"
 #include "optim/lamb.h"
 #include "parallel/expert_comm.h"
+#include "optim/sgd.h"
 #include "parallel/global_layout.h"
 #include "plan/parameter_table.h"
 #include "plan/stage_partition.h"
@@ -323,7 +324,11 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       for (size_t i = 0; i < v.size(); ++i) v[i] = d[i] + e[i];
     };
   }
-  if (config.optim.name == "lamb") {
+  if (config.optim.name == "sgd") {
+    optimizer_ = std::make_unique<Sgd>(params_->table(), segments, state, mc.dtype,
+                                       SgdConfig{config.optim.beta1, config.optim.weight_decay},
+                                       tracker);
+  } else if (config.optim.name == "lamb") {
     optimizer_ = std::make_unique<Lamb>(params_->table(), segments, state, mc.dtype, oc, tracker,
                                         sums);
   } else {
@@ -356,7 +361,14 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   if (pp_.size() > 1) pp_.all_reduce(Tensor(&st.loss, DType::f64, {1}));
   parallel_->finish_gradients();
   if (expert_parallel_) expert_parallel_->finish_gradients();
-  st.loss = parallel_->mean_across_ranks(st.loss);
+  // The noise scale's small-batch estimates (unreduced gradients) ride on the loss's all-reduce
+  // over dp and the norm's over pp: no extra round trip.
+  const int64_t estimates = dp_.size() * parallel_->local_estimates();
+  const bool noise = estimates > 1 && !mirror_ && !expert_parallel_;
+  const int64_t scalars = noise ? 2 : 1;
+  double dp_sums[2] = {st.loss, noise ? parallel_->local_sum_squares() : 0.0};
+  if (dp_.size() > 1) dp_.all_reduce(Tensor(dp_sums, DType::f64, {scalars}));
+  st.loss = dp_sums[0] / dp_.size();
   // DualPipe: the gradient of a stage is the sum over the two model copies that hold it.
   if (mirror_) {
     for (const Tensor& g : parallel_->reduced_gradients()) mirror_->all_reduce(g);
@@ -364,7 +376,26 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
       for (const Tensor& g : expert_parallel_->reduced_gradients()) mirror_->all_reduce(g);
     }
   }
-  st.grad_norm = std::sqrt(gradient_sum_squares());
+  // The global norm over every stage, each parameter once (one of the two DualPipe copies).
+  double norm_sums[2] = {parallel_->gradient_sum_squares(), dp_sums[1]};
+  if (expert_parallel_) {
+    // Dense tensors are replicated over ep (its ranks are dp ranks); experts differ per ep rank.
+    double experts = expert_parallel_->gradient_sum_squares();
+    ep_.all_reduce(Tensor(&experts, DType::f64, {1}));
+    norm_sums[0] += experts;
+  }
+  if (mirror_ && pp_.rank() >= pp_.size() / 2) norm_sums[0] = 0;
+  if (pp_.size() > 1) pp_.all_reduce(Tensor(norm_sums, DType::f64, {scalars}));
+  const double sum_sq = norm_sums[0];
+  st.grad_norm = std::sqrt(sum_sq);
+  if (noise) {
+    const double tokens = static_cast<double>(tokens_per_step()),
+                 e = static_cast<double>(estimates);
+    // Estimate i of E is g_i * E (each rank scales by the step's token count): the mean of
+    // |G_small|^2 is E * sum |g_i|^2.
+    st.noise = {e * norm_sums[1], tokens / e, sum_sq, tokens};
+    st.noise_valid = true;
+  }
   if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
     parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
     if (expert_parallel_) expert_parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
@@ -383,20 +414,6 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;
-}
-
-double StepRunner::gradient_sum_squares() {
-  double sum_sq = parallel_->gradient_sum_squares();
-  if (expert_parallel_) {
-    // Dense tensors are replicated over ep (its ranks are dp ranks); experts differ per ep rank.
-    double experts = expert_parallel_->gradient_sum_squares();
-    ep_.all_reduce(Tensor(&experts, DType::f64, {1}));
-    sum_sq += experts;
-  }
-  // Every stage, each parameter once (one of DualPipe's two copies).
-  if (mirror_ && pp_.rank() >= pp_.size() / 2) sum_sq = 0;
-  if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum_sq, DType::f64, {1}));
-  return sum_sq;
 }
 
 void StepRunner::finish_moe_step(StepStats& st) {

@@ -20,6 +20,7 @@
 #include "model/stage_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "optim/noise_scale.h"
 #include "parallel/data.h"
 #include "parallel/pipeline/executor.h"
 #include "schedule/action.h"
@@ -45,6 +46,12 @@ struct StepStats {
   int64_t moe_dropped_tokens = 0;            // assignments over capacity
   double moe_balance_loss = 0;               // mean over sequences of the layers' balance losses
   double moe_bias_norm = 0;                  // L2 norm of every routing bias after its update
+  // The gradient noise scale's measurements (optim/noise_scale.h, batches in tokens): each dp
+  // rank's gradient (under ZeRO-2/3 each micro-batch's) as the small-batch estimates, the step's
+  // as the big one. Valid with two or more estimates, without DualPipe's two model copies and
+  // without expert parallelism (its expert gradients are not in the dense small-batch norms).
+  NoiseScaleSample noise;
+  bool noise_valid = false;
 };
 
 // This rank's process groups (nullptr: a group of one), from the DeviceMesh.
@@ -96,8 +103,6 @@ class StepRunner {
   const parallel::PipelineExecutor& executor() const { return *executor_; }
   Optimizer& optimizer() { return *optimizer_; }
   parallel::DataParallel& data_parallel() { return *parallel_; }
-  // The global norm's square of every stage's reduced gradients, each parameter once.
-  double gradient_sum_squares();
   const LrSchedule& lr_schedule() const { return lr_schedule_; }
   int64_t tokens_per_step() const;  // global
   int64_t local_micro_batch() const { return config_.train.micro_batch / dp_.size(); }

@@ -19,8 +19,11 @@
 #include "plan/stage_partition.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
+#include "train/diloco.h"
 #include "train/gemm_peak.h"
+#include "train/mesh_options.h"
 #include "train/metrics.h"
+#include "train/noise_scale_log.h"
 #include "train/pipeline_trace.h"
 #include "train/resume.h"
 #include "train/run_directory.h"
@@ -45,8 +48,9 @@ double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches) {
 }
 
 // Bytes sent per group and collective kind (groups with traffic only).
-nlohmann::json comm_groups_json(const StepStats& st) {
+nlohmann::json comm_groups_json(const StepStats& st, const DilocoStep& outer) {
   nlohmann::json j = comm_json("dp", st.comm);
+  if (outer.across.total_sent() > 0) j.update(comm_json("islands", outer.across));
   if (st.comm_pp.total_sent() > 0) j.update(comm_json("pp", st.comm_pp));
   if (st.comm_mirror.total_sent() > 0) j.update(comm_json("pp_mirror", st.comm_mirror));
   return j;
@@ -114,19 +118,32 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                          .n_layers = mc.n_layers,
                          .micro_batch = config.train.micro_batch,
                          .seq_len = mc.seq_len,
-                         .n_experts = mc.moe.n_routed_experts});
+                         .n_experts = mc.moe.n_routed_experts},
+                        mesh_options(config, world.size()));
   MemoryTracker tracker;
   auto backend = make_cpu_backend(tracker);
-  StepRunner runner(config, *backend, tracker,
-                    RankGroups{&mesh.group(comm::MeshGroup::dp), &mesh.group(comm::MeshGroup::pp),
+  // With [diloco] the runner trains one island (train/diloco.h); the data shard stays global.
+  Islands islands(mesh, config);
+  StepRunner runner(islands.runner_config(), *backend, tracker,
+                    RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
                                &mesh.group(comm::MeshGroup::ep),
                                &mesh.group(comm::MeshGroup::edp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const std::string config_toml = to_toml(config);
+  const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
+  std::unique_ptr<Diloco> diloco;
+  if (islands.enabled()) {
+    diloco = std::make_unique<Diloco>(config, runner, islands, tracker,
+                                      [&](const std::string& e) { dir.event(e); });
+  }
+  NoiseScaleLog noise(config.train.noise_scale_decay);
+  std::vector<CheckpointPart*> parts{&noise};
+  if (diloco) parts.push_back(diloco.get());
 
   const int64_t start_step =
-      opt.resume ? resume_from_checkpoint(dir, runner, tracker, config) : int64_t{0};
+      opt.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts) : int64_t{0};
   if (start_step == 0) runner.init_parameters(config.train.seed);
+  if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
 
   // One rank measures the GEMM peak (ranks share the machine's cores) and tells the others.
@@ -140,17 +157,27 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, GEMM peak "
       "{:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
       "counts {})",
-      params, datasets.train->describe(), start_step + 1, config.train.steps,
-      runner.tokens_per_step(), backend->threads(), peak.gflops, world.size(), pc.dp, pc.zero,
-      config.optim.name, pc.schedule, runner.num_stages(), mfu_flops.describe()));
+      params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
+      backend->threads(), peak.gflops, world.size(), pc.dp, pc.zero, config.optim.name, pc.schedule,
+      runner.num_stages(), mfu_flops.describe()));
 
   if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
+  if (pc.allreduce != "mpi" || config.emulate.sites > 1) {
+    dir.event(describe_mesh_options(mesh_options(config, world.size())));
+  }
+  if (diloco) dir.event(diloco->describe());
+  // Validation loss; under DiLoCo of the outer (global) model, averaged over the islands.
+  auto validate = [&] {
+    auto island = [&] { return evaluate(runner, shard, config.train.eval_batches); };
+    return diloco ? diloco->evaluate_global(island) : island();
+  };
 
   auto batches = [&](int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) {
     shard.train_batch(step, micro, tokens, targets);
   };
   auto checkpoint = [&](int64_t step) {
-    save_checkpoint(dir, runner, tracker, config, config_toml, step, shard.first_sample(step));
+    save_checkpoint(dir, runner, tracker, config, config_toml, step, shard.first_sample(step),
+                    parts);
   };
 
   const bool tty = dir.lead() && !opt.quiet && ::isatty(STDERR_FILENO);
@@ -162,7 +189,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const int kill_at = kill_step_for(world.rank());
   while (step < config.train.steps) {
     if (step + 1 == kill_at) std::raise(SIGKILL);  // fault injection (see kill_step_for)
-    const StepStats st = runner.step(step, batches);
+    StepStats st = runner.step(step, batches);
+    const DilocoStep outer = diloco ? diloco->after_step(step + 1, st) : DilocoStep{};
     ++step;
     ++steps_run;
     train_seconds += st.seconds;
@@ -173,12 +201,12 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"loss", st.loss},
                         {"lr", st.lr},
                         {"grad_norm", st.grad_norm},
-                        {"tokens", step * runner.tokens_per_step()},
+                        {"tokens", step * tokens_per_step},
                         {"tokens_per_s", tokens_per_s},
                         {"mfu", mfu},
                         {"seconds", st.seconds},
                         {"comm_bytes", st.comm_bytes},
-                        {"comm", comm_groups_json(st)},
+                        {"comm", comm_groups_json(st, outer)},
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
     if (mc.moe.enabled()) {
@@ -188,8 +216,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       line["moe_balance_loss"] = st.moe_balance_loss;
       line["moe_bias_norm"] = st.moe_bias_norm;
     }
+    if (const auto b = noise.update(st)) line["gradient_noise_scale"] = *b;
+    if (diloco) line["diloco"] = outer.json();
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;
-    if (eval_now) line["val_loss"] = val_loss = evaluate(runner, shard, config.train.eval_batches);
+    if (eval_now) line["val_loss"] = val_loss = validate();
     dir.metrics(line.dump());
 
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
@@ -226,7 +256,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   if (steps_run > 0 || start_step == 0) checkpoint(step);
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
-    val_loss = evaluate(runner, shard, config.train.eval_batches);
+    val_loss = validate();
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker);
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
@@ -245,8 +275,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"final_train_loss", last_loss},
       {"final_val_loss", val_loss},
       {"tokens_per_s",
-       steps_run > 0 ? static_cast<double>(steps_run) * runner.tokens_per_step() / train_seconds
-                     : 0.0},
+       steps_run > 0 ? static_cast<double>(steps_run) * tokens_per_step / train_seconds : 0.0},
+      {"train_seconds", train_seconds},
       {"params", params},
       {"activated_params", counts.activated},
       {"model_flops_per_token", mfu_flops.flops_per_token},
@@ -259,11 +289,14 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
         {"schedule", pc.schedule},
         {"chunks", runner.schedule().num_chunks},
         {"stages_per_rank", runner.num_stages()},
-        {"split_backward", pc.split_backward}}},
+        {"split_backward", pc.split_backward},
+        {"allreduce", pc.allreduce}}},
       {"memory_per_rank", per_rank},
       {"gemm_peak_gflops", peak.gflops},
       {"memory", memory_json(tracker)}};
   if (!pipeline.is_null()) summary["pipeline"] = pipeline;
+  if (diloco) summary["diloco"] = diloco->summary();
+  if (const auto b = noise.last()) summary["gradient_noise_scale"] = *b;
   if (auto h = datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
   if (auto bpt = datasets.validation->bytes_per_token()) {
     summary["val_bits_per_byte"] = val_loss / std::log(2.0) / *bpt;

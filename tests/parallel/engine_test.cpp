@@ -1,7 +1,8 @@
 // The data-parallel engine in one process and under mpirun: the bucket plan's shards (equal,
 // covering the table once across ranks, P / n each when buckets divide), LAMB against a hand
 // computation, every ZeRO stage in one process agreeing with stage 0, and (under mpirun) shard
-// gathering and the per-rank LAMB trust ratios built from partial norms.
+// gathering, the per-rank LAMB trust ratios built from partial norms, and the gradient noise
+// scale's measurements against gradients computed rank by rank in one-process runners.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,10 +10,10 @@
 
 #include "../comm/mpi_env.h"
 #include "backend/backend.h"
+#include "model/transformer.h"
 #include "optim/lamb.h"
 #include "parallel/data.h"
 #include "train/run_config.h"
-#include "model/transformer.h"
 #include "train/step_runner.h"
 
 namespace trillion {
@@ -115,8 +116,7 @@ std::pair<std::vector<double>, std::vector<float>> run_one_process(const RunConf
     };
     losses.push_back(runner.step(s, batch).loss);
   }
-  Buffer full(tracker, MemoryCategory::workspace, DType::f32,
-              runner.table().total_elements());
+  Buffer full(tracker, MemoryCategory::workspace, DType::f32, runner.table().total_elements());
   runner.data_parallel().gather_parameters(full);
   const auto* f = static_cast<const float*>(full.raw());
   return {losses, std::vector<float>(f, f + full.count())};
@@ -211,6 +211,80 @@ TEST(MpiEngine, LambTrustRatiosComeFromNormsAcrossShards) {
            });
   opt.step(p, g, 0.1);
   EXPECT_NEAR(opt.trust_ratios()[0], std::sqrt(w_sq / u_sq), 1e-9);
+}
+
+// The noise scale's inputs (StepStats::noise) equal what one-process runners compute from each
+// small batch alone: the mean of their squared gradient norms, and the squared norm of their
+// mean. ZeRO 0-1 make one estimate per rank (over its grad_accum micro-batches), ZeRO 2 one per
+// rank and micro-batch.
+TEST(MpiEngine, NoiseScaleSamplesAreTheSmallBatchGradientNorms) {
+  REQUIRE_MPI(2);
+  comm::Communicator& world = *testing::mpi_world();
+  const int n = world.size(), r = world.rank();
+  for (int zero : {0, 1, 2}) {
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    const int64_t accum = 2;
+    RunConfig c = load_run_config(
+        std::string(TRILLION_SOURCE_DIR) + "/configs/tiny.toml",
+        {"parallel.zero=" + std::to_string(zero), "parallel.bucket_mb=0.02", "optim.grad_clip=0",
+         "train.grad_accum=" + std::to_string(accum), "train.micro_batch=" + std::to_string(2 * n),
+         "parallel.dp=" + std::to_string(n)});
+    const int64_t T = c.model.seq_len, B_local = 2, V = c.model.vocab_size;
+    // Tokens of (rank, micro-batch): any fixed function of them.
+    auto fill = [&](int rank, int64_t micro, int32_t* tokens, int32_t* targets) {
+      for (int64_t i = 0; i < B_local * T; ++i) {
+        tokens[i] = static_cast<int32_t>((7 * i + 13 * rank + 5 * micro + i * i % 11) % V);
+        targets[i] = static_cast<int32_t>((3 * i + 11 * rank + 17 * micro + 1) % V);
+      }
+    };
+    MemoryTracker tracker;
+    auto be = make_cpu_backend(tracker);
+    StepRunner runner(c, *be, tracker, &world);
+    runner.init_parameters(c.train.seed);
+    const StepStats st = runner.step(
+        0, [&](int64_t, int64_t micro, int32_t* tok, int32_t* tgt) { fill(r, micro, tok, tgt); });
+    ASSERT_TRUE(st.noise_valid);
+    const int64_t per_rank = zero >= 2 ? accum : 1;  // estimates
+    const double tokens = static_cast<double>(n * B_local * T * accum);
+    EXPECT_EQ(st.noise.big_batch, tokens);
+    EXPECT_EQ(st.noise.small_batch, tokens / static_cast<double>(n * per_rank));
+
+    // Each small batch alone, in one process: its gradient is the mean over its tokens.
+    RunConfig one = c;
+    one.parallel.dp = 1;
+    one.parallel.zero = 0;
+    one.train.micro_batch = B_local;
+    one.train.grad_accum = accum / per_rank;
+    const int64_t P = runner.global_elements();
+    std::vector<double> mean(P, 0.0);
+    double small_sq = 0;
+    for (int64_t e = 0; e < per_rank; ++e) {
+      MemoryTracker t1;
+      auto be1 = make_cpu_backend(t1);
+      StepRunner alone(one, *be1, t1);
+      alone.init_parameters(c.train.seed);
+      alone.step(0, [&](int64_t, int64_t micro, int32_t* tok, int32_t* tgt) {
+        fill(r, per_rank > 1 ? e : micro, tok, tgt);
+      });
+      const auto* g = static_cast<const float*>(alone.parameters().gradients().raw());
+      for (int64_t i = 0; i < P; ++i) {
+        small_sq += static_cast<double>(g[i]) * g[i];
+        mean[i] += g[i];
+      }
+    }
+    world.all_reduce(Tensor(&small_sq, DType::f64, {1}));
+    world.all_reduce(Tensor(mean.data(), DType::f64, {P}));
+    double big_sq = 0;
+    for (double& m : mean) {
+      m /= static_cast<double>(n * per_rank);
+      big_sq += m * m;
+    }
+    small_sq /= static_cast<double>(n * per_rank);
+    EXPECT_NEAR(st.noise.small_sq_norm / small_sq, 1.0, 1e-5);
+    EXPECT_NEAR(st.noise.big_sq_norm / big_sq, 1.0, 1e-5);
+    EXPECT_NEAR(st.grad_norm * st.grad_norm / big_sq, 1.0, 1e-5);
+    EXPECT_GT(small_sq, 1.05 * big_sq);  // the small batches are noisier than their mean
+  }
 }
 
 }  // namespace

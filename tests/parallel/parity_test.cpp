@@ -269,7 +269,7 @@ TEST(Config, ParallelKeysAreValidated) {
   const std::pair<std::string, std::string> cases[] = {
       {"parallel.zero=4", "parallel.zero = 4: expected a ZeRO stage 0, 1, 2 or 3"},
       {"parallel.dp=3", "parallel.dp = 3 does not divide train.micro_batch = 4"},
-      {"optim.name=sgd", "supported optimizers: adamw, lamb"},
+      {"optim.name=adam", "supported optimizers: adamw, lamb, sgd"},
       {"parallel.buckets=3", "unknown key 'parallel.buckets'"},
   };
   for (const auto& [set, expect] : cases) {

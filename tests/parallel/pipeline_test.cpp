@@ -119,12 +119,15 @@ TEST_P(Pipeline, SameRunSlotsBytesAndMemory) {
   }
 
   // Bytes over the pp group of world rank 0 (pipeline rank 0, which writes the metrics): its
-  // sends of activations and gradients, plus two 8-byte all-reduces (loss, gradient norm).
+  // sends of activations and gradients, plus two all-reduces: the loss (8 bytes) and the gradient
+  // norm (8 bytes, 16 with the gradient noise scale's sum of the ranks' squared norms, measured
+  // when dp >= 2 without DualPipe).
   int64_t sends = 0;
   for (const schedule::Action& a : s.actions[0]) {
     if (a.kind == schedule::ActionKind::kSendF || a.kind == schedule::ActionKind::kSendB) ++sends;
   }
-  const double scalars = 2.0 * 8 * 2.0 * (l.pp - 1) / l.pp;
+  const bool noise_scale = l.dp > 1 && l.schedule != "dualpipe";
+  const double scalars = (noise_scale ? 3.0 : 2.0) * 8 * 2.0 * (l.pp - 1) / l.pp;
   for (const auto& m : metrics(run)) {
     const auto& pp = m["comm"]["pp"];
     EXPECT_EQ(pp["send"].get<double>(), static_cast<double>(sends * N * kWidth * 4)) << m.dump();
