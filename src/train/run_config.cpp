@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -66,6 +67,39 @@ class SectionReader {
   std::string section_, source_;
   std::set<std::string> used_;
 };
+
+// A config number that is NaN or infinite can only make the run NaN: refused by name.
+void finite(const std::string& source, const char* key, double value) {
+  if (!std::isfinite(value)) {
+    throw Error(fmt::format("{}: {} = {} is not a finite number", source, key, value));
+  }
+}
+
+// Model fields whose bad values ModelConfig::validate() lets through but that can only give
+// NaN or a run that learns nothing (kept here: model/config.cpp is shared with the planner's
+// model files, which have their own checks).
+void validate_model_numerics(const ModelConfig& mc, const std::string& source) {
+  finite(source, "model.rope_theta", mc.rope_theta);
+  finite(source, "model.norm_eps", mc.norm_eps);
+  finite(source, "model.init_std", mc.init_std);
+  if (mc.vocab_size < 2) {
+    throw Error(
+        fmt::format("{}: model.vocab_size = {} must be >= 2 (with one token the loss is "
+                    "0 and nothing is learned)",
+                    source, mc.vocab_size));
+  }
+  if (mc.recompute == plan::Recompute::kFull && mc.recompute_every > mc.n_layers) {
+    throw Error(
+        fmt::format("{}: model.recompute = '{}' recomputes every {}th layer but the model "
+                    "has {} layers; use full:K with K <= {}",
+                    source, mc.recompute_string(), mc.recompute_every, mc.n_layers, mc.n_layers));
+  }
+  constexpr int64_t kMaxSeqLen = int64_t{1} << 24;  // the data loader indexes windows with int
+  if (mc.seq_len > kMaxSeqLen) {
+    throw Error(
+        fmt::format("{}: model.seq_len = {} exceeds {} (2^24)", source, mc.seq_len, kMaxSeqLen));
+  }
+}
 
 void apply_override(toml::table& root, const std::string& assignment, const std::string& source) {
   const size_t eq = assignment.find('=');
@@ -154,6 +188,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   } catch (const Error& e) {
     throw Error(fmt::format("{}: {}", source, e.what()));
   }
+  validate_model_numerics(mc, source);
 
   SectionReader t(root["train"].as_table(), "train", source);
   TrainConfig& tc = rc.train;
@@ -178,6 +213,21 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   at_least("train.eval_batches", tc.eval_batches, 1);
   at_least("train.checkpoint_every", tc.checkpoint_every, 0);
   at_least("train.keep_checkpoints", tc.keep_checkpoints, 1);
+  // Upper bounds keep every index the trainer forms from these (the global sample index
+  // steps x grad_accum x micro_batch, tokens per step) inside int64.
+  auto at_most = [&](const char* key, int64_t v, int64_t hi) {
+    if (v > hi) throw Error(fmt::format("{}: {} = {} must be <= {}", source, key, v, hi));
+  };
+  at_most("train.micro_batch", tc.micro_batch, int64_t{1} << 20);
+  at_most("train.grad_accum", tc.grad_accum, int64_t{1} << 20);
+  at_most("train.eval_batches", tc.eval_batches, int64_t{1} << 20);
+  at_most("train.steps", tc.steps, int64_t{1} << 40);
+  if (tc.steps > (int64_t{1} << 62) / (tc.micro_batch * tc.grad_accum)) {
+    throw Error(
+        fmt::format("{}: train.steps x grad_accum x micro_batch = {} x {} x {} exceeds "
+                    "2^62 samples",
+                    source, tc.steps, tc.grad_accum, tc.micro_batch));
+  }
 
   SectionReader o(root["optim"].as_table(), "optim", source);
   OptimConfig& oc = rc.optim;
@@ -197,6 +247,8 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
     throw Error(
         fmt::format("{}: optim.name = '{}': supported optimizers: adamw, lamb", source, oc.name));
   }
+  finite(source, "optim.lr", oc.lr);
+  finite(source, "optim.min_lr", oc.min_lr);
   if (!(oc.lr > 0) || oc.min_lr < 0 || oc.min_lr > oc.lr) {
     throw Error(
         fmt::format("{}: need 0 <= optim.min_lr <= optim.lr and optim.lr > 0 (got lr {}, "
@@ -205,6 +257,26 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   }
   if (!(oc.beta1 >= 0 && oc.beta1 < 1 && oc.beta2 >= 0 && oc.beta2 < 1)) {
     throw Error(fmt::format("{}: optim.beta1/beta2 must be in [0, 1)", source));
+  }
+  finite(source, "optim.eps", oc.eps);
+  if (!(oc.eps > 0)) {
+    throw Error(
+        fmt::format("{}: optim.eps = {} must be > 0 (it keeps the update's denominator "
+                    "from 0; 1e-8 is usual)",
+                    source, oc.eps));
+  }
+  finite(source, "optim.weight_decay", oc.weight_decay);
+  if (oc.weight_decay < 0) {
+    throw Error(fmt::format("{}: optim.weight_decay = {} must be >= 0", source, oc.weight_decay));
+  }
+  finite(source, "optim.grad_clip", oc.grad_clip);
+  if (oc.grad_clip < 0) {
+    throw Error(fmt::format("{}: optim.grad_clip = {} must be >= 0 (0 disables clipping)", source,
+                            oc.grad_clip));
+  }
+  if (!(oc.decay_fraction >= 0 && oc.decay_fraction <= 1)) {
+    throw Error(
+        fmt::format("{}: optim.decay_fraction = {} must be in [0, 1]", source, oc.decay_fraction));
   }
   at_least("optim.warmup_steps", oc.warmup_steps, 0);
   if (oc.schedule != "constant" && oc.schedule != "cosine" && oc.schedule != "wsd") {
@@ -227,6 +299,16 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
     throw Error(fmt::format("{}: data.source = '{}': expected random, markov or shards", source,
                             dc.source));
   }
+  if (dc.order < 1 || dc.order > 64) {
+    throw Error(fmt::format("{}: data.order = {} must be in [1, 64]", source, dc.order));
+  }
+  if (dc.vocab != 0 && dc.vocab < 2) {
+    throw Error(
+        fmt::format("{}: data.vocab = {} must be >= 2 (or 0: model.vocab_size)", source, dc.vocab));
+  }
+  at_least("data.tokens", dc.tokens, 1);
+  at_least("data.val_tokens", dc.val_tokens, 0);
+  finite(source, "data.sharpness", dc.sharpness);
   if (dc.source == "shards" && dc.path.empty()) {
     throw Error(
         fmt::format("{}: data.source = 'shards' needs data.path (the output of 'trillion "
@@ -245,7 +327,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
     throw Error(
         fmt::format("{}: parallel.zero = {}: expected a ZeRO stage 0, 1, 2 or 3", source, pc.zero));
   }
-  if (!(pc.bucket_mb > 0)) {
+  if (!(pc.bucket_mb > 0) || !std::isfinite(pc.bucket_mb)) {
     throw Error(fmt::format("{}: parallel.bucket_mb = {} must be > 0 (25 is a good default)",
                             source, pc.bucket_mb));
   }

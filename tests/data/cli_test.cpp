@@ -134,7 +134,8 @@ TEST_F(CliTest, BadInputsFailClearlyAndLeaveFilesIntact) {
   r = run("data inspect " + p("missing.bin"));
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(has(r.output, "missing.bin")) << r.output;
-  r = run("data prepare --tokenizer " + p("no_tok.json") + " --out " + p("mk") + " " + p("x.txt"));
+  r = run("data prepare --overwrite --tokenizer " + p("no_tok.json") + " --out " + p("mk") + " " +
+          p("x.txt"));
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(has(r.output, "no_tok.json")) << r.output;
 
