@@ -46,8 +46,8 @@ void validate(const MarkovSpec& spec) {
   }
   // Philox normals lie within |z| < 6.8 (the open-interval uniforms bound Box-Muller), so a row's
   // smallest weight is at least exp(-sharpness * 13.6) / V; sharpness <= 50 keeps it a positive
-  // normal double, which the chain's positivity (a unique stationary distribution) and a finite
-  // entropy rate need. Beyond ~20 rows are already nearly deterministic.
+  // normal double, so every p log p term of the entropy rate is finite (at 1e308 the logits
+  // overflowed and the entropy rate was NaN). Such rows are already nearly deterministic.
   if (spec.sharpness > kMaxMarkovSharpness) {
     fail("sharpness", fmt::format("{}", spec.sharpness),
          "use sharpness <= 50 (larger values underflow transition probabilities to 0)");

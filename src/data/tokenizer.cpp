@@ -168,8 +168,10 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& path) {
       const nlohmann::json& m = list[i];
       if (!m.is_array() || m.size() != 2 || !m[0].is_number_integer() ||
           !m[1].is_number_integer()) {
-        throw Error(origin + ": merge " + std::to_string(i) + " is " + json_kind(m) +
-                    ", expected a pair of token ids [left, right]");
+        std::string text = m.dump();
+        if (text.size() > 40) text = text.substr(0, 40) + "...";
+        throw Error(origin + ": merge " + std::to_string(i) + " is " + text +
+                    ", expected a pair of integer token ids [left, right]");
       }
       merges.emplace_back(id(m[0]), id(m[1]));
     }

@@ -30,7 +30,9 @@ class SectionReader {
     if constexpr (std::is_same_v<T, bool>) {
       if (auto v = node->value<bool>()) return void(out = *v);
     } else if constexpr (std::is_integral_v<T>) {
-      if (auto v = node->value<int64_t>()) return void(out = static_cast<T>(*v));
+      // Only an integer node: value<int64_t>() would convert a float such as 2e44 (undefined
+      // behaviour out of range; found by fuzz_run_config).
+      if (node->is_integer()) return void(out = static_cast<T>(*node->value<int64_t>()));
     } else if constexpr (std::is_floating_point_v<T>) {
       if (auto v = node->value<double>()) return void(out = *v);
     } else {
