@@ -62,7 +62,6 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
   if (!(val_fraction >= 0 && val_fraction < 1)) {
     throw Error("--val-fraction " + std::to_string(val_fraction) + " must be in [0, 1)");
   }
-  if (separator.empty()) throw Error("--doc-separator is empty; give the string between documents");
   check_output(out, overwrite);
   Timer timer;
   data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);

@@ -126,7 +126,10 @@ ShardInfo parse_header(const std::string& path, const char* bytes, int64_t avail
   if (file_size > *expected) {
     corrupt(path, std::to_string(file_size - *expected) + " unexpected bytes after the tokens");
   }
-  TRILLION_CHECK(available >= kShardHeaderBytes + metadata_bytes, "header not fully read");
+  if (available < kShardHeaderBytes + metadata_bytes) {  // the file shrank while it was read
+    throw Error("shard '" + path + "' changed while it was being read; is another process " +
+                "writing it?");
+  }
   const char* metadata = bytes + kShardHeaderBytes;
   if (load<uint64_t>(bytes + 48) != XXH64(metadata, metadata_bytes, 0)) {
     corrupt(path, "metadata checksum mismatch");

@@ -94,6 +94,11 @@ TEST(BadCommand, TrainOptionsOutOfRangeAreErrorsAndCreateNothing) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, "optim.lr = inf is not a finite number")) << r.output;
   EXPECT_FALSE(fs::exists(dir));
+  // An allocation the machine cannot give (4 TiB of tokens) is one line, not "internal error".
+  r = run_trillion(train + " --set data.tokens=1099511627776");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "trillion train: error: out of memory")) << r.output;
+  EXPECT_FALSE(fs::exists(dir));
 
   // A --run-dir that names a file, or nothing (once "internal error", exit 3).
   std::ofstream(dir + ".txt") << "not a directory\n";
