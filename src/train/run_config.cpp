@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -103,6 +104,39 @@ void validate_model_numerics(const ModelConfig& mc, const std::string& source) {
   }
 }
 
+// toml++ 3.3.0 (Debian 12) enters parse_key() from a table header such as "[[[1]]]", "[[=",
+// "[" at the end of a line or "[\0" with its precondition broken: an assertion in a debug build,
+// an assumption the optimiser may rely on (undefined behaviour) in the release library. Fixed
+// upstream (marzer/tomlplusplus#301); until then such headers are refused before the parser
+// sees them (found by fuzz_run_config). A run config holds no arrays, so a line that starts with
+// '[' and is not a table header is an error anyway.
+void check_table_headers(std::string_view text, const std::string& source) {
+  int64_t line = 1;
+  for (size_t pos = 0; pos <= text.size(); ++line) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    const std::string_view l = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t i = l.find_first_not_of(" \t");
+    if (i == std::string_view::npos || l[i] != '[') continue;
+    size_t j = i + 1;
+    if (j < l.size() && l[j] == '[') ++j;
+    while (j < l.size() && (l[j] == ' ' || l[j] == '\t')) ++j;
+    const char c = j < l.size() ? l[j] : '\n';
+    const bool key_start = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '"' ||
+                           c == '\'' || c == ']';
+    if (!key_start) {
+      std::string shown;
+      for (char ch : l.substr(0, 40)) {
+        shown += ch >= 0x20 && ch < 0x7f ? std::string(1, ch)
+                                         : fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+      }
+      throw Error(fmt::format("{}:{}: malformed table header '{}'; a section is written [name]",
+                              source, line, shown));
+    }
+  }
+}
+
 void apply_override(toml::table& root, const std::string& assignment, const std::string& source) {
   const size_t eq = assignment.find('=');
   const size_t dot = assignment.find('.');
@@ -119,6 +153,7 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
     table = root[section].as_table();
   }
   try {
+    check_table_headers("v = " + value, "--set " + assignment);
     toml::table parsed = toml::parse("v = " + value);
     table->insert_or_assign(key, *parsed.get("v"));
   } catch (const toml::parse_error&) {
@@ -132,6 +167,7 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
 RunConfig parse_run_config(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
   toml::table root;
+  check_table_headers(text, source);
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {

@@ -25,14 +25,26 @@ void write(const std::string& path, std::string_view bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-const std::string& scratch_dir() {
-  static const std::string dir = [] {
-    char name[] = "/tmp/trillion_fuzz_checkpoint_XXXXXX";
-    const char* made = ::mkdtemp(name);
+// A scratch directory (tmpfs when there is one: five small files are written per input),
+// removed at exit.
+struct Scratch {
+  std::string dir;
+  Scratch() {
+    std::string name = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    name += "/trillion_fuzz_checkpoint_XXXXXX";
+    const char* made = ::mkdtemp(name.data());
     trillion::fuzz::fuzz_require(made != nullptr, "mkdtemp");
-    return std::string(made);
-  }();
-  return dir;
+    dir = made;
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+};
+
+const std::string& scratch_dir() {
+  static const Scratch scratch;
+  return scratch.dir;
 }
 
 }  // namespace

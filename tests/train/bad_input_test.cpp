@@ -81,6 +81,28 @@ TEST(BadConfig, ValuesThatCanOnlyGiveNanAreRefusedByName) {
   EXPECT_EQ(config_error({"model.recompute=\"full:2\""}), "");  // K = n_layers is fine
 }
 
+TEST(BadConfig, TableHeadersThatBreakTheTomlParserAreRefused) {
+  // toml++ 3.3.0 asserts (debug) or assumes (release: undefined behaviour) on these; found by
+  // fuzz_run_config, fixed upstream in marzer/tomlplusplus#301.
+  auto error = [](const std::string& text) {
+    try {
+      parse_run_config(text, "c.toml", {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("[model]\nvocab_size = 64\n[[[1]]]\n"),
+            "c.toml:3: malformed table header '[[[1]]]'; a section is written [name]");
+  EXPECT_EQ(error(std::string("[\0x]", 4)),
+            "c.toml:1: malformed table header '[\\x00x]'; a section is written [name]");
+  EXPECT_EQ(error("  [[=\n"),
+            "c.toml:1: malformed table header '  [[='; a section is written [name]");
+  EXPECT_EQ(error("[\n"), "c.toml:1: malformed table header '['; a section is written [name]");
+  EXPECT_NE(error("[ model ]\n[\"train\"]\n").find("model.vocab_size must be positive"),
+            std::string::npos);  // spaces and quoted names are headers
+}
+
 TEST(BadCommand, TrainOptionsOutOfRangeAreErrorsAndCreateNothing) {
   const std::string dir = fresh_dir("bad_train_opts");
   const std::string train = "train " + config_path("tiny.toml") + " --run-dir " + dir;
