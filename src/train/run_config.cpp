@@ -104,35 +104,68 @@ void validate_model_numerics(const ModelConfig& mc, const std::string& source) {
   }
 }
 
-// toml++ 3.3.0 (Debian 12) enters parse_key() from a table header such as "[[[1]]]", "[[=",
-// "[" at the end of a line or "[\0" with its precondition broken: an assertion in a debug build,
-// an assumption the optimiser may rely on (undefined behaviour) in the release library. Fixed
-// upstream (marzer/tomlplusplus#301); until then such headers are refused before the parser
-// sees them (found by fuzz_run_config). A run config holds no arrays, so a line that starts with
-// '[' and is not a table header is an error anyway.
-void check_table_headers(std::string_view text, const std::string& source) {
+// The TOML a run config needs: [section] headers and key = scalar lines. toml++ 3.3.0 (Debian
+// 12) breaks its own parser's preconditions on some malformed input — a table header such as
+// "[[[1]]]", "[[=" or "[\0" (parse_key), a '}' inside an array (parse_value) — which is an
+// assertion in a debug build and an assumption the optimiser may rely on (undefined behaviour)
+// in the release library (fuzz_run_config found both; the first is fixed upstream in
+// marzer/tomlplusplus#301). No run-config key takes an array or an inline table, so lines that
+// would reach those parser paths are refused here, with the line, before toml++ sees the text.
+void check_toml_subset(std::string_view text, const std::string& source) {
+  auto shown = [](std::string_view l) {
+    std::string out;
+    for (char ch : l.substr(0, 40)) {
+      out += ch >= 0x20 && ch < 0x7f ? std::string(1, ch)
+                                     : fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+    }
+    return out;
+  };
+  std::string_view closer;  // inside a multi-line string: its closing delimiter
   int64_t line = 1;
   for (size_t pos = 0; pos <= text.size(); ++line) {
     const size_t end = std::min(text.find('\n', pos), text.size());
     const std::string_view l = text.substr(pos, end - pos);
     pos = end + 1;
+    if (!closer.empty()) {
+      if (l.find(closer) != std::string_view::npos) closer = {};
+      continue;
+    }
     const size_t i = l.find_first_not_of(" \t");
-    if (i == std::string_view::npos || l[i] != '[') continue;
-    size_t j = i + 1;
-    if (j < l.size() && l[j] == '[') ++j;
-    while (j < l.size() && (l[j] == ' ' || l[j] == '\t')) ++j;
-    const char c = j < l.size() ? l[j] : '\n';
-    const bool key_start = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                           (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '"' ||
-                           c == '\'' || c == ']';
-    if (!key_start) {
-      std::string shown;
-      for (char ch : l.substr(0, 40)) {
-        shown += ch >= 0x20 && ch < 0x7f ? std::string(1, ch)
-                                         : fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+    if (i == std::string_view::npos || l[i] == '#') continue;
+    if (l[i] == '[') {
+      size_t j = i + 1;
+      if (j < l.size() && l[j] == '[') ++j;
+      while (j < l.size() && (l[j] == ' ' || l[j] == '\t')) ++j;
+      const char c = j < l.size() ? l[j] : '\n';
+      const bool key_start = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                             (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '"' ||
+                             c == '\'' || c == ']';
+      if (!key_start) {
+        throw Error(fmt::format("{}:{}: malformed table header '{}'; a section is written [name]",
+                                source, line, shown(l)));
       }
-      throw Error(fmt::format("{}:{}: malformed table header '{}'; a section is written [name]",
-                              source, line, shown));
+      continue;
+    }
+    // key = value: find the '=' outside quoted key parts.
+    size_t k = i;
+    while (k < l.size() && l[k] != '=' && l[k] != '#') {
+      if (l[k] == '"' || l[k] == '\'') {
+        const char quote = l[k];
+        for (++k; k < l.size() && l[k] != quote; ++k) {
+          if (quote == '"' && l[k] == '\\') ++k;
+        }
+      }
+      ++k;
+    }
+    if (k >= l.size() || l[k] != '=') continue;  // toml++ reports it
+    const size_t v = l.find_first_not_of(" \t", k + 1);
+    if (v == std::string_view::npos) continue;
+    if (l[v] == '[' || l[v] == '{') {
+      throw Error(fmt::format("{}:{}: '{}': arrays and inline tables are not run-config values",
+                              source, line, shown(l)));
+    }
+    for (std::string_view q : {std::string_view("\"\"\""), std::string_view("'''")}) {
+      if (l.substr(v, 3) == q && l.find(q, v + 3) == std::string_view::npos) closer = q;
     }
   }
 }
@@ -153,10 +186,10 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
     table = root[section].as_table();
   }
   try {
-    check_table_headers("v = " + value, "--set " + assignment);
+    check_toml_subset("v = " + value, "--set");
     toml::table parsed = toml::parse("v = " + value);
     table->insert_or_assign(key, *parsed.get("v"));
-  } catch (const toml::parse_error&) {
+  } catch (const std::exception&) {  // not TOML (parse_error), or not a run-config value (Error)
     table->insert_or_assign(key, value);  // a bare word: take it as a string
   }
   (void)source;
@@ -167,7 +200,7 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
 RunConfig parse_run_config(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
   toml::table root;
-  check_table_headers(text, source);
+  check_toml_subset(text, source);
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {

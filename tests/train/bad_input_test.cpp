@@ -101,6 +101,17 @@ TEST(BadConfig, TableHeadersThatBreakTheTomlParserAreRefused) {
   EXPECT_EQ(error("[\n"), "c.toml:1: malformed table header '['; a section is written [name]");
   EXPECT_NE(error("[ model ]\n[\"train\"]\n").find("model.vocab_size must be positive"),
             std::string::npos);  // spaces and quoted names are headers
+  // Arrays and inline tables (where toml++ asserted on "[[[...}}}"): no key takes one.
+  EXPECT_EQ(error("[model]\nd_model = [[[1}}]\n"),
+            "c.toml:2: 'd_model = [[[1}}]': arrays and inline tables are not run-config values");
+  EXPECT_EQ(error("[model]\n\"a=b\" = {x = 1}\n"),
+            "c.toml:2: '\"a=b\" = {x = 1}': arrays and inline tables are not run-config values");
+  // Text inside a multi-line string is not a header or a value.
+  EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("model.vocab_size"),
+            std::string::npos);
+  // A --set value outside the subset is taken as a string, like any value that is not TOML.
+  EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[x"}).data.path, "[x");
+  EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[[[1}}"}).data.path, "[[[1}}");
 }
 
 TEST(BadCommand, TrainOptionsOutOfRangeAreErrorsAndCreateNothing) {
