@@ -104,68 +104,124 @@ void validate_model_numerics(const ModelConfig& mc, const std::string& source) {
   }
 }
 
+std::string printable(std::string_view l) {
+  std::string out;
+  for (char ch : l.substr(0, 40)) {
+    out += ch >= 0x20 && ch < 0x7f ? std::string(1, ch)
+                                   : fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
+  }
+  return out;
+}
+
+// Checks one line that starts outside any string: a table header must start a key, and no
+// value may be an array or an inline table.
+void check_toml_line(std::string_view l, const std::string& where) {
+  const size_t i = l.find_first_not_of(" \t");
+  if (i == std::string_view::npos || l[i] == '#') return;
+  if (l[i] == '[') {
+    size_t j = i + 1;
+    if (j < l.size() && l[j] == '[') ++j;
+    while (j < l.size() && (l[j] == ' ' || l[j] == '\t')) ++j;
+    const char c = j < l.size() ? l[j] : '\n';
+    const bool key_start = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '"' ||
+                           c == '\'' || c == ']';
+    if (!key_start) {
+      throw Error(fmt::format("{}: malformed table header '{}'; a section is written [name]", where,
+                              printable(l)));
+    }
+    return;
+  }
+  size_t k = i;  // the '=' of key = value, outside quoted key parts
+  while (k < l.size() && l[k] != '=' && l[k] != '#') {
+    if (l[k] == '"' || l[k] == '\'') {
+      const char quote = l[k];
+      for (++k; k < l.size() && l[k] != quote; ++k) {
+        if (quote == '"' && l[k] == '\\') ++k;
+      }
+    }
+    ++k;
+  }
+  if (k >= l.size() || l[k] != '=') return;  // not key = value: toml++ reports it
+  const size_t v = l.find_first_not_of(" \t", k + 1);
+  if (v != std::string_view::npos && (l[v] == '[' || l[v] == '{')) {
+    throw Error(fmt::format("{}: '{}': arrays and inline tables are not run-config values", where,
+                            printable(l)));
+  }
+}
+
 // The TOML a run config needs: [section] headers and key = scalar lines. toml++ 3.3.0 (Debian
-// 12) breaks its own parser's preconditions on some malformed input — a table header such as
-// "[[[1]]]", "[[=" or "[\0" (parse_key), a '}' inside an array (parse_value) — which is an
-// assertion in a debug build and an assumption the optimiser may rely on (undefined behaviour)
-// in the release library (fuzz_run_config found both; the first is fixed upstream in
-// marzer/tomlplusplus#301). No run-config key takes an array or an inline table, so lines that
-// would reach those parser paths are refused here, with the line, before toml++ sees the text.
+// 12) breaks its own parser's preconditions on some malformed input, which is an assertion in a
+// debug build and an assumption the optimiser may rely on (undefined behaviour) in the release
+// library; fuzz_run_config found three: a table header such as "[[[1]]]", "[[=" or "[\0"
+// (parse_key; fixed upstream in marzer/tomlplusplus#301), a '}' inside an array (parse_value),
+// and a non-ASCII character such as U+03A1 where whitespace may stand (an unreachable branch of
+// is_non_ascii_horizontal_whitespace). What TOML never allows — control characters, non-ASCII
+// outside strings and comments — and what no run-config key takes — arrays, inline tables — is
+// refused here, with the line, before toml++ sees the text.
 void check_toml_subset(std::string_view text, const std::string& source) {
-  auto shown = [](std::string_view l) {
-    std::string out;
-    for (char ch : l.substr(0, 40)) {
-      out += ch >= 0x20 && ch < 0x7f ? std::string(1, ch)
-                                     : fmt::format("\\x{:02x}", static_cast<unsigned char>(ch));
-    }
-    return out;
-  };
-  std::string_view closer;  // inside a multi-line string: its closing delimiter
+  enum class In { kCode, kBasic, kLiteral, kMultiBasic, kMultiLiteral, kComment };
+  In in = In::kCode;
+  bool escaped = false;
   int64_t line = 1;
-  for (size_t pos = 0; pos <= text.size(); ++line) {
-    const size_t end = std::min(text.find('\n', pos), text.size());
-    const std::string_view l = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (!closer.empty()) {
-      if (l.find(closer) != std::string_view::npos) closer = {};
+  auto where = [&] { return fmt::format("{}:{}", source, line); };
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((i == 0 || text[i - 1] == '\n') && in == In::kCode) {
+      check_toml_line(text.substr(i, text.find('\n', i) - i), where());
+    }
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c == '\n') {
+      ++line;
+      escaped = false;
+      if (in == In::kComment || in == In::kBasic || in == In::kLiteral) in = In::kCode;
       continue;
     }
-    const size_t i = l.find_first_not_of(" \t");
-    if (i == std::string_view::npos || l[i] == '#') continue;
-    if (l[i] == '[') {
-      size_t j = i + 1;
-      if (j < l.size() && l[j] == '[') ++j;
-      while (j < l.size() && (l[j] == ' ' || l[j] == '\t')) ++j;
-      const char c = j < l.size() ? l[j] : '\n';
-      const bool key_start = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                             (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '"' ||
-                             c == '\'' || c == ']';
-      if (!key_start) {
-        throw Error(fmt::format("{}:{}: malformed table header '{}'; a section is written [name]",
-                                source, line, shown(l)));
-      }
-      continue;
+    if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f) {
+      throw Error(
+          fmt::format("{}: control character \\x{:02x} (TOML allows none; write it as an "
+                      "escape inside a string)",
+                      where(), c));
     }
-    // key = value: find the '=' outside quoted key parts.
-    size_t k = i;
-    while (k < l.size() && l[k] != '=' && l[k] != '#') {
-      if (l[k] == '"' || l[k] == '\'') {
-        const char quote = l[k];
-        for (++k; k < l.size() && l[k] != quote; ++k) {
-          if (quote == '"' && l[k] == '\\') ++k;
+    auto at = [&](std::string_view q) { return text.substr(i, q.size()) == q; };
+    switch (in) {
+      case In::kCode:
+        if (c == '#') {
+          in = In::kComment;
+        } else if (c == '"') {
+          in = at("\"\"\"") ? In::kMultiBasic : In::kBasic;
+          if (in == In::kMultiBasic) i += 2;
+        } else if (c == '\'') {
+          in = at("'''") ? In::kMultiLiteral : In::kLiteral;
+          if (in == In::kMultiLiteral) i += 2;
+        } else if (c >= 0x80) {
+          throw Error(
+              fmt::format("{}: a non-ASCII character outside a string or comment", where()));
         }
-      }
-      ++k;
-    }
-    if (k >= l.size() || l[k] != '=') continue;  // toml++ reports it
-    const size_t v = l.find_first_not_of(" \t", k + 1);
-    if (v == std::string_view::npos) continue;
-    if (l[v] == '[' || l[v] == '{') {
-      throw Error(fmt::format("{}:{}: '{}': arrays and inline tables are not run-config values",
-                              source, line, shown(l)));
-    }
-    for (std::string_view q : {std::string_view("\"\"\""), std::string_view("'''")}) {
-      if (l.substr(v, 3) == q && l.find(q, v + 3) == std::string_view::npos) closer = q;
+        break;
+      case In::kBasic:
+      case In::kMultiBasic:
+        if (escaped) {
+          escaped = false;
+        } else if (c == '\\') {
+          escaped = true;
+        } else if (in == In::kBasic && c == '"') {
+          in = In::kCode;
+        } else if (in == In::kMultiBasic && at("\"\"\"")) {
+          in = In::kCode;
+          i += 2;
+        }
+        break;
+      case In::kLiteral:
+        if (c == '\'') in = In::kCode;
+        break;
+      case In::kMultiLiteral:
+        if (at("'''")) {
+          in = In::kCode;
+          i += 2;
+        }
+        break;
+      case In::kComment:
+        break;
     }
   }
 }

@@ -81,7 +81,7 @@ TEST(BadConfig, ValuesThatCanOnlyGiveNanAreRefusedByName) {
   EXPECT_EQ(config_error({"model.recompute=\"full:2\""}), "");  // K = n_layers is fine
 }
 
-TEST(BadConfig, TableHeadersThatBreakTheTomlParserAreRefused) {
+TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   // toml++ 3.3.0 asserts (debug) or assumes (release: undefined behaviour) on these; found by
   // fuzz_run_config, fixed upstream in marzer/tomlplusplus#301.
   auto error = [](const std::string& text) {
@@ -106,6 +106,15 @@ TEST(BadConfig, TableHeadersThatBreakTheTomlParserAreRefused) {
             "c.toml:2: 'd_model = [[[1}}]': arrays and inline tables are not run-config values");
   EXPECT_EQ(error("[model]\n\"a=b\" = {x = 1}\n"),
             "c.toml:2: '\"a=b\" = {x = 1}': arrays and inline tables are not run-config values");
+  // Non-ASCII outside strings and comments (toml++ reached an unreachable branch on U+03A1),
+  // control characters anywhere; both fine inside strings and comments when TOML allows them.
+  EXPECT_EQ(error("[_embed\xce\xa1=\"\"\n"),
+            "c.toml:1: a non-ASCII character outside a string or comment");
+  EXPECT_EQ(error("[model]\nd_model = 3\x01\n"),
+            "c.toml:2: control character \\x01 (TOML allows none; write it as an escape inside a "
+            "string)");
+  EXPECT_NE(error("# \xce\xa1 comment\n[data]\npath = \"\xce\xa1\"\n").find("model.vocab_size"),
+            std::string::npos);
   // Text inside a multi-line string is not a header or a value.
   EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("model.vocab_size"),
             std::string::npos);
