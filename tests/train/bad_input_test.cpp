@@ -109,11 +109,17 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   // Non-ASCII outside strings and comments (toml++ reached an unreachable branch on U+03A1),
   // control characters anywhere; both fine inside strings and comments when TOML allows them.
   EXPECT_EQ(error("[_embed\xce\xa1=\"\"\n"),
+            "c.toml:1: character U+03A1: toml++ 3.3.0 cannot read it safely, even in a string or "
+            "comment; inside a string write it as the escape \\u03a1");
+  EXPECT_NE(error("\nd=22'''\xef\xbb\xbe=0Z-22").find("character U+FEFE"), std::string::npos);
+  EXPECT_NE(error("# \xe3\x80\x81\n").find("c.toml:1: character U+3001"), std::string::npos);
+  EXPECT_EQ(error("[model\xe2\x82\xac]\n"),  // U+20AC, outside the block
             "c.toml:1: a non-ASCII character outside a string or comment");
   EXPECT_EQ(error("[model]\nd_model = 3\x01\n"),
             "c.toml:2: control character \\x01 (TOML allows none; write it as an escape inside a "
             "string)");
-  EXPECT_NE(error("# \xce\xa1 comment\n[data]\npath = \"\xce\xa1\"\n").find("model.vocab_size"),
+  EXPECT_NE(error("# \xe2\x82\xac comment\n[data]\npath = \"\xe2\x82\xac \\u00e9\"\n")
+                .find("model.vocab_size"),
             std::string::npos);
   // Text inside a multi-line string is not a header or a value.
   EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("model.vocab_size"),
