@@ -262,19 +262,21 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
   const std::string section = assignment.substr(0, dot);
   const std::string key = assignment.substr(dot + 1, eq - dot - 1);
   const std::string value = assignment.substr(eq + 1);
-  toml::table* table = root[section].as_table();
-  if (table == nullptr) {
-    root.insert(section, toml::table{});
-    table = root[section].as_table();
+  if (root.contains(section) && !root[section].is_table()) {  // fuzz finding: was a null table
+    throw Error(fmt::format("--set '{}': {} in {} is not a [table]; fix the config file",
+                            assignment, section, source));
   }
+  if (!root.contains(section)) root.insert(section, toml::table{});
+  toml::table* table = root[section].as_table();
   try {
     check_toml_subset("v = " + value, "--set");
     toml::table parsed = toml::parse("v = " + value);
-    table->insert_or_assign(key, *parsed.get("v"));
+    const toml::node* node = parsed.get("v");
+    if (node == nullptr) throw Error("no value");
+    table->insert_or_assign(key, *node);
   } catch (const std::exception&) {  // not TOML (parse_error), or not a run-config value (Error)
     table->insert_or_assign(key, value);  // a bare word: take it as a string
   }
-  (void)source;
 }
 
 }  // namespace

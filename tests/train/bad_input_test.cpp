@@ -125,6 +125,14 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("model.vocab_size"),
             std::string::npos);
   // A --set value outside the subset is taken as a string, like any value that is not TOML.
+  // --set into a section the file made a value (was a null pointer dereference; fuzz finding).
+  try {
+    parse_run_config("model = 3\n", "m.toml", {"model.d_model=3"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--set 'model.d_model=3': model in m.toml is not a [table]; fix the config file");
+  }
   EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[x"}).data.path, "[x");
   EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[[[1}}"}).data.path, "[[[1}}");
 }
