@@ -74,6 +74,8 @@ TEST(BadConfig, ValuesThatCanOnlyGiveNanAreRefusedByName) {
   EXPECT_EQ(config_error({"data.sharpness=nan"}),
             tiny + ": data.sharpness = nan is not a finite number");
   EXPECT_EQ(config_error({"data.tokens=-5"}), tiny + ": data.tokens = -5 must be >= 1");
+  EXPECT_EQ(config_error({"data.path=\"a\\n'''b\""}),
+            tiny + ": data.path contains the control character \\x0a; give a plain path");
   EXPECT_EQ(config_error({"train.steps=1099511627777"}),
             tiny + ": train.steps = 1099511627777 must be <= 1099511627776");
   EXPECT_EQ(config_error({"model.d_model=2e44"}),
