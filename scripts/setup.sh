@@ -7,6 +7,7 @@ packages=(
   libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libxxhash-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-dev
 )
 missing=()
 for p in "${packages[@]}"; do

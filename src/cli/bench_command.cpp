@@ -265,7 +265,8 @@ int bench_command(int argc, char** argv) {
   step->add_option("--steps", steps, "timed steps after one warm-up step")
       ->check(CLI::Range(1, 1000));
   step->add_option("--set", overrides, "override a config key: section.key=value");
-  step->add_option("--gemm-size", size, "size of the GEMM that measures the peak");
+  step->add_option("--gemm-size", size, "size of the GEMM that measures the peak")
+      ->check(CLI::Range(64, 16384));
   step->add_flag("--json", json, "print one JSON object");
   bool profile = false;
   step->add_flag("--profile", profile, "time every backend operation (where the step goes)");
@@ -276,10 +277,12 @@ int bench_command(int argc, char** argv) {
   attention->add_option("--seq", ao.seq, "sequence length")->check(CLI::Range(1, 1 << 20));
   attention->add_option("--batch", ao.batch, "batch size")->check(CLI::Range(1, 4096));
   attention->add_option("--heads", ao.heads, "query heads")->check(CLI::Range(1, 1024));
-  attention->add_option("--kv-heads", ao.kv_heads, "key/value heads (default: --heads)");
+  attention->add_option("--kv-heads", ao.kv_heads, "key/value heads (default: --heads)")
+      ->check(CLI::Range(1, 1024));
   attention->add_option("--head-dim", ao.head_dim, "head dimension")->check(CLI::Range(2, 1024));
   attention->add_option("--impl", ao.impl, "tiled or materialized");
-  attention->add_option("--block", ao.block, "tile size (0: from the cache size)");
+  attention->add_option("--block", ao.block, "tile size (0: from the cache size)")
+      ->check(CLI::Range(0, 1 << 20));
   attention->add_option("--reps", ao.reps, "timed repetitions (best is reported)")
       ->check(CLI::Range(1, 100));
   attention->add_flag("--json", json, "print one JSON object");

@@ -4,6 +4,8 @@
 // model) and the largest absolute difference of the final weights (newest checkpoint of each
 // run); exits 0 iff every difference is <= X (X = 0: bitwise), 1 if not, 2 on a user error
 // (missing run, different models).
+// A non-finite value (metrics.jsonl records NaN and infinities as null) is never within any
+// tolerance: it is printed as "nan" and named, and the runs DIFFER.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "train/checkpoint.h"
 
 namespace trillion::cli {
@@ -23,31 +26,31 @@ namespace trillion::cli {
 namespace {
 
 std::map<int64_t, double> read_losses(const std::string& run_dir, const std::string& key) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(run_dir, ec)) {
+    throw Error(fmt::format("'{}' is not a directory; pass two run directories", run_dir));
+  }
   const std::string path = run_dir + "/metrics.jsonl";
   std::ifstream in(path);
   if (!in) throw Error(fmt::format("'{}' has no metrics.jsonl: is it a run directory?", run_dir));
   std::map<int64_t, double> losses;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.empty()) continue;
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains(key)) losses[j.at("step").get<int64_t>()] = j.at(key).get<double>();
+    const std::string origin = fmt::format("{}:{}", path, number);
+    const nlohmann::json j = parse_json(line, origin);
+    if (json_has(j, key)) losses[json_int(j, "step", origin)] = json_number(j, key, origin, true);
   }
   return losses;
 }
 
-struct FinalWeights {
-  std::string bytes;
-  int dtype_bytes = 4;  // f32 or f64, from the checkpoint's state.json
-};
-
-FinalWeights read_params(const std::string& run_dir) {
+CheckpointWeights read_params(const std::string& run_dir) {
   for (const std::string& dir : list_checkpoints(run_dir)) {
-    if (verify_checkpoint(dir)) continue;
-    std::ifstream in(dir + "/params.bin", std::ios::binary);
-    std::ifstream state(dir + "/state.json");
-    return {std::string(std::istreambuf_iterator<char>(in), {}),
-            nlohmann::json::parse(state).value("dtype_bytes", 4)};
+    if (auto problem = verify_checkpoint(dir)) {
+      std::fprintf(stderr, "skipping corrupt checkpoint %s: %s\n", dir.c_str(), problem->c_str());
+      continue;
+    }
+    return read_checkpoint_weights(dir);
   }
   throw Error(fmt::format("'{}' has no valid checkpoint to compare weights from", run_dir));
 }
@@ -62,13 +65,14 @@ int compare_command(int argc, char** argv) {
   app.add_option("run_a", a, "first run directory")->required();
   app.add_option("run_b", b, "second run directory")->required();
   app.add_option("--tol", tol, "largest allowed absolute difference (0: bitwise)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_at_least(0));
   app.add_option("--metric", metric, "the metrics.jsonl key compared per step (default loss)");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   const auto la = read_losses(a, metric), lb = read_losses(b, metric);
   if (la.empty()) throw Error(fmt::format("'{}' logs no '{}' in metrics.jsonl", a, metric));
   bool ok = la.size() == lb.size();
   double max_loss_diff = 0;
+  std::vector<std::string> non_finite;  // "run A step 3", ...
   std::printf("%8s %14s %14s %12s\n", "step", (metric + " A").c_str(), (metric + " B").c_str(),
               "|diff|");
   for (const auto& [step, loss_a] : la) {
@@ -79,7 +83,9 @@ int compare_command(int argc, char** argv) {
       continue;
     }
     const double diff = std::abs(loss_a - it->second);
-    max_loss_diff = std::max(max_loss_diff, diff);
+    if (!std::isfinite(loss_a)) non_finite.push_back(fmt::format("run A step {}", step));
+    if (!std::isfinite(it->second)) non_finite.push_back(fmt::format("run B step {}", step));
+    max_loss_diff = std::isnan(diff) ? INFINITY : std::max(max_loss_diff, diff);
     if (!(diff <= tol)) ok = false;
     std::printf("%8lld %14.8f %14.8f %12.3e\n", static_cast<long long>(step), loss_a, it->second,
                 diff);
@@ -87,7 +93,19 @@ int compare_command(int argc, char** argv) {
   if (la.size() != lb.size()) {
     std::printf("runs have %zu and %zu logged steps\n", la.size(), lb.size());
   }
-  const FinalWeights wa = read_params(a), wb = read_params(b);
+  for (const auto& [step, loss_b] : lb) {
+    if (!la.count(step) && !std::isfinite(loss_b)) {
+      non_finite.push_back(fmt::format("run B step {}", step));
+    }
+  }
+  if (!non_finite.empty()) {
+    ok = false;
+    std::printf(
+        "non-finite loss (NaN or infinity) at %zu step(s), first %s: such steps never "
+        "match\n",
+        non_finite.size(), non_finite.front().c_str());
+  }
+  const CheckpointWeights wa = read_params(a), wb = read_params(b);
   const std::string& pa = wa.bytes;
   const std::string& pb = wb.bytes;
   if (pa.size() != pb.size() || wa.dtype_bytes != wb.dtype_bytes) {

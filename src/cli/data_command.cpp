@@ -23,7 +23,24 @@ namespace {
 void make_directory(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error("cannot create output directory '" + dir + "': " + ec.message());
+  if (ec || !std::filesystem::is_directory(dir, ec)) {
+    throw Error("cannot create output directory '" + dir +
+                "': " + (ec ? ec.message() : "a file of that name is in the way"));
+  }
+}
+
+// Shards are never replaced by accident: an output directory that already holds train.bin or
+// val.bin needs --overwrite. Checked before any input is read.
+void check_output(const std::string& out, bool overwrite) {
+  if (overwrite) return;
+  for (data::Split split : {data::Split::kTrain, data::Split::kValidation}) {
+    std::error_code ec;
+    const std::string path = data::shard_path(out, split);
+    if (std::filesystem::exists(path, ec)) {
+      throw Error("'" + path + "' already exists; pass --overwrite to replace the shards in '" +
+                  out + "', or choose another --out (nothing was changed)");
+    }
+  }
 }
 
 // Splits text into documents at `separator`; empty documents are dropped.
@@ -41,10 +58,11 @@ std::vector<std::string_view> split_documents(std::string_view text, std::string
 
 int prepare(const std::string& tokenizer_path, const std::string& out,
             const std::vector<std::string>& inputs, double val_fraction, uint64_t seed,
-            const std::string& separator) {
+            const std::string& separator, bool overwrite) {
   if (!(val_fraction >= 0 && val_fraction < 1)) {
     throw Error("--val-fraction " + std::to_string(val_fraction) + " must be in [0, 1)");
   }
+  check_output(out, overwrite);
   Timer timer;
   data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
   std::vector<int32_t> train, val;
@@ -103,9 +121,11 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
   return 0;
 }
 
-int synth(const std::string& kind, const data::MarkovSpec& spec, const std::string& out) {
+int synth(const std::string& kind, const data::MarkovSpec& spec, const std::string& out,
+          bool overwrite) {
   if (kind != "markov") throw Error("--kind " + kind + " is unknown; the only kind is markov");
   data::validate(spec);
+  check_output(out, overwrite);
   Timer timer;
   data::MarkovChain chain(spec.order, spec.vocab, spec.seed, spec.sharpness);
   make_directory(out);
@@ -152,8 +172,12 @@ int inspect(const std::string& path, const std::string& tokenizer_path, int64_t 
       static_cast<long long>(info.vocab_size), static_cast<long long>(info.num_tokens),
       static_cast<unsigned long long>(info.token_checksum), info.metadata.dump().c_str());
   if (info.num_tokens == 0) return 0;
-  offset = std::clamp<int64_t>(offset, 0, info.num_tokens - 1);
-  int64_t n = std::min<int64_t>(count, info.num_tokens - offset);
+  if (offset >= info.num_tokens) {
+    throw Error("--offset " + std::to_string(offset) + " is past the end of the shard (" +
+                std::to_string(info.num_tokens) + " tokens); give an offset below " +
+                std::to_string(info.num_tokens));
+  }
+  const int64_t n = std::min<int64_t>(count, info.num_tokens - offset);
   std::vector<int32_t> sample(n);
   dataset.read_tokens(0, offset, n, sample.data());
   std::string ids;
@@ -180,6 +204,7 @@ int data_command(int argc, char** argv) {
   std::vector<std::string> inputs;
   double val_fraction = 0.05;
   uint64_t seed = 0;
+  bool overwrite = false;
   prep->add_option("--tokenizer", tokenizer_path, "tokenizer JSON")->required();
   prep->add_option("--out", out, "output directory (train.bin, val.bin)")->required();
   prep->add_option("--val-fraction", val_fraction, "fraction of documents held out")
@@ -188,6 +213,7 @@ int data_command(int argc, char** argv) {
   prep->add_option("--doc-separator", separator, "documents are separated by this string")
       ->capture_default_str();
   prep->add_option("inputs", inputs, "text files (.gz allowed)")->required();
+  prep->add_flag("--overwrite", overwrite, "replace train.bin and val.bin if --out holds them");
 
   auto* syn = app.add_subcommand("synth", "write shards from a random Markov chain");
   std::string kind = "markov";
@@ -199,8 +225,10 @@ int data_command(int argc, char** argv) {
   syn->add_option("--val-tokens", spec.val_tokens, "validation tokens")->capture_default_str();
   syn->add_option("--seed", spec.seed, "seed of the chain and streams")->capture_default_str();
   syn->add_option("--sharpness", spec.sharpness, "row peakedness (larger: lower entropy)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_positive());
   syn->add_option("--out", out, "output directory (train.bin, val.bin)")->required();
+  syn->add_flag("--overwrite", overwrite, "replace train.bin and val.bin if --out holds them");
 
   auto* ins = app.add_subcommand("inspect", "print a shard's header and a decoded sample");
   std::string shard;
@@ -208,12 +236,16 @@ int data_command(int argc, char** argv) {
   int count = 64;
   ins->add_option("shard", shard, "shard file")->required();
   ins->add_option("--tokenizer", tokenizer_path, "tokenizer JSON, to decode the sample");
-  ins->add_option("--offset", offset, "first token of the sample")->capture_default_str();
-  ins->add_option("--count", count, "tokens in the sample")->capture_default_str();
+  ins->add_option("--offset", offset, "first token of the sample")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  ins->add_option("--count", count, "tokens in the sample")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
 
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
-  if (*prep) return prepare(tokenizer_path, out, inputs, val_fraction, seed, separator);
-  if (*syn) return synth(kind, spec, out);
+  if (*prep) return prepare(tokenizer_path, out, inputs, val_fraction, seed, separator, overwrite);
+  if (*syn) return synth(kind, spec, out, overwrite);
   return inspect(shard, tokenizer_path, offset, count);
 }
 

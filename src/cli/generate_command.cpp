@@ -83,7 +83,7 @@ std::string default_tokenizer(const RunConfig& cfg) {
   if (cfg.data.source != "shards") return "";
   try {
     const auto info = data::read_shard_info(data::shard_path(cfg.data.path, data::Split::kTrain));
-    return info.metadata.value("tokenizer", std::string());
+    return info.tokenizer.value_or("");
   } catch (const Error&) {
     return "";
   }
@@ -106,23 +106,34 @@ int generate_command(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer_path,
                  "tokenizer JSON (default: the one the run's shards were prepared with)");
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(1, 100000));
-  app.add_option("--temperature", so.temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  app.add_option("--temperature", so.temperature, "0 = greedy")->check(finite_range(0, 100));
   app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0: all)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", so.top_p, "nucleus sampling mass (1: off)")
-      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--top-p", so.top_p, "nucleus sampling mass (1: off)")->check(finite_range(0, 1));
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--samples", samples, "independent samples to draw")->check(CLI::Range(1, 100));
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
 
   std::string dir = checkpoint;
-  if (!std::filesystem::exists(dir + "/manifest.json")) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    throw Error(
+        fmt::format("--checkpoint '{}' is not a directory; pass a checkpoint directory "
+                    "(RUN_DIR/checkpoints/step_N) or a run directory",
+                    checkpoint));
+  }
+  if (!std::filesystem::exists(dir + "/manifest.json", ec)) {
+    // A run directory: its newest checkpoint that verifies; each one skipped is said, so the
+    // user knows which step the text comes from.
     std::optional<std::string> found;
     for (const std::string& c : list_checkpoints(dir)) {
-      if (!verify_checkpoint(c)) {
-        found = c;
-        break;
+      if (auto problem = verify_checkpoint(c)) {
+        std::fprintf(stderr, "trillion generate: skipping corrupt checkpoint %s: %s\n", c.c_str(),
+                     problem->c_str());
+        continue;
       }
+      found = c;
+      break;
     }
     if (!found)
       throw Error(

@@ -1,8 +1,15 @@
 // Entry point of the `trillion` command: dispatches to a subcommand and turns a user error into
-// one line on stderr with exit code 2 (internal errors exit 3).
+// one line on stderr with exit code 2 (internal errors exit 3). SIGXFSZ is ignored, so a write
+// past the file size limit (`ulimit -f`) fails with EFBIG and is reported with its path, instead
+// of the kernel killing the process without a word. Failures that are the environment's, not the
+// program's (out of memory, a filesystem refusing an operation), are user errors too: each gets
+// one line that names what ran out or which path failed.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
+#include <new>
 #include <string_view>
 
 #include "cli/commands.h"
@@ -38,6 +45,7 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -49,6 +57,16 @@ int main(int argc, char** argv) {
       return s.run(argc - 1, argv + 1);
     } catch (const trillion::Error& e) {
       std::fprintf(stderr, "trillion %s: error: %s\n", s.name, e.what());
+      return 2;
+    } catch (const std::bad_alloc&) {
+      std::fprintf(stderr,
+                   "trillion %s: error: out of memory; the run needs more memory than this "
+                   "machine could give (use a smaller model, batch or sequence length)\n",
+                   s.name);
+      return 2;
+    } catch (const std::filesystem::filesystem_error& e) {
+      std::fprintf(stderr, "trillion %s: error: %s (path '%s')\n", s.name,
+                   e.code().message().c_str(), e.path1().string().c_str());
       return 2;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "trillion %s: internal error: %s\n", s.name, e.what());

@@ -41,7 +41,7 @@ int plan_command(int argc, char** argv) {
                  "TOML file");
   app.add_option("--cluster", cluster,
                  "a100, h100, h800, h200, b200, gb200-nvl72 or a cluster TOML file");
-  app.add_option("--gpus", gpus, "number of GPUs");
+  app.add_option("--gpus", gpus, "number of GPUs")->check(CLI::PositiveNumber);
   bool validate = false;
   std::vector<std::string> compare;
   app.add_option("--compare", compare,
@@ -54,21 +54,28 @@ int plan_command(int argc, char** argv) {
                "plan every published run of plan/published_runs.h and print predicted vs "
                "published");
   app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
-  app.add_option("--seq", seq, "sequence length (default: the model's)");
+  app.add_option("--seq", seq, "sequence length (default: the model's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--batch-tokens", batch_text,
                  "tokens per step, e.g. 16Mi = 2^24 (default: the model's training batch)");
   app.add_option("--layout", layout_text,
                  "evaluate this layout, e.g. tp=8,pp=16,cp=1,dp=64; fields left out are searched");
   app.add_option("--precision", precision, "bf16, fp16, fp8, fp4 or any (searched)")
       ->capture_default_str();
-  app.add_option("--top", top, "runners-up to show")->capture_default_str();
+  app.add_option("--top", top, "runners-up to show")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--restart-minutes", restart_minutes, "cost of one interruption")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_at_least(0));
   app.add_option("--checkpoint-gbps", checkpoint_gbps, "checkpoint write GB/s per GPU")
-      ->capture_default_str();
-  app.add_option("--price", price, "USD per GPU-hour (default: the catalog's)");
+      ->capture_default_str()
+      ->check(finite_positive());
+  app.add_option("--price", price, "USD per GPU-hour (default: the catalog's)")
+      ->check(finite_positive());
   app.add_option("--failures-per-1000-gpu-days", failure_rate,
-                 "failure rate (default: the catalog's; Llama 3 observed 0.47)");
+                 "failure rate (default: the catalog's; Llama 3 observed 0.47)")
+      ->check(finite_at_least(0));
   app.add_option("--html", html_path, "write an HTML report to this file");
   app.add_flag("--json", json, "print the plan as JSON");
   app.add_option("--datacenters", scale_out.datacenters,
@@ -118,7 +125,6 @@ int plan_command(int argc, char** argv) {
   in.seq_len = seq;
   if (!tokens_text.empty()) in.tokens = parse_count(tokens_text, "--tokens");
   if (!batch_text.empty()) in.batch_tokens = parse_count(batch_text, "--batch-tokens");
-  if (top < 1) throw Error(fmt::format("--top {} must be >= 1", top));
   in.search.keep = top;
   if (!layout_text.empty()) in.search.fixed = plan::parse_layout(layout_text, &in.search.fields);
   if (chunks > 0) {
@@ -134,8 +140,6 @@ int plan_command(int argc, char** argv) {
   } else {
     in.search.precisions = {plan::parse_precision(precision)};
   }
-  if (restart_minutes < 0) throw Error("--restart-minutes must be >= 0");
-  if (!(checkpoint_gbps > 0)) throw Error("--checkpoint-gbps must be > 0");
   in.restart_seconds = restart_minutes * 60;
   in.checkpoint_bytes_per_second = checkpoint_gbps * 1e9;
   scale_out.inter_dc_latency_s = inter_dc_latency_ms / 1e3;

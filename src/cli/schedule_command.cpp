@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -31,10 +32,10 @@ schedule::OpCosts parse_costs(const std::string& text) {
     try {
       size_t used = 0;
       v.push_back(std::stod(item, &used));
-      if (used != item.size()) throw std::invalid_argument(item);
+      if (used != item.size() || !std::isfinite(v.back())) throw std::invalid_argument(item);
     } catch (const std::exception&) {
       throw Error(
-          fmt::format("--costs '{}': '{}' is not a number; use F,B,W or F,B,W,COMM, "
+          fmt::format("--costs '{}': '{}' is not a finite number; use F,B,W or F,B,W,COMM, "
                       "e.g. 1,1,1 or 1,1.2,0.8,0.05",
                       text, item));
     }
@@ -101,9 +102,14 @@ int schedule_command(int argc, char** argv) {
   app.add_option("--layout", layout_text,
                  "the same fields as `trillion plan --layout`: pp=P,schedule=KIND,chunks=V "
                  "(other fields are ignored here)");
-  app.add_option("--stages", stages, "pipeline ranks P")->capture_default_str();
-  app.add_option("--microbatches", microbatches, "micro-batches per step M")->capture_default_str();
-  app.add_option("--chunks", chunks, "model chunks per rank V (interleaved; default 2)");
+  app.add_option("--stages", stages, "pipeline ranks P")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 14));
+  app.add_option("--microbatches", microbatches, "micro-batches per step M")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--chunks", chunks, "model chunks per rank V (interleaved; default 2)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--costs", costs_text,
                  "op times F,B,W[,COMM] of one full stage (B = input grad, W = weight grad)")
       ->capture_default_str();
@@ -139,6 +145,15 @@ int schedule_command(int argc, char** argv) {
             ? 2
             : 1;
   const schedule::OpCosts costs = parse_costs(costs_text);
+  // A schedule holds about 3 P M V actions (F, B, W of every micro-batch and chunk per rank):
+  // bound it so a typo cannot ask for terabytes.
+  constexpr int64_t kMaxActions = int64_t{1} << 26;
+  if (3 * int64_t{stages} * microbatches * chunks > kMaxActions) {
+    throw Error(fmt::format(
+        "--stages {} x --microbatches {} x --chunks {} makes more than {} actions; choose "
+        "smaller values",
+        stages, microbatches, chunks, kMaxActions));
+  }
   const schedule::Schedule s =
       schedule::generate_schedule(kind, stages, microbatches, chunks, costs);
   const auto problems = schedule::validate(s);

@@ -1,10 +1,14 @@
 // `trillion train CONFIG.toml --run-dir DIR [--set section.key=value ...] [--resume]`.
 // SIGINT/SIGTERM ask the trainer to finish the current step, checkpoint and stop cleanly.
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
+#include "core/error.h"
 #include "train/trainer.h"
 
 namespace trillion::cli {
@@ -25,11 +29,19 @@ int train_command(int argc, char** argv) {
   app.add_option("--set", overrides, "override a config key: section.key=value (repeatable)");
   app.add_flag("--resume", opt.resume, "continue from the newest valid checkpoint in --run-dir");
   app.add_option("--stop-after", opt.stop_after_step,
-                 "checkpoint and stop once this step completes (resume later with --resume)");
+                 "checkpoint and stop once this step completes (resume later with --resume)")
+      ->check(CLI::Range(int64_t{1}, INT64_MAX));
   app.add_option("--max-minutes", opt.max_minutes,
-                 "checkpoint and stop when this much wall time is spent");
+                 "checkpoint and stop when this much wall time is spent")
+      ->check(finite_positive());
   app.add_flag("--quiet", opt.quiet, "no progress output");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  std::error_code ec;
+  if (opt.run_dir.empty()) throw Error("--run-dir is empty; name the run directory");
+  if (std::filesystem::exists(opt.run_dir, ec) && !std::filesystem::is_directory(opt.run_dir, ec)) {
+    throw Error(fmt::format("--run-dir '{}' exists and is not a directory; choose another path",
+                            opt.run_dir));
+  }
   const RunConfig config = load_run_config(config_path, overrides);
   std::signal(SIGINT, request_stop);
   std::signal(SIGTERM, request_stop);

@@ -1,11 +1,16 @@
-// See file_io.h. gzread passes non-gzip files through unchanged, so one code path reads both.
+// See file_io.h. Gzip is decoded with zlib's inflate (not gzread, which reads a truncated file
+// as a shorter one without an error and passes trailing garbage through) so every way a .gz can
+// be damaged is detected and reported.
 #include "data/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <filesystem>
 
@@ -13,30 +18,113 @@
 
 namespace trillion::data {
 
-std::string read_file(const std::string& path) {
-  if (!std::filesystem::exists(path)) {
-    throw Error("file '" + path + "' does not exist; check the path");
+bool is_gzip(std::string_view bytes) {
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
+}
+
+std::string write_error_hint(int error) {
+  if (error == EFBIG) return " (the file size limit, see 'ulimit -f', is too small for it)";
+  if (error == ENOSPC) return " (the disk is full)";
+  if (error == EDQUOT) return " (the disk quota is exhausted)";
+  return "";
+}
+
+std::string gunzip(std::string_view compressed, const std::string& origin, size_t max_bytes) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {  // 16: expect a gzip header and trailer
+    throw Error("cannot decompress '" + origin + "': zlib could not start (out of memory?)");
   }
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
+  struct End {
+    z_stream* zs;
+    ~End() { inflateEnd(zs); }
+  } end{&zs};
+  auto fail = [&](const std::string& what) -> Error {
+    return Error("cannot read '" + origin + "': " + what +
+                 "; the gzip file is damaged, re-create or re-download it");
+  };
+  const auto* data = reinterpret_cast<const Bytef*>(compressed.data());
+  size_t fed = 0;  // bytes of `compressed` handed to zlib so far
+  std::string out;
+  unsigned char buffer[1 << 16];
+  for (;;) {  // one gzip member per iteration
+    int rc = Z_OK;
+    while (rc != Z_STREAM_END) {
+      if (zs.avail_in == 0 && fed < compressed.size()) {
+        const size_t chunk = std::min<size_t>(compressed.size() - fed, UINT_MAX / 2);
+        zs.next_in = const_cast<Bytef*>(data + fed);
+        zs.avail_in = static_cast<uInt>(chunk);
+        fed += chunk;
+      }
+      zs.next_out = buffer;
+      zs.avail_out = sizeof buffer;
+      rc = inflate(&zs, Z_NO_FLUSH);
+      if (rc == Z_DATA_ERROR || rc == Z_NEED_DICT || rc == Z_STREAM_ERROR) {
+        const size_t at = fed - zs.avail_in;
+        throw fail(std::string("corrupt gzip data near byte ") + std::to_string(at) + " (" +
+                   (zs.msg != nullptr ? zs.msg : "invalid stream") + ")");
+      }
+      if (rc == Z_MEM_ERROR) throw fail("zlib ran out of memory");
+      const size_t produced = sizeof buffer - zs.avail_out;
+      if (produced > max_bytes - out.size()) {
+        throw Error("cannot read '" + origin + "': it decompresses to more than " +
+                    std::to_string(max_bytes) + " bytes");
+      }
+      out.append(reinterpret_cast<const char*>(buffer), produced);
+      // Output space is always offered, so no progress means the input ran out mid-stream.
+      if (rc == Z_BUF_ERROR) {
+        throw fail("truncated: the file ends after " + std::to_string(compressed.size()) +
+                   " bytes, before the end of its gzip stream");
+      }
+    }
+    const size_t member_end = fed - zs.avail_in;
+    if (member_end == compressed.size()) return out;
+    if (!is_gzip(compressed.substr(member_end))) {
+      throw fail(std::to_string(compressed.size() - member_end) +
+                 " bytes of non-gzip data follow the gzip stream (which ends at byte " +
+                 std::to_string(member_end) + ")");
+    }
+    inflateReset(&zs);  // another member: gzip(1) reads concatenated members as one file
+  }
+}
+
+std::string read_file_raw(const std::string& path, size_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) {
+    if (errno == ENOENT) throw Error("file '" + path + "' does not exist; check the path");
     throw Error("cannot open '" + path + "': " + std::strerror(errno));
   }
-  gzbuffer(file, 1 << 20);
-  std::string text;
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw Error("cannot read '" + path + "': it is a directory; pass a file");
+  }
+  std::string raw;
+  if (S_ISREG(st.st_mode)) raw.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];
   for (;;) {
-    int n = gzread(file, buffer, sizeof(buffer));
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      int code = 0;
-      std::string message = gzerror(file, &code);
-      gzclose(file);
-      throw Error("cannot read '" + path + "': " + message + " (corrupt gzip file?)");
+      const std::string reason = std::strerror(errno);
+      ::close(fd);
+      throw Error("cannot read '" + path + "': " + reason);
     }
     if (n == 0) break;
-    text.append(buffer, n);
+    if (static_cast<size_t>(n) > max_bytes - raw.size()) {
+      ::close(fd);
+      throw Error("cannot read '" + path + "': it is larger than " + std::to_string(max_bytes) +
+                  " bytes");
+    }
+    raw.append(buffer, static_cast<size_t>(n));
   }
-  gzclose(file);
-  return text;
+  ::close(fd);
+  return raw;
+}
+
+std::string read_file(const std::string& path, size_t max_bytes) {
+  std::string raw = read_file_raw(path, max_bytes);
+  return is_gzip(raw) ? gunzip(raw, path, max_bytes) : raw;
 }
 
 void write_file_atomic(const std::string& path, std::initializer_list<std::string_view> parts) {
@@ -51,8 +139,9 @@ void write_file_atomic(const std::string& path, std::initializer_list<std::strin
   int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) throw Error("cannot create '" + temp + "': " + std::strerror(errno));
   auto fail = [&](const char* what) {
-    std::string message =
-        std::string("cannot ") + what + " '" + temp + "': " + std::strerror(errno);
+    const int error = errno;
+    std::string message = std::string("cannot ") + what + " '" + temp +
+                          "': " + std::strerror(error) + write_error_hint(error);
     ::close(fd);
     ::unlink(temp.c_str());
     throw Error(message + " ('" + path + "' was left unchanged)");
@@ -70,8 +159,9 @@ void write_file_atomic(const std::string& path, std::initializer_list<std::strin
   }
   if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {
+    const int error = errno;
     ::unlink(temp.c_str());
-    throw Error("cannot close '" + temp + "': " + std::strerror(errno));
+    throw Error("cannot close '" + temp + "': " + std::strerror(error) + write_error_hint(error));
   }
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     std::string message = std::strerror(errno);

@@ -3,6 +3,8 @@
 // geometrically because every transition probability is positive.
 #include "data/markov.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -40,7 +42,15 @@ void validate(const MarkovSpec& spec) {
   }
   if (spec.val_tokens < 0) fail("val_tokens", std::to_string(spec.val_tokens), "use >= 0");
   if (!(spec.sharpness > 0) || !std::isfinite(spec.sharpness)) {
-    fail("sharpness", std::to_string(spec.sharpness), "use a positive number such as 2");
+    fail("sharpness", fmt::format("{}", spec.sharpness), "use a positive number such as 2");
+  }
+  // Philox normals lie within |z| < 6.8 (the open-interval uniforms bound Box-Muller), so a row's
+  // smallest weight is at least exp(-sharpness * 13.6) / V; sharpness <= 50 keeps it a positive
+  // normal double, so every p log p term of the entropy rate is finite (at 1e308 the logits
+  // overflowed and the entropy rate was NaN). Such rows are already nearly deterministic.
+  if (spec.sharpness > kMaxMarkovSharpness) {
+    fail("sharpness", fmt::format("{}", spec.sharpness),
+         "use sharpness <= 50 (larger values underflow transition probabilities to 0)");
   }
 }
 
@@ -92,6 +102,7 @@ MarkovChain::MarkovChain(int order, int vocab, uint64_t seed, double sharpness)
   }
   entropy_rate_ = 0;
   for (int64_t c = 0; c < num_contexts_; ++c) entropy_rate_ += stationary_[c] * row_entropy[c];
+  TRILLION_CHECK(std::isfinite(entropy_rate_), "markov entropy rate is not finite");
 }
 
 double MarkovChain::probability(int64_t context, int next) const {

@@ -19,6 +19,7 @@ namespace trillion::data {
 // Rows are softmax(sharpness * z) with z standard normal (a log-normal "Dirichlet-ish" row):
 // larger sharpness gives peakier rows and an entropy rate further below log V.
 constexpr double kDefaultMarkovSharpness = 2.0;
+constexpr double kMaxMarkovSharpness = 50.0;  // see validate(): every probability stays > 0
 
 class MarkovChain {
  public:

@@ -14,7 +14,9 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "data/file_io.h"
 
 namespace trillion::data {
@@ -45,11 +47,33 @@ void store(char* bytes, T value) {
               "; regenerate it with 'trillion data prepare' or 'trillion data synth'");
 }
 
-// Parses and checks the 64-byte header plus metadata from the first bytes of a file of
-// `file_size` bytes.
+// Checks the metadata fields that readers use (entropy_rate, text_bytes, tokenizer), so that
+// later code can read them without a type check of its own.
+void check_metadata(const std::string& path, ShardInfo& info) {
+  const std::string origin = "shard '" + path + "' metadata";
+  if (info.metadata.is_null()) info.metadata = nlohmann::json::object();  // written without any
+  const nlohmann::json& m = info.metadata;
+  if (!m.is_object()) corrupt(path, "metadata is " + json_kind(m) + ", not a JSON object");
+  try {
+    if (json_has(m, "entropy_rate")) {
+      const double h = json_number(m, "entropy_rate", origin);
+      if (h < 0) throw Error(origin + ": field 'entropy_rate' = " + std::to_string(h) + " < 0");
+      info.entropy_rate = h;
+    }
+    if (json_has(m, "text_bytes")) info.text_bytes = json_int(m, "text_bytes", origin, 0);
+    if (json_has(m, "tokenizer")) info.tokenizer = json_string(m, "tokenizer", origin);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) +
+                "; regenerate the shard with 'trillion data prepare' or 'trillion data synth'");
+  }
+}
+
+// Parses and checks the 64-byte header plus metadata from the first `available` bytes of a file
+// of `file_size` bytes. Every size from the header is range-checked with overflow-checked
+// arithmetic against the file size before anything past the header is read.
 ShardInfo parse_header(const std::string& path, const char* bytes, int64_t available,
                        int64_t file_size) {
-  if (file_size < kShardHeaderBytes) {
+  if (file_size < kShardHeaderBytes || available < kShardHeaderBytes) {
     throw Error("shard '" + path + "' is truncated: " + std::to_string(file_size) +
                 " bytes, shorter than the " + std::to_string(kShardHeaderBytes) +
                 "-byte header; regenerate it");
@@ -70,35 +94,50 @@ ShardInfo parse_header(const std::string& path, const char* bytes, int64_t avail
   info.token_bytes = load<uint32_t>(bytes + 12);
   info.vocab_size = load<int64_t>(bytes + 16);
   info.num_tokens = load<int64_t>(bytes + 24);
-  int64_t metadata_bytes = load<int64_t>(bytes + 32);
+  const int64_t metadata_bytes = load<int64_t>(bytes + 32);
   info.token_checksum = load<uint64_t>(bytes + 40);
   if (info.token_bytes != 2 && info.token_bytes != 4) {
     corrupt(path, "token size " + std::to_string(info.token_bytes) + " is not 2 or 4");
   }
-  if (info.vocab_size < 1 || info.num_tokens < 0 || metadata_bytes < 0 ||
-      metadata_bytes > (int64_t{1} << 30)) {
-    corrupt(path, "implausible header values");
+  const int64_t max_vocab = info.token_bytes == 2 ? int64_t{1} << 16 : int64_t{1} << 31;
+  if (info.vocab_size < 1 || info.vocab_size > max_vocab) {
+    corrupt(path, "vocab size " + std::to_string(info.vocab_size) + " is not in [1, " +
+                      std::to_string(max_vocab) + "] for " + std::to_string(info.token_bytes) +
+                      "-byte tokens");
+  }
+  if (info.num_tokens < 0) corrupt(path, "token count " + std::to_string(info.num_tokens) + " < 0");
+  if (metadata_bytes < 0 || metadata_bytes > kMaxShardMetadataBytes) {
+    corrupt(path, "metadata length " + std::to_string(metadata_bytes) + " is not in [0, " +
+                      std::to_string(kMaxShardMetadataBytes) + "]");
   }
   info.data_offset = align64(kShardHeaderBytes + metadata_bytes);
-  int64_t expected = info.data_offset + info.num_tokens * info.token_bytes;
-  if (file_size < expected) {
+  const std::optional<int64_t> token_data = checked_mul(info.num_tokens, info.token_bytes);
+  const std::optional<int64_t> expected =
+      token_data ? checked_add(info.data_offset, *token_data) : std::nullopt;
+  if (!expected) {
+    corrupt(path, "token count " + std::to_string(info.num_tokens) + " x " +
+                      std::to_string(info.token_bytes) + " bytes overflows a file size");
+  }
+  if (file_size < *expected) {
     throw Error("shard '" + path + "' is truncated: " + std::to_string(file_size) +
-                " bytes, the header promises " + std::to_string(expected) + " (" +
+                " bytes, the header promises " + std::to_string(*expected) + " (" +
                 std::to_string(info.num_tokens) + " tokens); regenerate it");
   }
-  if (file_size > expected) {
-    corrupt(path, std::to_string(file_size - expected) + " unexpected bytes after the tokens");
+  if (file_size > *expected) {
+    corrupt(path, std::to_string(file_size - *expected) + " unexpected bytes after the tokens");
   }
-  TRILLION_CHECK(available >= kShardHeaderBytes + metadata_bytes, "header not fully read");
+  if (available < kShardHeaderBytes + metadata_bytes) {  // the file shrank while it was read
+    throw Error("shard '" + path + "' changed while it was being read; is another process " +
+                "writing it?");
+  }
   const char* metadata = bytes + kShardHeaderBytes;
   if (load<uint64_t>(bytes + 48) != XXH64(metadata, metadata_bytes, 0)) {
     corrupt(path, "metadata checksum mismatch");
   }
-  try {
-    info.metadata = nlohmann::json::parse(std::string_view(metadata, metadata_bytes));
-  } catch (const nlohmann::json::exception& e) {
-    corrupt(path, std::string("metadata is not JSON: ") + e.what());
-  }
+  info.metadata = nlohmann::json::parse(std::string_view(metadata, metadata_bytes), nullptr,
+                                        /*allow_exceptions=*/false);
+  if (info.metadata.is_discarded()) corrupt(path, "metadata is not valid JSON");
+  check_metadata(path, info);
   return info;
 }
 
@@ -143,7 +182,13 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int64
       store(&data[i * 4], static_cast<uint32_t>(tokens[i]));
     }
   }
-  std::string meta = metadata.dump();
+  if (!metadata.is_object() && !metadata.is_null()) {
+    throw Error("cannot write shard '" + path + "': metadata must be a JSON object");
+  }
+  // Invalid UTF-8 (a file name in `inputs`) is replaced rather than thrown on by dump().
+  const std::string meta =
+      metadata.is_null() ? std::string("{}")
+                         : metadata.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   std::string header(align64(kShardHeaderBytes + meta.size()), '\0');
   std::memcpy(header.data(), kMagic, 8);
   store(&header[8], kShardFormatVersion);
@@ -160,20 +205,35 @@ void write_shard(const std::string& path, std::span<const int32_t> tokens, int64
 
 ShardInfo read_shard_info(const std::string& path) {
   int64_t size = 0;
-  int fd = open_or_throw(path, size);
+  const int fd = open_or_throw(path, size);
+  // The header first, then (only if its length is plausible and within the file) the metadata;
+  // parse_header makes every check, so a short read here only shortens `head`.
   std::string head(static_cast<size_t>(std::min<int64_t>(size, kShardHeaderBytes)), '\0');
-  ssize_t n = ::pread(fd, head.data(), head.size(), 0);
-  if (n == static_cast<ssize_t>(head.size()) && size >= kShardHeaderBytes &&
-      std::memcmp(head.data(), kMagic, 8) == 0) {
-    int64_t metadata_bytes = load<int64_t>(head.data() + 32);
-    if (metadata_bytes > 0 && metadata_bytes <= (int64_t{1} << 30) &&
-        kShardHeaderBytes + metadata_bytes <= size) {
-      head.resize(kShardHeaderBytes + metadata_bytes);
-      n = ::pread(fd, head.data(), head.size(), 0);
+  auto read_all = [&](std::string& out) {
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const std::string reason = std::strerror(errno);
+        ::close(fd);
+        throw Error("cannot read shard '" + path + "': " + reason);
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    out.resize(done);
+  };
+  read_all(head);
+  if (static_cast<int64_t>(head.size()) == kShardHeaderBytes) {
+    const int64_t metadata_bytes = load<int64_t>(head.data() + 32);
+    if (metadata_bytes > 0 && metadata_bytes <= kMaxShardMetadataBytes &&
+        metadata_bytes <= size - kShardHeaderBytes) {
+      head.assign(static_cast<size_t>(kShardHeaderBytes + metadata_bytes), '\0');
+      read_all(head);
     }
   }
   ::close(fd);
-  if (n < 0) throw Error("cannot read shard '" + path + "': " + std::strerror(errno));
   return parse_header(path, head.data(), static_cast<int64_t>(head.size()), size);
 }
 
@@ -219,8 +279,7 @@ void ShardDataset::open_one(const std::string& path) {
                 std::to_string(vocab_size_) + "; use shards made with one tokenizer");
   }
   vocab_size_ = info.vocab_size;
-  std::optional<double> rate;
-  if (info.metadata.contains("entropy_rate")) rate = info.metadata["entropy_rate"].get<double>();
+  const std::optional<double> rate = info.entropy_rate;
   entropy_rate_ = shards_.empty() || rate == entropy_rate_ ? rate : std::nullopt;
   piece_tokens_.push_back(info.num_tokens);
   shards_.push_back(std::move(info));
@@ -233,12 +292,12 @@ ShardDataset::~ShardDataset() {
 }
 
 std::optional<double> ShardDataset::bytes_per_token() const {
-  int64_t bytes = 0;
+  double bytes = 0;  // a sum of int64 counts from files: double cannot overflow
   for (const ShardInfo& info : shards_) {
-    if (!info.metadata.contains("text_bytes")) return std::nullopt;
-    bytes += info.metadata["text_bytes"].get<int64_t>();
+    if (!info.text_bytes) return std::nullopt;
+    bytes += static_cast<double>(*info.text_bytes);
   }
-  return num_tokens() > 0 ? std::optional<double>(static_cast<double>(bytes) / num_tokens())
+  return num_tokens() > 0 ? std::optional<double>(bytes / static_cast<double>(num_tokens()))
                           : std::nullopt;
 }
 

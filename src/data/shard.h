@@ -13,13 +13,16 @@
 //   64      M     metadata JSON (split, source, entropy_rate, tokenizer, ...)
 //   D       N*b   tokens, D = 64 + M rounded up to a multiple of 64; file size is exactly D + N*b
 //
-// Invariants: a shard that opens has passed every check (magic, version, sizes, the three
-// checksums, every token < V); a shard is written atomically, so readers never see a partial one.
+// Invariants: a shard that opens has passed every check (magic, version, sizes with
+// overflow-checked arithmetic against the file size before anything past the header is read, the
+// three checksums, the metadata fields readers use, every token < V); a shard is written
+// atomically, so readers never see a partial one.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,6 +33,7 @@ namespace trillion::data {
 
 constexpr uint32_t kShardFormatVersion = 1;
 constexpr int64_t kShardHeaderBytes = 64;
+constexpr int64_t kMaxShardMetadataBytes = int64_t{1} << 30;
 
 struct ShardInfo {
   std::string path;
@@ -39,7 +43,10 @@ struct ShardInfo {
   int64_t num_tokens = 0;
   int64_t data_offset = 0;
   uint64_t token_checksum = 0;
-  nlohmann::json metadata;
+  nlohmann::json metadata;  // a JSON object; the fields below are checked copies of its own
+  std::optional<double> entropy_rate;    // "entropy_rate": finite, >= 0 (nats/token)
+  std::optional<int64_t> text_bytes;     // "text_bytes": >= 0 (source text of these tokens)
+  std::optional<std::string> tokenizer;  // "tokenizer": path of the tokenizer that made them
 };
 
 // Writes `tokens` as a shard; throws (leaving any existing file intact) if an id is out of range.

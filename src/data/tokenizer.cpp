@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_fields.h"
 #include "data/file_io.h"
 #include "data/pretokenize.h"
 
@@ -37,11 +38,17 @@ Tokenizer::Tokenizer(std::vector<std::pair<int32_t, int32_t>> merges, const std:
     if (a < 0 || b < 0 || a >= id || b >= id) {
       throw Error(origin + ": merge " + std::to_string(i) + " [" + std::to_string(a) + ", " +
                   std::to_string(b) + "] refers to an id not defined before it (" +
-                  std::to_string(id) + "); the tokenizer file is corrupt, retrain it");
+                  std::to_string(id) + ")");
+    }
+    if (token_bytes_[a].size() + token_bytes_[b].size() > kMaxChunkBytes) {
+      // Training never merges across a pre-token chunk, so no real token is longer than one;
+      // without this bound, merges that each double a token ask for 2^M bytes.
+      throw Error(origin + ": merge " + std::to_string(i) + " makes a token of " +
+                  std::to_string(token_bytes_[a].size() + token_bytes_[b].size()) +
+                  " bytes, longer than any trained token (" + std::to_string(kMaxChunkBytes) + ")");
     }
     if (!merge_id_.emplace(pair_key(a, b), id).second) {
-      throw Error(origin + ": merge " + std::to_string(i) + " repeats an earlier pair; the " +
-                  "tokenizer file is corrupt, retrain it");
+      throw Error(origin + ": merge " + std::to_string(i) + " repeats an earlier pair");
     }
     token_bytes_.push_back(token_bytes_[a] + token_bytes_[b]);
   }
@@ -125,39 +132,60 @@ void Tokenizer::save(const std::string& path) const {
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
-  std::string text = read_file(path);
-  nlohmann::json j;
+  return from_json(read_file(path), path);
+}
+
+Tokenizer Tokenizer::from_json(std::string_view text, const std::string& path) {
+  const std::string origin = "tokenizer '" + path + "'";
   try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("tokenizer '" + path + "' is not valid JSON (" + e.what() +
-                "); retrain it with 'trillion tokenizer train'");
+    const nlohmann::json j = parse_json(text, origin);
+    if (!json_has(j, "format") || !j.at("format").is_string() ||
+        j.at("format").get<std::string>() != kFormat) {
+      throw Error(origin + ": not a trillion-bpe tokenizer (no \"format\": \"" + kFormat + "\")");
+    }
+    const int64_t version = json_int(j, "version", origin);
+    if (version != kFormatVersion) {
+      throw Error(origin + ": format version " + std::to_string(version) + " is not " +
+                  std::to_string(kFormatVersion));
+    }
+    const nlohmann::json& list = json_field(j, "merges", origin);
+    if (!list.is_array()) {
+      throw Error(origin + ": field 'merges' is " + json_kind(list) + ", expected an array");
+    }
+    if (list.size() > static_cast<size_t>(kMaxMerges)) {
+      throw Error(origin + ": " + std::to_string(list.size()) +
+                  " merges exceed the largest vocabulary (2^31 ids)");
+    }
+    std::vector<std::pair<int32_t, int32_t>> merges;
+    merges.reserve(list.size());
+    // An id outside int32 becomes -1, which the constructor reports with the merge's index.
+    auto id = [](const nlohmann::json& v) -> int32_t {
+      if (v.is_number_unsigned()) return v.get<uint64_t>() > INT32_MAX ? -1 : v.get<int32_t>();
+      const int64_t x = v.get<int64_t>();
+      return x < 0 || x > INT32_MAX ? -1 : static_cast<int32_t>(x);
+    };
+    for (size_t i = 0; i < list.size(); ++i) {
+      const nlohmann::json& m = list[i];
+      if (!m.is_array() || m.size() != 2 || !m[0].is_number_integer() ||
+          !m[1].is_number_integer()) {
+        std::string text = m.dump();
+        if (text.size() > 40) text = text.substr(0, 40) + "...";
+        throw Error(origin + ": merge " + std::to_string(i) + " is " + text +
+                    ", expected a pair of integer token ids [left, right]");
+      }
+      merges.emplace_back(id(m[0]), id(m[1]));
+    }
+    Tokenizer tokenizer(std::move(merges), origin);
+    const int64_t vocab_size = json_int(j, "vocab_size", origin);
+    if (vocab_size != tokenizer.vocab_size()) {
+      throw Error(origin + ": vocab_size " + std::to_string(vocab_size) + " does not match its " +
+                  std::to_string(tokenizer.merges().size()) + " merges (" +
+                  std::to_string(tokenizer.vocab_size()) + " ids)");
+    }
+    return tokenizer;
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + "; retrain it with 'trillion tokenizer train'");
   }
-  auto fail = [&](const std::string& what) -> Error {
-    return Error("tokenizer '" + path + "': " + what +
-                 "; retrain it with 'trillion tokenizer train'");
-  };
-  const auto format = j.is_object() ? j.find("format") : j.end();
-  if (!j.is_object() || format == j.end() || !format->is_string() ||
-      format->get<std::string>() != kFormat)
-    throw fail("not a trillion-bpe tokenizer");
-  if (j.value("version", 0) != kFormatVersion) {
-    throw fail("format version " + j.value("version", nlohmann::json()).dump() + " is not " +
-               std::to_string(kFormatVersion));
-  }
-  std::vector<std::pair<int32_t, int32_t>> merges;
-  try {
-    for (const auto& m : j.at("merges"))
-      merges.emplace_back(m.at(0).get<int32_t>(), m.at(1).get<int32_t>());
-  } catch (const nlohmann::json::exception& e) {
-    throw fail(std::string("bad 'merges' field (") + e.what() + ")");
-  }
-  Tokenizer tokenizer(std::move(merges), "tokenizer '" + path + "'");
-  if (j.value("vocab_size", -1) != tokenizer.vocab_size()) {
-    throw fail("vocab_size " + j.value("vocab_size", nlohmann::json()).dump() +
-               " does not match its " + std::to_string(tokenizer.merges().size()) + " merges");
-  }
-  return tokenizer;
 }
 
 void check_tokenizer_matches(const Tokenizer& tokenizer, const std::string& tokenizer_path,

@@ -5,6 +5,7 @@
 // appear where a caller puts them; training is deterministic (ties broken by pair ids).
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,7 @@ namespace trillion::data {
 
 constexpr int kNumSpecialTokens = 3;
 constexpr int kMinVocabSize = 256 + kNumSpecialTokens;
+constexpr int64_t kMaxMerges = INT32_MAX - kMinVocabSize;  // every id fits in int32
 
 struct BpeTrainStats {
   int64_t corpus_bytes = 0;
@@ -39,7 +41,11 @@ class Tokenizer {
   Tokenizer(Tokenizer&&) noexcept = default;
   Tokenizer& operator=(Tokenizer&&) noexcept = default;
 
+  // Reads a tokenizer file; every field is checked and named in the Error when it is missing,
+  // mistyped or inconsistent (a merge referring to a later id, vocab_size not 259 + merges).
   static Tokenizer load(const std::string& path);
+  // The same from the file's text (`path` names it in messages).
+  static Tokenizer from_json(std::string_view text, const std::string& path);
   void save(const std::string& path) const;  // JSON, written atomically
 
   int vocab_size() const { return static_cast<int>(token_bytes_.size()); }

@@ -1,16 +1,21 @@
 // Checkpoints: RUN_DIR/checkpoints/step_NNNNNNNN/ holds params.bin (the flat parameter buffer),
 // optimizer.bin (AdamW first then second moments, same layout), state.json (step, optimizer
-// step count, next data sample index, seed) and config.toml, plus the extra files of the run's
-// other state (DiLoCo's outer state, the noise-scale averages: train/resume.h CheckpointPart),
-// plus manifest.json with the size and XXH64 of every file. Invariants: a checkpoint directory
-// appears only complete (written as .tmp-step_N, files fsynced, then renamed, then the parent
-// fsynced); a checkpoint whose manifest or any checksum does not match is reported and skipped,
-// never loaded.
+// step count, next data sample index, seed) and config.toml, plus the extra files of the run's other state
+// (DiLoCo's outer state, the noise-scale averages: train/resume.h CheckpointPart), plus
+// manifest.json with the size
+// and XXH64 of every file. Invariants: a checkpoint directory appears only complete (written as
+// .tmp-step_N, files fsynced, then renamed, then the parent fsynced; a failed write removes its
+// .tmp-step_N, and the next write removes any a killed process left); a checkpoint whose
+// manifest, any size or checksum, or any field of state.json does not check is reported and
+// skipped, never loaded. Every size and field read from these files is checked before use: no
+// crafted checkpoint reaches a JSON library exception or assertion, or reads past a file.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/memory.h"
@@ -59,5 +64,27 @@ std::optional<std::string> read_checkpoint_file(const std::string& dir, const st
 
 // Reads only the resolved config.toml of a checkpoint.
 std::string read_checkpoint_config(const std::string& dir);
+
+// The final weights of a verified checkpoint as raw bytes, with their element size (4: f32,
+// 8: f64, from state.json), for `trillion compare`.
+struct CheckpointWeights {
+  std::string bytes;
+  int dtype_bytes = 4;
+};
+CheckpointWeights read_checkpoint_weights(const std::string& dir);
+
+// The files of a checkpoint, each with its size and XXH64 as manifest.json records them.
+struct ManifestEntry {
+  uint64_t bytes = 0;
+  uint64_t xxh64 = 0;
+};
+// Parses manifest.json text; every file a checkpoint holds must have an entry. Throws an Error
+// naming `origin` and the field.
+std::map<std::string, ManifestEntry> parse_checkpoint_manifest(std::string_view text,
+                                                               const std::string& origin);
+// Parses state.json text (step, optimizer_steps, next_sample, seed; dtype_bytes 4 or 8, 4 when
+// absent). Throws an Error naming `origin` and the missing or mistyped field.
+CheckpointState parse_checkpoint_state(std::string_view text, const std::string& origin,
+                                       int* dtype_bytes = nullptr);
 
 }  // namespace trillion

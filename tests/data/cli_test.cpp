@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -134,7 +135,8 @@ TEST_F(CliTest, BadInputsFailClearlyAndLeaveFilesIntact) {
   r = run("data inspect " + p("missing.bin"));
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(has(r.output, "missing.bin")) << r.output;
-  r = run("data prepare --tokenizer " + p("no_tok.json") + " --out " + p("mk") + " " + p("x.txt"));
+  r = run("data prepare --overwrite --tokenizer " + p("no_tok.json") + " --out " + p("mk") + " " +
+          p("x.txt"));
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(has(r.output, "no_tok.json")) << r.output;
 
@@ -159,4 +161,61 @@ TEST_F(CliTest, BadInputsFailClearlyAndLeaveFilesIntact) {
   r = run("tokenizer train --vocab 100 --out " + p("tok.json") + " " + p("a.txt"));
   EXPECT_EQ(r.status, 2);
   EXPECT_EQ(Tokenizer::load(p("tok.json")).vocab_size(), vocab);  // the old file is intact
+}
+
+// Issue 19's data-command cases: each one clear error (exit 2, never 3), nothing overwritten.
+TEST_F(CliTest, OutOfRangeValuesAndExistingOutputsAreClearErrors) {
+  ASSERT_EQ(run("data synth --order 1 --vocab 8 --tokens 1000 --out " + p("mk")).status, 0);
+  const std::string before = slurp(p("mk/train.bin"));
+  for (const std::string option : {"--count -5", "--count 0", "--offset -1"}) {
+    Result r = run("data inspect " + p("mk/train.bin") + " " + option);
+    EXPECT_EQ(r.status, 2) << option << ": " << r.output;  // --count -5 was exit 3 (length_error)
+    EXPECT_TRUE(has(r.output, option.substr(0, option.find(' ')) + ":")) << r.output;
+  }
+  Result r = run("data inspect " + p("mk/train.bin") + " --offset 1000");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "--offset 1000 is past the end of the shard (1000 tokens)"))
+      << r.output;
+
+  // An existing output is not replaced without --overwrite (synth and prepare).
+  r = run("data synth --order 1 --vocab 8 --tokens 2000 --seed 5 --out " + p("mk"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "'" + p("mk/train.bin") + "' already exists; pass --overwrite"))
+      << r.output;
+  EXPECT_EQ(slurp(p("mk/train.bin")), before);
+  { std::ofstream(p("a.txt")) << "one document\n\nanother document\n\na third one here\n"; }
+  ASSERT_EQ(run("tokenizer train --vocab 270 --out " + p("tok.json") + " " + p("a.txt")).status, 0);
+  r = run("data prepare --tokenizer " + p("tok.json") + " --out " + p("mk") + " " + p("a.txt"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "already exists; pass --overwrite")) << r.output;
+  EXPECT_EQ(slurp(p("mk/train.bin")), before);
+  r = run("data prepare --overwrite --tokenizer " + p("tok.json") + " --out " + p("mk") + " " +
+          p("a.txt"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(slurp(p("mk/train.bin")), before);
+
+  // --sharpness 1e308 once wrote shards with a null entropy rate that nothing could read.
+  r = run("data synth --order 1 --vocab 8 --tokens 1000 --sharpness 1e308 --out " + p("sharp"));
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.output, "use sharpness <= 50")) << r.output;
+  EXPECT_FALSE(fs::exists(p("sharp/train.bin")));
+  r = run("data synth --order 1 --vocab 8 --tokens 1000 --sharpness nan --out " + p("sharp"));
+  EXPECT_EQ(r.status, 2);
+  write_shard(p("null_entropy.bin"), std::vector<int32_t>{1, 2}, 8,
+              {{"entropy_rate", std::nan("")}});
+  r = run("data inspect " + p("null_entropy.bin"));
+  EXPECT_EQ(r.status, 2) << r.output;  // was exit 3: "internal error: type_error"
+  EXPECT_TRUE(has(r.output, "field 'entropy_rate' is null, expected a number")) << r.output;
+
+  // A write past `ulimit -f` is an error naming the file; the old shards stay intact.
+  const std::string old_shard = slurp(p("mk/train.bin"));
+  const auto limited = trillion::testing::run_shell(
+      "bash -c 'ulimit -f 16; " + std::string(TRILLION_BINARY) +
+      " data synth --order 1 --vocab 8 --tokens 100000 --overwrite --out " + p("mk") + "' 2>&1");
+  EXPECT_EQ(limited.exit_code, 2) << limited.output;
+  EXPECT_TRUE(has(limited.output,
+                  "File too large (the file size limit, see 'ulimit -f', is too "
+                  "small for it)"))
+      << limited.output;
+  EXPECT_EQ(slurp(p("mk/train.bin")), old_shard);
 }

@@ -21,9 +21,8 @@ struct CommandResult {
   std::string output;  // stdout, and stderr unless it was discarded
 };
 
-inline CommandResult run_trillion(const std::string& args, bool with_stderr = true) {
-  const std::string cmd =
-      std::string(TRILLION_BINARY) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
+// Runs a shell command line (/bin/sh) and captures its stdout (and stderr if the line says so).
+inline CommandResult run_shell(const std::string& cmd) {
   CommandResult r;
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (pipe == nullptr) return r;
@@ -33,6 +32,11 @@ inline CommandResult run_trillion(const std::string& args, bool with_stderr = tr
   const int status = ::pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+inline CommandResult run_trillion(const std::string& args, bool with_stderr = true) {
+  return run_shell(std::string(TRILLION_BINARY) + " " + args +
+                   (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 inline std::string config_path(const std::string& name) {

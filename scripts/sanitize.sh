@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the engine with AddressSanitizer + UndefinedBehaviorSanitizer (-DTRILLION_SANITIZE=ON,
+# -O1 -g, into build-asan/) and runs the unit, data, train and fuzz-replay suites under it. Any
+# sanitizer report is fatal (-fno-sanitize-recover), so a report fails its test.
+#   scripts/sanitize.sh [CTEST ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [[ ! -f build-asan/build.ninja ]]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRILLION_SANITIZE=ON \
+    -DTRILLION_BENCH=OFF >/dev/null
+fi
+cmake --build build-asan --parallel "$(nproc)"
+# Leak checking is on (and needs no suppressions). allocator_may_return_null: an allocation
+# larger than ASan supports throws std::bad_alloc, as it does in the Release build, instead of
+# aborting, so the out-of-memory message is tested too.
+export ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1:check_initialization_order=1:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+cd build-asan
+ctest --output-on-failure --timeout 900 -j "$(nproc)" -L '^(unit|data|train|fuzz)$' "$@"

@@ -1,0 +1,229 @@
+// Checkpoint files as a careless user or an attacker could leave them (issue 19): a state.json
+// with missing or mistyped fields behind a manifest fixed up to match, a manifest with mistyped
+// or absurd entries, a write that fails (`ulimit -f`), and the .tmp-step_N a killed writer
+// leaves. Each is one clear message naming the file and field; no JSON library exception or
+// assertion is reachable; a failed write leaves nothing half-written and older checkpoints
+// intact; `generate` and `--resume` say which checkpoint they skip and why.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "cli_util.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "train/checkpoint.h"
+
+using namespace trillion;
+using namespace trillion::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string slurp(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void spit(const fs::path& file, const std::string& bytes) {
+  std::ofstream(file, std::ios::binary | std::ios::trunc) << bytes;
+}
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// Replaces a checkpoint file and fixes its manifest entry (size and checksum), so only the
+// file's contents can be wrong.
+void replace_with_fixed_manifest(const fs::path& dir, const std::string& name,
+                                 const std::string& bytes) {
+  spit(dir / name, bytes);
+  nlohmann::json m = nlohmann::json::parse(slurp(dir / "manifest.json"));
+  m[name] = {{"bytes", bytes.size()}, {"xxh64", XXH64(bytes.data(), bytes.size(), 0)}};
+  spit(dir / "manifest.json", m.dump(2));
+}
+
+// Writes checkpoints of `steps` with parameters filled from the step number.
+struct Checkpoints {
+  MemoryTracker tracker;
+  Buffer params{tracker, MemoryCategory::parameters, DType::f32, 1024};
+  Buffer m{tracker, MemoryCategory::optimizer, DType::f32, 1024};
+  Buffer v{tracker, MemoryCategory::optimizer, DType::f32, 1024};
+
+  std::string write(const std::string& run_dir, int64_t step, int64_t keep = 5) {
+    auto* p = static_cast<float*>(params.raw());
+    for (int64_t i = 0; i < params.count(); ++i) p[i] = static_cast<float>(step * 1000 + i);
+    CheckpointContents c{
+        &params, &m, &v, {step, step, static_cast<uint64_t>(step * 4), 7}, "[model]\n", {}};
+    return write_checkpoint(run_dir, c, keep);
+  }
+};
+
+std::string load_error(const std::string& dir) {
+  MemoryTracker tracker;
+  Buffer params(tracker, MemoryCategory::parameters, DType::f32, 1024);
+  try {
+    load_checkpoint(dir, params, nullptr, nullptr);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(CheckpointFiles, StateWithMissingOrMistypedFieldsIsReportedByName) {
+  const std::string run = fresh_dir("ckpt_state");
+  Checkpoints c;
+  const fs::path dir = c.write(run, 3);
+  ASSERT_EQ(verify_checkpoint(dir), std::nullopt);
+  // The crash of issue 19: keys removed, manifest fixed up (a JSON library assertion, SIGABRT).
+  replace_with_fixed_manifest(dir, "state.json", R"({"optimizer_steps": 3, "seed": 7})");
+  EXPECT_EQ(verify_checkpoint(dir), "state.json: field 'step' is missing");
+  EXPECT_EQ(load_error(dir),
+            "checkpoint '" + dir.string() + "' is corrupt: state.json: field 'step' is missing");
+  replace_with_fixed_manifest(
+      dir, "state.json", R"({"step": "3", "optimizer_steps": 3, "next_sample": 12, "seed": 7})");
+  EXPECT_EQ(verify_checkpoint(dir), "state.json: field 'step' is a string, expected an integer");
+  replace_with_fixed_manifest(
+      dir, "state.json", R"({"step": -3, "optimizer_steps": 3, "next_sample": 12, "seed": 7})");
+  EXPECT_EQ(verify_checkpoint(dir),
+            "state.json: field 'step' = -3 is out of range [0, 9223372036854775807]");
+  replace_with_fixed_manifest(dir, "state.json",
+                              R"({"step": 3, "optimizer_steps": 3, "next_sample": 12, "seed": 7, )"
+                              R"("dtype_bytes": 2})");
+  EXPECT_EQ(verify_checkpoint(dir),
+            "state.json: field 'dtype_bytes' = 2: expected 4 (f32) or 8 (f64)");
+  replace_with_fixed_manifest(dir, "state.json", "[3]");
+  EXPECT_EQ(verify_checkpoint(dir), "state.json: expected a JSON object, found an array");
+  replace_with_fixed_manifest(dir, "state.json", "{\"step\": ");
+  EXPECT_TRUE(has(verify_checkpoint(dir).value_or(""), "state.json: not valid JSON"));
+}
+
+TEST(CheckpointFiles, ManifestEntriesAreCheckedBeforeAnyFileIsRead) {
+  const std::string run = fresh_dir("ckpt_manifest");
+  Checkpoints c;
+  const fs::path dir = c.write(run, 4);
+  const std::string manifest = slurp(dir / "manifest.json");
+  auto with_entry = [&](const nlohmann::json& entry) {
+    nlohmann::json m = nlohmann::json::parse(manifest);
+    m["params.bin"] = entry;
+    spit(dir / "manifest.json", m.dump());
+    return verify_checkpoint(dir).value_or("");
+  };
+  EXPECT_EQ(with_entry({{"bytes", "4096"}, {"xxh64", 1}}),
+            "manifest.json entry 'params.bin': field 'bytes' is a string, expected a "
+            "non-negative integer");
+  EXPECT_EQ(with_entry({{"bytes", 4096}}),
+            "manifest.json entry 'params.bin': field 'xxh64' is missing");
+  EXPECT_EQ(with_entry(12),
+            "manifest.json entry 'params.bin': expected a JSON object, found the "
+            "integer 12");
+  // A size of a petabyte is compared with the file's size, never allocated or read.
+  EXPECT_EQ(with_entry({{"bytes", 1000000000000000}, {"xxh64", 1}}),
+            "params.bin has 4096 bytes, manifest says 1000000000000000");
+  nlohmann::json m = nlohmann::json::parse(manifest);
+  m.erase("optimizer.bin");
+  spit(dir / "manifest.json", m.dump());
+  EXPECT_EQ(verify_checkpoint(dir), "manifest.json: field 'optimizer.bin' is missing");
+  spit(dir / "manifest.json", "null");
+  EXPECT_EQ(verify_checkpoint(dir), "manifest.json: expected a JSON object, found null");
+  fs::remove(dir / "manifest.json");
+  EXPECT_EQ(verify_checkpoint(dir), "manifest.json is missing");
+  spit(dir / "manifest.json", manifest);
+  fs::remove(dir / "config.toml");
+  fs::create_directory(dir / "config.toml");
+  EXPECT_EQ(verify_checkpoint(dir), "config.toml is missing or not a regular file");
+}
+
+TEST(CheckpointFiles, StaleTempDirectoriesAreRemovedByTheNextWrite) {
+  const std::string run = fresh_dir("ckpt_stale");
+  Checkpoints c;
+  c.write(run, 1);
+  // What a writer killed mid-checkpoint leaves (issue 19: they were never cleaned).
+  const fs::path stale = fs::path(run) / "checkpoints" / ".tmp-step_00000002";
+  fs::create_directories(stale);
+  spit(stale / "params.bin", "partial");
+  fs::create_directories(fs::path(run) / "checkpoints" / ".tmp-step_00000009");
+  c.write(run, 3);
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_FALSE(fs::exists(fs::path(run) / "checkpoints" / ".tmp-step_00000009"));
+  const std::vector<std::string> all = list_checkpoints(run);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(fs::path(all[0]).filename(), "step_00000003");
+  EXPECT_EQ(verify_checkpoint(all[0]), std::nullopt);
+  EXPECT_EQ(verify_checkpoint(all[1]), std::nullopt);
+}
+
+TEST(CheckpointFiles, WriteBeyondTheFileSizeLimitFailsCleanly) {
+  const std::string run = fresh_dir("ckpt_fsize");
+  Checkpoints c;
+  const std::string first = c.write(run, 1);
+  const std::string before = slurp(fs::path(first) / "params.bin");
+  // In a child: a file size limit below params.bin (4 KiB), SIGXFSZ ignored as main() does.
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{1000, 1000};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    std::string message = "no error";
+    try {
+      c.write(run, 2);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+    (void)!::write(pipe_fds[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string message;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buf, sizeof buf)) > 0;) message.append(buf, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (SIGXFSZ?)";
+  const std::string tmp = (fs::path(run) / "checkpoints" / ".tmp-step_00000002").string();
+  EXPECT_EQ(message, "checkpoint of step 2 not written: cannot write checkpoint file '" + tmp +
+                         "/params.bin': File too large (the file size limit, see 'ulimit -f', "
+                         "is too small for it)");
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(list_checkpoints(run), std::vector<std::string>{first});
+  EXPECT_EQ(slurp(fs::path(first) / "params.bin"), before);
+}
+
+TEST(CheckpointFiles, GenerateAndResumeSaySkippedCheckpoints) {
+  const std::string run = fresh_dir("ckpt_skip");
+  ASSERT_EQ(run_trillion("train " + config_path("tiny.toml") + " --run-dir " + run +
+                         " --quiet --set train.steps=10 --set train.checkpoint_every=5")
+                .exit_code,
+            0);
+  const fs::path newest = fs::path(run) / "checkpoints" / "step_00000010";
+  replace_with_fixed_manifest(newest, "state.json", R"({"seed": 1})");
+  const std::string reason = "state.json: field 'step' is missing";
+  auto r = run_trillion("generate --checkpoint " + run + " --prompt-ids '1 2' --max-tokens 3");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "skipping corrupt checkpoint " + newest.string() + ": " + reason))
+      << r.output;
+  r = run_trillion("generate --checkpoint " + newest.string() + " --prompt-ids '1 2'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "error: checkpoint '" + newest.string() + "' is corrupt: " + reason))
+      << r.output;
+  r = run_trillion("generate --checkpoint " + run + "/metrics.jsonl --prompt-ids '1'");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "is not a directory")) << r.output;
+  r = run_trillion("train " + config_path("tiny.toml") + " --run-dir " + run +
+                   " --resume --set train.steps=12 --set train.checkpoint_every=5");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "step_00000010 is corrupt (" + reason + ")")) << r.output;
+  EXPECT_TRUE(has(r.output, "at step 5")) << r.output;
+}
