@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "comm/algorithms/algorithm_communicator.h"
+#include "comm/algorithms/algorithm_kind.h"
 #include "core/error.h"
 #include "optim/outer_nesterov.h"
 #include "optim/outer_quantize.h"

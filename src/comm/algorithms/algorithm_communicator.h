@@ -34,15 +34,12 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/algorithms/algorithm_kind.h"
 #include "comm/algorithms/program.h"
 #include "comm/communicator.h"
 
 namespace trillion::comm {
 
-enum class AllReduceAlgorithm : uint8_t { mpi, ring, hierarchical };
-std::string_view algorithm_name(AllReduceAlgorithm a);
-// "mpi", "ring" or "hierarchical"; anything else throws Error naming `what` and the choices.
-AllReduceAlgorithm parse_algorithm(std::string_view name, std::string_view what);
 
 // Bytes the explicit algorithms moved on this rank, between ranks on the same node and between
 // nodes (the node of each member is given at construction).
