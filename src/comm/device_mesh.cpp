@@ -53,7 +53,7 @@ void validate_mesh(const MeshShape& s, int world_size, const MeshLimits& limits)
                     "the data x context plane)",
                     s.ep, s.dp * s.cp));
   }
-  require_divides(s.ep, limits.n_experts, "parallel.ep", "model.n_experts");
+  require_divides(s.ep, limits.n_experts, "parallel.ep", "model.n_routed_experts");
 }
 
 std::string group_name(MeshGroup g) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <numeric>
+#include <utility>
 
 #include "core/error.h"
 
@@ -16,10 +17,8 @@ AllToAllExchange::AllToAllExchange(comm::Communicator& ep, Backend& backend,
                  fmt::format("{} experts do not split over {} ranks", experts, ep.size()));
 }
 
-int64_t AllToAllExchange::take_remote_rows() {
-  const int64_t r = remote_rows_;
-  remote_rows_ = 0;
-  return r;
+AllToAllExchange::RowCounts AllToAllExchange::take_row_counts() {
+  return std::exchange(rows_, RowCounts{});
 }
 
 ExchangePlan AllToAllExchange::plan(const std::vector<int64_t>& rows_per_expert) {
@@ -45,8 +44,11 @@ ExchangePlan AllToAllExchange::plan(const std::vector<int64_t>& rows_per_expert)
       p.local_rows[le] += c;
     }
   }
-  remote_rows_ += std::accumulate(p.send_rows.begin(), p.send_rows.end(), int64_t{0}) -
-                  p.send_rows[ep_.rank()];
+  const int me = ep_.rank();
+  rows_.out += std::accumulate(p.send_rows.begin(), p.send_rows.end(), int64_t{0}) - p.send_rows[me];
+  rows_.in += std::accumulate(p.recv_rows.begin(), p.recv_rows.end(), int64_t{0}) - p.recv_rows[me];
+  rows_.local += p.send_rows[me];
+  rows_.plans += 1;
   return p;
 }
 

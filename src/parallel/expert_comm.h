@@ -6,10 +6,12 @@
 //   dispatch  rows in global expert order (so grouped by destination) go out in one all-to-all
 //             with per-rank counts; they arrive grouped by source and are reordered expert-major
 //   combine   the reverse reordering and all-to-all
-// The backward pass uses the same two movements for the output and input gradients. Bytes per
-// rank per layer and micro-batch (the Communicator's all-to-all counters, which count only rows
-// to other ranks): forward (dispatch + combine) 2 R_remote C e + backward 2 R_remote C e, plus
-// the count exchange, where R_remote is the rows this rank routes to other ranks' experts.
+// The backward pass uses the same two movements for the output and input gradients. Bytes a rank
+// sends per layer and micro-batch (the Communicator's all-to-all counters count only rows to
+// other ranks): 2 (R_out + R_in) C e — dispatch sends the R_out rows it routes to other ranks'
+// experts, combine sends back the R_in rows other ranks routed to its experts, once forward and
+// once backward — plus the count exchange, (ep - 1) E/ep f64 counts. Summed over the ep group,
+// sum R_out = sum R_in = the assignments (tokens x top-k, dropless) whose expert is remote.
 #pragma once
 
 #include "comm/communicator.h"
@@ -27,8 +29,14 @@ class AllToAllExchange final : public ExpertExchange {
   ExchangePlan plan(const std::vector<int64_t>& rows_per_expert) override;
   void dispatch(const ExchangePlan& p, const Tensor& send, const Tensor& recv) override;
   void combine(const ExchangePlan& p, const Tensor& back, const Tensor& out) override;
-  // Rows this rank sent to other ranks' experts since the last call (for the byte formula).
-  int64_t take_remote_rows();
+  // The routed rows of the plans since the last call (for the byte formula).
+  struct RowCounts {
+    int64_t out = 0;    // rows this rank routed to other ranks' experts
+    int64_t in = 0;     // rows other ranks routed to this rank's experts
+    int64_t local = 0;  // rows this rank routed to its own experts
+    int64_t plans = 0;  // exchanges planned (MoE layers x micro-batches run here)
+  };
+  RowCounts take_row_counts();
 
  private:
   // Source-major [src][local expert] blocks <-> expert-major [local expert][src] blocks.
@@ -37,7 +45,7 @@ class AllToAllExchange final : public ExpertExchange {
   Backend& be_;
   MemoryTracker& tracker_;
   int64_t local_;
-  int64_t remote_rows_ = 0;
+  RowCounts rows_;
 };
 
 }  // namespace trillion::parallel

@@ -9,7 +9,6 @@
 #include "model/router.h"
 #include "model/transformer.h"
 #include "optim/lamb.h"
-#include "parallel/expert_comm.h"
 #include "optim/sgd.h"
 #include "parallel/global_layout.h"
 #include "plan/parameter_table.h"
@@ -346,6 +345,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   StepStats st;
   const comm::CommCounters dp_before = dp_.counters(), pp_before = pp_.counters();
   const comm::CommCounters mirror_before = mirror_ ? mirror_->counters() : comm::CommCounters{};
+  const comm::CommCounters ep_before = ep_.counters(), edp_before = edp_.counters();
   const int64_t accum = config_.train.grad_accum;
   // Every rank scales by the global token count, so the sum over ranks is the mean's gradient.
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
@@ -410,7 +410,15 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
   st.comm = dp_.counters() - dp_before;
   st.comm_pp = pp_.counters() - pp_before;
   if (mirror_) st.comm_mirror = mirror_->counters() - mirror_before;
-  st.comm_bytes = st.comm.total_sent() + st.comm_pp.total_sent() + st.comm_mirror.total_sent();
+  st.comm_ep = ep_.counters() - ep_before;
+  st.comm_edp = edp_.counters() - edp_before;
+  if (experts_) {
+    const auto rows = experts_->take_row_counts();
+    st.moe_rows_out = rows.out, st.moe_rows_in = rows.in, st.moe_rows_local = rows.local;
+    st.moe_exchanges = rows.plans;
+  }
+  st.comm_bytes = st.comm.total_sent() + st.comm_pp.total_sent() + st.comm_mirror.total_sent() +
+                  st.comm_ep.total_sent() + st.comm_edp.total_sent();
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;

@@ -22,6 +22,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/noise_scale.h"
 #include "parallel/data.h"
+#include "parallel/expert_comm.h"
 #include "parallel/pipeline/executor.h"
 #include "schedule/action.h"
 #include "train/run_config.h"
@@ -38,6 +39,10 @@ struct StepStats {
   comm::CommCounters comm;           // the dp group's counters for the step, per collective kind
   comm::CommCounters comm_pp;        // the pp group's: activations, their gradients, loss and norm
   comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
+  comm::CommCounters comm_ep;        // expert parallelism: the all-to-alls and the experts' norm
+  comm::CommCounters comm_edp;       // expert gradients over the ranks holding the same experts
+  // Expert parallelism: this rank's routed rows (parallel/expert_comm.h RowCounts).
+  int64_t moe_rows_out = 0, moe_rows_in = 0, moe_rows_local = 0, moe_exchanges = 0;
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
   double pipeline_wait_seconds = 0;  // time blocked on pipeline receives
   // MoE layers, over the step's global batch (zero for dense models):
@@ -117,7 +122,7 @@ class StepRunner {
   std::unique_ptr<comm::Communicator> local_ep_, local_edp_;
   comm::Communicator& ep_;
   comm::Communicator& edp_;
-  std::unique_ptr<ExpertExchange> experts_;  // expert parallelism's all-to-all
+  std::unique_ptr<parallel::AllToAllExchange> experts_;  // expert parallelism's all-to-all
   std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
                                                 // same stages of the other model copy
   ParallelContext ctx_;

@@ -53,6 +53,8 @@ nlohmann::json comm_groups_json(const StepStats& st, const DilocoStep& outer) {
   if (outer.across.total_sent() > 0) j.update(comm_json("islands", outer.across));
   if (st.comm_pp.total_sent() > 0) j.update(comm_json("pp", st.comm_pp));
   if (st.comm_mirror.total_sent() > 0) j.update(comm_json("pp_mirror", st.comm_mirror));
+  if (st.comm_ep.total_sent() > 0) j.update(comm_json("ep", st.comm_ep));
+  if (st.comm_edp.total_sent() > 0) j.update(comm_json("edp", st.comm_edp));
   return j;
 }
 
@@ -155,10 +157,11 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const int64_t params = counts.total;
   dir.event(fmt::format(
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, GEMM peak "
-      "{:.1f} GFLOP/s, {} process(es), dp {}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
+      "{:.1f} GFLOP/s, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
       "counts {})",
       params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
-      backend->threads(), peak.gflops, world.size(), pc.dp, pc.zero, config.optim.name, pc.schedule,
+      backend->threads(), peak.gflops, world.size(), pc.dp,
+      pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string(), pc.zero, config.optim.name, pc.schedule,
       runner.num_stages(), mfu_flops.describe()));
 
   if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
@@ -213,6 +216,12 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       line["moe_max_load_ratio"] = st.moe_max_load_ratio;
       line["moe_layer_load_ratio"] = st.moe_layer_load_ratio;
       line["moe_dropped_tokens"] = st.moe_dropped_tokens;
+      if (pc.ep > 1) {
+        line["moe_rows"] = {{"out", st.moe_rows_out},
+                            {"in", st.moe_rows_in},
+                            {"local", st.moe_rows_local},
+                            {"exchanges", st.moe_exchanges}};
+      }
       line["moe_balance_loss"] = st.moe_balance_loss;
       line["moe_bias_norm"] = st.moe_bias_norm;
     }
