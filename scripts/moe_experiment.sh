@@ -5,16 +5,19 @@
 # auxiliary loss (alpha 0.01), and softmax top-k with no balancing at all. Prints the final
 # validation loss and the balance (max/mean expert load, worst MoE layer) averaged over the last
 # quarter of the steps, and over all steps.
-#   scripts/moe_experiment.sh [--steps N] [--out DIR]        (default 600 steps, runs/moe)
+#   scripts/moe_experiment.sh [--steps N] [--seed S] [--out DIR]   (default 600 steps, seed 1,
+#                                                                   runs/moe)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=600
+seed=1
 out=runs/moe
 while [[ $# -gt 0 ]]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: $0 [--steps N] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--steps N] [--seed S] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 bin=build/trillion
@@ -30,7 +33,7 @@ run() {  # name, extra --set flags
   shift
   rm -rf "${out:?}/$name"
   $bin train configs/moe-brown.toml --quiet --run-dir "$out/$name" --set train.steps="$steps" \
-    --set train.log_every=1 "$@"
+    --set train.seed="$seed" --set train.log_every=1 "$@"
 }
 run bias --set model.router=sigmoid_bias
 run bias-no-aux --set model.router=sigmoid_bias --set model.balance_loss_alpha=0

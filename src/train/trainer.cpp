@@ -148,7 +148,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
 
-  // One rank measures the GEMM peak (ranks share the machine's cores) and tells the others.
+  // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
+  // others; the job's peak, MFU's denominator, is that times the number of processes.
   GemmPeak peak;
   if (dir.lead()) peak = measure_gemm_peak(2048, 2);
   world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
@@ -156,8 +157,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const plan::ModelCounts counts = plan::count_model(mc.spec());
   const int64_t params = counts.total;
   dir.event(fmt::format(
-      "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads, GEMM peak "
-      "{:.1f} GFLOP/s, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
+      "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
+      "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
       "counts {})",
       params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
       backend->threads(), peak.gflops, world.size(), pc.dp,
@@ -199,7 +200,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     train_seconds += st.seconds;
     last_loss = st.loss;
     const double tokens_per_s = static_cast<double>(st.tokens) / st.seconds;
-    const double mfu = mfu_flops.flops_per_token * tokens_per_s / (peak.gflops * 1e9);
+    const double mfu =
+        mfu_flops.flops_per_token * tokens_per_s / (peak.gflops * 1e9 * world.size());
     nlohmann::json line{{"step", step},
                         {"loss", st.loss},
                         {"lr", st.lr},

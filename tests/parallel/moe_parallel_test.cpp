@@ -9,8 +9,10 @@
 // - rank 0's all-to-all bytes per step == 2 (R_out + R_in) C 4 + the count exchanges, and its
 //   routed rows R_out + R_local == tokens x top-k per MoE layer and micro-batch (dropless);
 // - balance: on a low-entropy Markov corpus softmax top-k without an auxiliary loss collapses
-//   (mean max/mean load >= 2 over steps 31-50) while sigmoid routing with the aux-loss-free bias
-//   and no balance loss stays <= 1.3 over the same steps.
+//   (mean max/mean load >= 2 over steps 41-60) while sigmoid routing with the aux-loss-free bias
+//   and no balance loss stays <= 1.3 over the same steps;
+// - a checkpoint written at dp 2 ep 2 resumes at dp 2 ep 1 (and one written at ep 1 at ep 2) and
+//   continues the one-process run (checkpoints hold every expert once, in the global layout).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -150,6 +152,22 @@ TEST(ExpertParallel, LayoutsThatCannotRunAreRefusedByName) {
                                 " --run-dir " + fresh_dir("moe_refused") + c.sets);
     EXPECT_EQ(r.exit_code, 2) << c.sets << "\n" << r.output;
     EXPECT_NE(r.output.find(c.needle), std::string::npos) << c.sets << "\n" << r.output;
+  }
+}
+
+TEST(ExpertParallel, CheckpointsReshardAcrossEp) {
+  const std::string ref = shared_run(kEnv + flags());
+  for (const auto& [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    const std::string run = fresh_dir("moe_reshard");
+    const std::string base = kEnv + "launch -n 2 -- " + flags() +
+                             " --run-dir " + run +
+                             " --set train.checkpoint_every=2 --set parallel.dp=2";
+    auto r = run_trillion(base + " --stop-after 2 --set parallel.ep=" + std::to_string(first));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_trillion(base + " --resume --set parallel.ep=" + std::to_string(second));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << "ep " << first << " -> " << second << "\n" << cmp.output;
   }
 }
 
