@@ -80,9 +80,10 @@ double cost_of(const Schedule& s, const OpCosts& c, K kind) {
   }
 }
 
-}  // namespace
 
-Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timeline) {
+// The simulation, with compute cost `cost(action)` and communication latency `comm`.
+template <typename Cost>
+Simulation play(const Schedule& s, Cost cost, double comm, bool record_timeline) {
   const int p = s.num_ranks;
   Tables tab(s);
   Simulation sim;
@@ -98,10 +99,10 @@ Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timelin
     for (int r = 0; r < p; ++r) {
       while (next[r] < s.actions[r].size()) {
         const Action& a = s.actions[r][next[r]];
-        const double ready = ready_time(s, tab, a, costs.comm);
+        const double ready = ready_time(s, tab, a, comm);
         if (ready == kUnknown) break;
         const double start = std::max(clock[r], ready);
-        const double end = start + cost_of(s, costs, a.kind);
+        const double end = start + cost(a);
         tab.at(a.kind, a.microbatch, a.stage) = end;
         if (record_timeline) sim.timeline[r].push_back({a, start, end});
         if (is_compute(a.kind)) sim.busy[r] += end - start;
@@ -128,6 +129,43 @@ Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timelin
   for (int r = 0; r < p; ++r) idle += sim.makespan - sim.busy[r];
   sim.bubble_fraction = sim.makespan > 0 ? idle / (p * sim.makespan) : 0.0;
   return sim;
+}
+
+}  // namespace
+
+Simulation simulate(const Schedule& s, const OpCosts& costs, bool record_timeline) {
+  return play(s, [&](const Action& a) { return cost_of(s, costs, a.kind); }, costs.comm,
+              record_timeline);
+}
+
+Simulation simulate(const Schedule& s, const ChunkCosts& costs, double comm,
+                    bool record_timeline) {
+  if (static_cast<int>(costs.size()) != s.num_ranks) {
+    throw Error(fmt::format("per-chunk costs for {} ranks, the schedule has {}", costs.size(),
+                            s.num_ranks));
+  }
+  for (const auto& rank : costs) {
+    if (static_cast<int>(rank.size()) != s.num_chunks) {
+      throw Error(fmt::format("per-chunk costs for {} chunks, the schedule has {}", rank.size(),
+                              s.num_chunks));
+    }
+  }
+  return play(
+      s,
+      [&](const Action& a) {
+        const OpCosts& c = costs[a.rank][a.chunk];
+        switch (a.kind) {
+          case K::kForward:
+            return c.forward;
+          case K::kBackwardInput:
+            return c.backward_input;
+          case K::kBackwardWeight:
+            return c.backward_weight;
+          default:
+            return 0.0;
+        }
+      },
+      comm, record_timeline);
 }
 
 std::vector<int> inflight_slots(const Schedule& s, int rank) {

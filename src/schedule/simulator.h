@@ -35,6 +35,13 @@ struct Simulation {
 // record_timeline = false leaves timeline empty (faster: the planner needs only the numbers).
 Simulation simulate(const Schedule& schedule, const OpCosts& costs, bool record_timeline = true);
 
+// Costs of each rank's chunks ([rank][chunk], one chunk's F, B and W, not scaled by
+// chunk_fraction), for replaying a measured run whose stages differ (the first holds the
+// embedding, the last the head and loss); `comm` is the latency of one transfer.
+using ChunkCosts = std::vector<std::vector<OpCosts>>;
+Simulation simulate(const Schedule& schedule, const ChunkCosts& costs, double comm,
+                    bool record_timeline = true);
+
 // Activation slots rank `rank` needs per chunk: the most micro-batches of one chunk whose forward
 // has run and whose weight gradient has not, walking the rank's list in order (its execution
 // order). This is the simulator's in-flight count per chunk and what the engine's StageModel of

@@ -1,6 +1,8 @@
 // See pipeline_trace.h.
 #include "train/pipeline_trace.h"
 
+#include <array>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -107,6 +109,26 @@ schedule::OpCosts measured_costs(const PipelineTrace& t, double chunk_fraction) 
   return {std::max(mean(0), 1e-12), std::max(mean(1), 1e-12), mean(2), 0.0};
 }
 
+schedule::ChunkCosts measured_chunk_costs(const PipelineTrace& t) {
+  schedule::ChunkCosts costs(t.ranks, std::vector<schedule::OpCosts>(t.chunks));
+  for (int r = 0; r < t.ranks; ++r) {
+    std::vector<std::array<double, 3>> sum(t.chunks, {0, 0, 0});
+    std::vector<std::array<int, 3>> n(t.chunks, {0, 0, 0});
+    for (const schedule::TimedAction& a : t.timeline[r]) {
+      const int k = a.action.kind == ActionKind::kForward         ? 0
+                    : a.action.kind == ActionKind::kBackwardInput ? 1
+                                                                  : 2;
+      sum[a.action.chunk][k] += a.end - a.start;
+      ++n[a.action.chunk][k];
+    }
+    for (int c = 0; c < t.chunks; ++c) {
+      auto mean = [&](int k) { return n[c][k] > 0 ? sum[c][k] / n[c][k] : 0.0; };
+      costs[r][c] = {mean(0), mean(1), mean(2), 0.0};
+    }
+  }
+  return costs;
+}
+
 nlohmann::json chrome_trace(const PipelineTrace& t) {
   nlohmann::json events = nlohmann::json::array();
   for (int r = 0; r < t.ranks; ++r) {
@@ -183,6 +205,8 @@ nlohmann::json pipeline_summary(const PipelineTrace& t, const schedule::Schedule
   const schedule::Simulation unit = schedule::simulate(s, {}, false);
   const schedule::OpCosts costs = measured_costs(t, s.chunk_fraction);
   const schedule::Simulation predicted = schedule::simulate(s, costs, false);
+  const schedule::Simulation per_chunk =
+      schedule::simulate(s, measured_chunk_costs(t), 0.0, false);
   return {{"schedule", std::string(schedule::schedule_kind_name(t.kind))},
           {"pp", t.ranks},
           {"chunks", t.chunks},
@@ -192,6 +216,8 @@ nlohmann::json pipeline_summary(const PipelineTrace& t, const schedule::Schedule
           {"bubble_simulated_measured_costs", predicted.bubble_fraction},
           {"step_seconds_measured", measured.makespan},
           {"step_seconds_simulated", predicted.makespan},
+          {"bubble_simulated_per_chunk_costs", per_chunk.bubble_fraction},
+          {"step_seconds_simulated_per_chunk_costs", per_chunk.makespan},
           {"measured_costs_seconds",
            {{"forward", costs.forward},
             {"backward_input", costs.backward_input},

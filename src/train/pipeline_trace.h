@@ -32,6 +32,8 @@ schedule::Simulation measured_simulation(const PipelineTrace& trace);
 // Mean F, B and W durations of one full stage (chunk durations divided by the schedule's chunk
 // fraction): the costs to feed the simulator. A fused B+W counts as B with W = 0.
 schedule::OpCosts measured_costs(const PipelineTrace& trace, double chunk_fraction);
+// Mean F, B and W durations of each rank's chunks (stages differ: embedding, head and loss).
+schedule::ChunkCosts measured_chunk_costs(const PipelineTrace& trace);
 
 nlohmann::json chrome_trace(const PipelineTrace& trace);
 // Reads chrome_trace()'s output back (throws Error naming what is missing).

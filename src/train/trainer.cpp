@@ -156,14 +156,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const MfuConvention mfu_flops = mfu_convention(mc.spec(), mc.seq_len);
   const plan::ModelCounts counts = plan::count_model(mc.spec());
   const int64_t params = counts.total;
+  const std::string experts =
+      pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
   dir.event(fmt::format(
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
-      "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule with {} stage(s); MFU "
-      "counts {})",
+      "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
+      "over pp {} ({} stage(s) on this rank); MFU counts {})",
       params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
-      backend->threads(), peak.gflops, world.size(), pc.dp,
-      pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string(), pc.zero, config.optim.name, pc.schedule,
-      runner.num_stages(), mfu_flops.describe()));
+      backend->threads(), peak.gflops, world.size(), pc.dp, experts, pc.zero, config.optim.name,
+      pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
   if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
   if (pc.allreduce != "mpi" || config.emulate.sites > 1) {

@@ -33,6 +33,30 @@ TEST(Action, TextFormRoundTrips) {
   EXPECT_THROW(parse_schedule_kind("zigzag"), Error);
 }
 
+// Per-chunk costs (a measured run's replay): equal costs give the uniform simulation exactly, and
+// one micro-batch through two unequal stages takes the sum of its path: F0 + F1 + B1 + B0 + W0
+// plus a transfer each way.
+TEST(Simulator, PerChunkCostsReplayUnequalStages) {
+  for (ScheduleKind k : {ScheduleKind::k1F1B, ScheduleKind::kZbH1, ScheduleKind::kInterleaved,
+                         ScheduleKind::kDualPipe}) {
+    const int v = k == ScheduleKind::kInterleaved || k == ScheduleKind::kDualPipe ? 2 : 1;
+    const OpCosts c{1.0, 2.0, 1.5, 0.25};
+    const Schedule s = generate_schedule(k, 4, 8, v, c);
+    const OpCosts chunk{c.forward * s.chunk_fraction, c.backward_input * s.chunk_fraction,
+                        c.backward_weight * s.chunk_fraction, 0.0};
+    const Simulation uniform = simulate(s, c, false);
+    const Simulation replay = simulate(s, ChunkCosts(4, std::vector<OpCosts>(v, chunk)), c.comm,
+                                       false);
+    EXPECT_DOUBLE_EQ(replay.makespan, uniform.makespan) << schedule_kind_name(k);
+    EXPECT_DOUBLE_EQ(replay.bubble_fraction, uniform.bubble_fraction) << schedule_kind_name(k);
+  }
+  const Schedule one = generate_schedule(ScheduleKind::kGPipe, 2, 1, 1, {});
+  const ChunkCosts costs{{OpCosts{1.0, 1.0, 0.5, 0.0}}, {OpCosts{2.0, 2.0, 0.0, 0.0}}};
+  EXPECT_DOUBLE_EQ(simulate(one, costs, 0.0).makespan, 1.0 + 2.0 + 2.0 + 1.0 + 0.5);
+  EXPECT_DOUBLE_EQ(simulate(one, costs, 0.5).makespan, 1.0 + 0.5 + 2.0 + 2.0 + 0.5 + 1.0 + 0.5);
+  EXPECT_THROW(simulate(one, ChunkCosts(3, std::vector<OpCosts>(1)), 0.0), Error);
+}
+
 // GPipe and 1F1B: (p-1)/(m+p-1) of the total time, whatever the split of F, B and W.
 TEST(Bubble, GPipeAnd1F1BMatchNarayanan) {
   for (int p : {1, 2, 4, 8, 16})
