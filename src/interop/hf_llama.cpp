@@ -215,6 +215,10 @@ uint64_t export_hf_llama(const ExportOptions& o) {
   std::optional<int> bos, eos;
   if (!o.tokenizer_path.empty()) {
     const data::Tokenizer tok = data::Tokenizer::load(o.tokenizer_path);
+    if (tok.vocab_size() > cfg.model.vocab_size)
+      throw Error(fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}; "
+                              "pass the tokenizer the run was trained with",
+                              o.tokenizer_path, tok.vocab_size(), cfg.model.vocab_size));
     bos = tok.bos_id();
     eos = tok.eos_id();
     data::write_file_atomic(o.out_dir + "/tokenizer.json", {hf_tokenizer_json(tok)});
