@@ -345,7 +345,7 @@ TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
     EXPECT_EQ(cached.output, full.output) << sampling;
     EXPECT_GT(cached.output.size(), 45u * 2);
   }
-  const auto r = run_trillion("generate --checkpoint " + root + "/run --prompt-ids '1' --max-tokens 4");
+  const auto r = run_trillion("generate --checkpoint " + root + "/run --prompt-ids '1' --max-tokens 4 --stats");
   EXPECT_NE(r.output.find("tokens/s (kv cache)"), std::string::npos) << r.output;
 }
 
