@@ -17,5 +17,6 @@ int launch_command(int argc, char** argv);
 int inspect_command(int argc, char** argv);
 int export_command(int argc, char** argv);
 int import_command(int argc, char** argv);
+int report_command(int argc, char** argv);
 
 }  // namespace trillion::cli

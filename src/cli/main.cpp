@@ -36,6 +36,7 @@ constexpr Subcommand kSubcommands[] = {
     {"inspect", trillion::cli::inspect_command, "show a config's parameter table, shards, stages"},
     {"export", trillion::cli::export_command, "write a checkpoint as Hugging Face safetensors"},
     {"import", trillion::cli::import_command, "make a checkpoint from Hugging Face safetensors"},
+    {"report", trillion::cli::report_command, "plot runs' metrics as one HTML page"},
 };
 
 void usage(FILE* out) {
