@@ -15,5 +15,8 @@ int tokenizer_command(int argc, char** argv);
 int data_command(int argc, char** argv);
 int launch_command(int argc, char** argv);
 int inspect_command(int argc, char** argv);
+int export_command(int argc, char** argv);
+int import_command(int argc, char** argv);
+int report_command(int argc, char** argv);
 
 }  // namespace trillion::cli

@@ -1,7 +1,11 @@
 // `trillion generate --checkpoint DIR --prompt TEXT`: samples a continuation from a checkpoint
 // (greedy at temperature 0, else temperature / top-k / top-p sampling with a seeded Philox
-// stream, so a seed always gives the same text). The context window is the model's seq_len; the
-// whole window is recomputed per token (no KV cache: fine for the small models this runs on).
+// stream, so a seed always gives the same text). The context window is the model's seq_len. By
+// default a KV cache (model/cached_decoder.h) feeds the prompt then one token per step; once the
+// text outgrows the window, each token recomputes the whole window of the last seq_len tokens at
+// positions 0.., exactly as --no-kv-cache does from the start, so both paths give the same
+// tokens. --stats prints tokens per second on stderr (off by default so the output is
+// reproducible).
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -14,7 +18,10 @@
 
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
+#include "cli/checkpoint_dir.h"
 #include "core/philox.h"
+#include "core/timer.h"
+#include "model/cached_decoder.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
@@ -79,16 +86,6 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
-std::string default_tokenizer(const RunConfig& cfg) {
-  if (cfg.data.source != "shards") return "";
-  try {
-    const auto info = data::read_shard_info(data::shard_path(cfg.data.path, data::Split::kTrain));
-    return info.tokenizer.value_or("");
-  } catch (const Error&) {
-    return "";
-  }
-}
-
 }  // namespace
 
 int generate_command(int argc, char** argv) {
@@ -112,38 +109,15 @@ int generate_command(int argc, char** argv) {
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1: off)")->check(finite_range(0, 1));
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--samples", samples, "independent samples to draw")->check(CLI::Range(1, 100));
+  bool no_kv_cache = false, stats = false;
+  app.add_flag("--stats", stats, "print tokens generated, seconds and tokens/s on stderr");
+  app.add_flag("--no-kv-cache", no_kv_cache,
+               "recompute the whole window for every token (the reference path)");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
 
-  std::string dir = checkpoint;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) {
-    throw Error(
-        fmt::format("--checkpoint '{}' is not a directory; pass a checkpoint directory "
-                    "(RUN_DIR/checkpoints/step_N) or a run directory",
-                    checkpoint));
-  }
-  if (!std::filesystem::exists(dir + "/manifest.json", ec)) {
-    // A run directory: its newest checkpoint that verifies; each one skipped is said, so the
-    // user knows which step the text comes from.
-    std::optional<std::string> found;
-    for (const std::string& c : list_checkpoints(dir)) {
-      if (auto problem = verify_checkpoint(c)) {
-        std::fprintf(stderr, "trillion generate: skipping corrupt checkpoint %s: %s\n", c.c_str(),
-                     problem->c_str());
-        continue;
-      }
-      found = c;
-      break;
-    }
-    if (!found)
-      throw Error(
-          fmt::format("'{}' is neither a checkpoint nor a run directory with a "
-                      "valid checkpoint",
-                      checkpoint));
-    dir = *found;
-  }
+  const std::string dir = resolve_checkpoint_dir(checkpoint, "generate");
   const RunConfig cfg = parse_run_config(read_checkpoint_config(dir), dir + "/config.toml", {});
-  if (tokenizer_path.empty()) tokenizer_path = default_tokenizer(cfg);
+  if (tokenizer_path.empty()) tokenizer_path = run_tokenizer_path(cfg);
   std::optional<data::Tokenizer> tokenizer;
   if (!tokenizer_path.empty()) tokenizer.emplace(data::Tokenizer::load(tokenizer_path));
   if (tokenizer && tokenizer->vocab_size() > cfg.model.vocab_size) {
@@ -172,23 +146,40 @@ int generate_command(int argc, char** argv) {
   std::vector<int32_t> window(T), targets(T, 0);
   std::vector<double> logits(V);
   Buffer row(tracker, MemoryCategory::workspace, cfg.model.dtype, V);
+  std::optional<CachedDecoder> cached;
+  if (!no_kv_cache) cached.emplace(cfg.model, model.table(), model.parameters(), *be, tracker);
+  // Logits for the next token of `seq`: from the cache while the text fits the window (feeding
+  // the tokens it has not seen), else a full-window forward over the last T tokens.
+  auto next_logits = [&](const std::vector<int32_t>& seq) {
+    const int64_t n = static_cast<int64_t>(seq.size());
+    if (cached && n <= T) {
+      const Tensor* out = nullptr;
+      while (cached->position() < n) out = &cached->step(seq[cached->position()]);
+      be->copy(Tensor(logits.data(), DType::f64, {V}), out->view({V}));
+      return;
+    }
+    const int64_t start = std::max<int64_t>(0, n - T), len = n - start;
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(seq.begin() + start, seq.end(), window.begin());
+    model.forward(window.data(), targets.data());
+    be->gemm(row.view(0, {1, V}), false, true, model.final_hidden().rows(len - 1, len),
+             model.head_weight(), 1.0, 0.0);
+    be->copy(Tensor(logits.data(), DType::f64, {V}), row.flat());
+  };
   const Philox rng(seed, "generate");
+  int64_t generated = 0;
+  const Timer timer;
   for (int s = 0; s < samples; ++s) {
     std::vector<int32_t> seq = context;
     const size_t prompt_len = seq.size();
+    if (cached) cached->reset();
     for (int64_t i = 0; i < max_tokens; ++i) {
-      const int64_t start = std::max<int64_t>(0, static_cast<int64_t>(seq.size()) - T);
-      const int64_t len = static_cast<int64_t>(seq.size()) - start;
-      std::fill(window.begin(), window.end(), 0);
-      std::copy(seq.begin() + start, seq.end(), window.begin());
-      model.forward(window.data(), targets.data());
-      be->gemm(row.view(0, {1, V}), false, true, model.final_hidden().rows(len - 1, len),
-               model.head_weight(), 1.0, 0.0);
-      be->copy(Tensor(logits.data(), DType::f64, {V}), row.flat());
+      next_logits(seq);
       const int32_t next =
           sample_token(logits, so, rng.uniform(static_cast<uint64_t>(s) << 32 | i));
       if (tokenizer && next == tokenizer->eos_id()) break;
       seq.push_back(next);
+      ++generated;
     }
     std::vector<int32_t> continuation(seq.begin() + prompt_len, seq.end());
     if (samples > 1) std::printf("--- sample %d ---\n", s + 1);
@@ -200,6 +191,11 @@ int generate_command(int argc, char** argv) {
       std::printf("%s\n", ids.c_str());
     }
   }
+  const double seconds = timer.seconds();
+  if (stats)
+    std::fprintf(stderr, "generated %lld tokens in %.3f s: %.1f tokens/s (%s)\n",
+               static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
+               cached ? "kv cache" : "full window");
   return 0;
 }
 

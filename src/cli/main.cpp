@@ -34,6 +34,9 @@ constexpr Subcommand kSubcommands[] = {
     {"data", trillion::cli::data_command, "prepare, synthesise and inspect token shards"},
     {"launch", trillion::cli::launch_command, "run a subcommand as N MPI processes (mpirun)"},
     {"inspect", trillion::cli::inspect_command, "show a config's parameter table, shards, stages"},
+    {"export", trillion::cli::export_command, "write a checkpoint as Hugging Face safetensors"},
+    {"import", trillion::cli::import_command, "make a checkpoint from Hugging Face safetensors"},
+    {"report", trillion::cli::report_command, "plot runs' metrics as one HTML page"},
 };
 
 void usage(FILE* out) {

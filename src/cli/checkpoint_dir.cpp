@@ -1,0 +1,62 @@
+// See checkpoint_dir.h.
+#include "cli/checkpoint_dir.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+
+#include "core/error.h"
+#include "data/shard.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace trillion::cli {
+
+std::string resolve_checkpoint_dir(const std::string& argument, const char* command,
+                                   int64_t step) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(argument, ec)) {
+    throw Error(
+        fmt::format("--checkpoint '{}' is not a directory; pass a checkpoint directory "
+                    "(RUN_DIR/checkpoints/step_N) or a run directory",
+                    argument));
+  }
+  if (std::filesystem::exists(argument + "/manifest.json", ec)) {
+    if (auto problem = verify_checkpoint(argument))
+      throw Error(fmt::format("checkpoint '{}' is corrupt: {}", argument, *problem));
+    return argument;
+  }
+  std::optional<std::string> found;
+  for (const std::string& c : list_checkpoints(argument)) {
+    if (step >= 0 && c.substr(c.size() - 8) != fmt::format("{:08d}", step)) continue;
+    if (auto problem = verify_checkpoint(c)) {
+      std::fprintf(stderr, "trillion %s: skipping corrupt checkpoint %s: %s\n", command, c.c_str(),
+                   problem->c_str());
+      continue;
+    }
+    found = c;
+    break;
+  }
+  if (!found) {
+    throw Error(step >= 0 ? fmt::format("run directory '{}' has no valid checkpoint of step {}",
+                                        argument, step)
+                          : fmt::format("'{}' is neither a checkpoint nor a run directory with a "
+                                        "valid checkpoint",
+                                        argument));
+  }
+  return *found;
+}
+
+std::string run_tokenizer_path(const RunConfig& cfg) {
+  if (cfg.data.source != "shards") return "";
+  try {
+    const auto info = data::read_shard_info(data::shard_path(cfg.data.path, data::Split::kTrain));
+    return info.tokenizer.value_or("");
+  } catch (const Error&) {
+    return "";
+  }
+}
+
+}  // namespace trillion::cli

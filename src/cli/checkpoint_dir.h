@@ -1,0 +1,23 @@
+// Resolves the --checkpoint argument of generate and export: a checkpoint directory as is, or a
+// run directory's newest checkpoint that verifies (or its step N), saying on stderr which corrupt
+// ones were skipped. Throws Error naming the argument and the fix.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace trillion::cli {
+
+// step < 0: the newest valid checkpoint.
+std::string resolve_checkpoint_dir(const std::string& argument, const char* command,
+                                   int64_t step = -1);
+
+}  // namespace trillion::cli
+
+namespace trillion {
+struct RunConfig;
+}
+namespace trillion::cli {
+// The tokenizer the run's shards were prepared with, or "" (synthetic data, or none recorded).
+std::string run_tokenizer_path(const RunConfig& config);
+}  // namespace trillion::cli

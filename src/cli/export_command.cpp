@@ -1,0 +1,58 @@
+// `trillion export --checkpoint DIR [--step N] --format safetensors --out DIR [--dtype f32|bf16]`:
+// writes a checkpoint as a Hugging Face LlamaForCausalLM directory (interop/hf_llama.h), with the
+// run's tokenizer as tokenizer.json when it has one; `--format gguf --out FILE.gguf [--dtype
+// f32|f16|bf16|q8_0]` as a llama.cpp GGUF v3 file with the tokenizer embedded (interop/gguf.h).
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/checkpoint_dir.h"
+#include "cli/commands.h"
+#include "cli/parse_arguments.h"
+#include "core/error.h"
+#include "interop/gguf.h"
+#include "interop/hf_llama.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace trillion::cli {
+
+int export_command(int argc, char** argv) {
+  CLI::App app{"Export a checkpoint in another framework's format"};
+  std::string checkpoint, format = "safetensors", tokenizer;
+  interop::ExportOptions o;
+  int64_t step = -1;
+  app.add_option("--checkpoint", checkpoint, "checkpoint directory or run directory")->required();
+  app.add_option("--step", step, "the run's checkpoint of this step (default: newest valid)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--format", format, "safetensors (a directory) or gguf (a file)");
+  app.add_option("--out", o.out_dir, "output directory (safetensors) or FILE.gguf")->required();
+  app.add_option("--dtype", o.dtype, "f32 or bf16; gguf also f16 and q8_0");
+  app.add_option("--tokenizer", tokenizer,
+                 "tokenizer JSON to convert (default: the one the run's shards were prepared with)");
+  if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (format != "safetensors" && format != "gguf")
+    throw Error(fmt::format("--format {}: expected safetensors or gguf", format));
+  o.checkpoint_dir = resolve_checkpoint_dir(checkpoint, "export", step);
+  if (tokenizer.empty()) {
+    tokenizer = run_tokenizer_path(
+        parse_run_config(read_checkpoint_config(o.checkpoint_dir), o.checkpoint_dir, {}));
+  }
+  o.tokenizer_path = tokenizer;
+  if (format == "gguf") {
+    const uint64_t bytes = interop::export_gguf(
+        {o.checkpoint_dir, o.out_dir, o.dtype, tokenizer});
+    std::printf("exported %s -> %s (GGUF v3, %llu bytes, %s%s)\n", o.checkpoint_dir.c_str(),
+                o.out_dir.c_str(), static_cast<unsigned long long>(bytes), o.dtype.c_str(),
+                tokenizer.empty() ? "" : ", tokenizer embedded");
+    return 0;
+  }
+  const uint64_t bytes = interop::export_hf_llama(o);
+  std::printf("exported %s -> %s/model.safetensors (%llu bytes, %s), config.json, "
+              "generation_config.json%s\n",
+              o.checkpoint_dir.c_str(), o.out_dir.c_str(), static_cast<unsigned long long>(bytes),
+              o.dtype.c_str(), tokenizer.empty() ? "" : ", tokenizer.json");
+  return 0;
+}
+
+}  // namespace trillion::cli

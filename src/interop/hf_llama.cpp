@@ -1,0 +1,306 @@
+// See hf_llama.h.
+#include "interop/hf_llama.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "data/file_io.h"
+#include "interop/hf_tokenizer.h"
+#include "interop/safetensors.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace trillion::interop {
+
+namespace {
+
+// trillion name suffix of a layer tensor -> HF suffix.
+constexpr std::pair<const char*, const char*> kLayerNames[] = {
+    {"attn_norm", "input_layernorm.weight"},
+    {"attn.wq", "self_attn.q_proj.weight"},
+    {"attn.wk", "self_attn.k_proj.weight"},
+    {"attn.wv", "self_attn.v_proj.weight"},
+    {"attn.wo", "self_attn.o_proj.weight"},
+    {"mlp_norm", "post_attention_layernorm.weight"},
+    {"mlp.w_gate", "mlp.gate_proj.weight"},
+    {"mlp.w_up", "mlp.up_proj.weight"},
+    {"mlp.w_down", "mlp.down_proj.weight"},
+};
+
+std::string safetensors_code(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f64: return "F64";
+    case DType::bf16: return "BF16";
+  }
+  return "?";
+}
+
+// Element bytes of `src` (count elements of checkpoint dtype `from`) in dtype code `to`.
+std::string convert(const char* src, int64_t count, int from_bytes, const std::string& to) {
+  auto value = [&](int64_t i) {
+    if (from_bytes == 8) {
+      double d;
+      std::memcpy(&d, src + i * 8, 8);
+      return d;
+    }
+    float f;
+    std::memcpy(&f, src + i * 4, 4);
+    return static_cast<double>(f);
+  };
+  std::string out;
+  if (to == "F64" || (to == "F32" && from_bytes == 4)) {
+    if ((to == "F64") == (from_bytes == 8)) return std::string(src, count * from_bytes);
+  }
+  const int size = safetensors_dtype_size(to);
+  out.resize(count * size);
+  for (int64_t i = 0; i < count; ++i) {
+    const double v = value(i);
+    if (to == "F64") {
+      std::memcpy(&out[i * 8], &v, 8);
+    } else if (to == "F32") {
+      const float f = static_cast<float>(v);
+      std::memcpy(&out[i * 4], &f, 4);
+    } else {
+      const bf16 b = float_to_bf16(static_cast<float>(v));
+      std::memcpy(&out[i * 2], &b, 2);
+    }
+  }
+  return out;
+}
+
+const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& origin) {
+  if (!j.contains(key) || j[key].is_null())
+    throw Error(fmt::format("{}: field '{}' is missing", origin, key));
+  return j[key];
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s;
+  for (int64_t d : shape) s += (s.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + s + "]";
+}
+
+int64_t int_field(const nlohmann::json& j, const char* key, const std::string& origin) {
+  const auto& v = field(j, key, origin);
+  if (!v.is_number_integer() || v.get<int64_t>() <= 0)
+    throw Error(fmt::format("{}: field '{}' must be a positive integer", origin, key));
+  return v.get<int64_t>();
+}
+
+double real_field(const nlohmann::json& j, const char* key, const std::string& origin) {
+  const auto& v = field(j, key, origin);
+  if (!v.is_number()) throw Error(fmt::format("{}: field '{}' must be a number", origin, key));
+  return v.get<double>();
+}
+
+}  // namespace
+
+std::string hf_llama_name(const std::string& name) {
+  if (name == "embed") return "model.embed_tokens.weight";
+  if (name == "final_norm") return "model.norm.weight";
+  if (name == "lm_head") return "lm_head.weight";
+  if (name.rfind("layers.", 0) == 0) {
+    const size_t dot = name.find('.', 7);
+    if (dot != std::string::npos) {
+      const std::string layer = name.substr(7, dot - 7), rest = name.substr(dot + 1);
+      for (const auto& [ours, theirs] : kLayerNames) {
+        if (rest == ours) return fmt::format("model.layers.{}.{}", layer, theirs);
+      }
+    }
+  }
+  throw Error(fmt::format(
+      "tensor '{}' has no Hugging Face Llama name (MoE and bias tensors are not exported yet); "
+      "export a dense Llama-style checkpoint",
+      name));
+}
+
+std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_dtype,
+                                 std::optional<int> bos_id, std::optional<int> eos_id) {
+  nlohmann::ordered_json j;
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["model_type"] = "llama";
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.d_model;
+  j["intermediate_size"] = m.ffn_hidden;
+  j["num_hidden_layers"] = m.n_layers;
+  j["num_attention_heads"] = m.n_heads;
+  j["num_key_value_heads"] = m.n_kv_heads;
+  j["head_dim"] = m.head_dim;
+  j["max_position_embeddings"] = m.seq_len;
+  j["rope_theta"] = m.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["rms_norm_eps"] = m.norm_eps;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["tie_word_embeddings"] = m.tied_embeddings;
+  j["initializer_range"] = m.init_std;
+  j["torch_dtype"] = torch_dtype;
+  if (bos_id) j["bos_token_id"] = *bos_id;
+  if (eos_id) j["eos_token_id"] = *eos_id;
+  return j.dump(2) + "\n";
+}
+
+void parse_hf_llama_config(const std::string& text, const std::string& origin, ModelConfig& m) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(fmt::format("{} is not JSON: {}", origin, e.what()));
+  }
+  if (!j.is_object()) throw Error(fmt::format("{} is not a JSON object", origin));
+  if (j.contains("model_type") && j["model_type"] != "llama")
+    throw Error(fmt::format("{}: model_type {} is not supported: only \"llama\" checkpoints import",
+                            origin, j["model_type"].dump()));
+  for (const char* flag : {"attention_bias", "mlp_bias"}) {
+    if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
+      throw Error(fmt::format("{}: {} = true is not supported (trillion's Llama has no biases)",
+                              origin, flag));
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null())
+    throw Error(fmt::format("{}: rope_scaling is not supported; only plain RoPE imports", origin));
+  if (j.contains("hidden_act") && j["hidden_act"] != "silu")
+    throw Error(fmt::format("{}: hidden_act {} is not supported (silu only)", origin,
+                            j["hidden_act"].dump()));
+  m.vocab_size = int_field(j, "vocab_size", origin);
+  m.d_model = int_field(j, "hidden_size", origin);
+  m.ffn_hidden = int_field(j, "intermediate_size", origin);
+  m.n_layers = int_field(j, "num_hidden_layers", origin);
+  m.n_heads = int_field(j, "num_attention_heads", origin);
+  m.n_kv_heads = j.contains("num_key_value_heads") ? int_field(j, "num_key_value_heads", origin)
+                                                   : m.n_heads;
+  m.head_dim = j.contains("head_dim") && !j["head_dim"].is_null()
+                   ? int_field(j, "head_dim", origin)
+                   : m.d_model / m.n_heads;
+  m.seq_len = int_field(j, "max_position_embeddings", origin);
+  m.rope_theta = j.contains("rope_theta") ? real_field(j, "rope_theta", origin) : 10000.0;
+  m.norm_eps = j.contains("rms_norm_eps") ? real_field(j, "rms_norm_eps", origin) : 1e-6;
+  if (j.contains("initializer_range")) m.init_std = real_field(j, "initializer_range", origin);
+  m.tied_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
+                      j["tie_word_embeddings"].get<bool>();
+  m.moe = {};
+}
+
+uint64_t export_hf_llama(const ExportOptions& o) {
+  if (o.dtype != "f32" && o.dtype != "bf16")
+    throw Error(fmt::format("--dtype {}: expected f32 or bf16", o.dtype));
+  const RunConfig cfg =
+      parse_run_config(read_checkpoint_config(o.checkpoint_dir), o.checkpoint_dir + "/config.toml", {});
+  if (cfg.model.moe.enabled())
+    throw Error(fmt::format("checkpoint '{}' is a MoE model: safetensors export of MoE "
+                            "(DeepSeek-V3 names) is not implemented yet",
+                            o.checkpoint_dir));
+  const TensorTable table = build_parameter_table(cfg.model);
+  const CheckpointWeights w = read_checkpoint_weights(o.checkpoint_dir);
+  TRILLION_CHECK(static_cast<int64_t>(w.bytes.size()) == table.total_elements() * w.dtype_bytes,
+                 "checkpoint size against its parameter table");
+  const std::string code = o.dtype == "bf16" ? "BF16" : "F32";
+  std::vector<StoredTensor> tensors;
+  for (const TensorSpec& s : table.specs()) {
+    tensors.push_back({hf_llama_name(s.name), code, s.shape,
+                       convert(w.bytes.data() + s.offset * w.dtype_bytes, s.numel(),
+                               w.dtype_bytes, code)});
+  }
+  std::filesystem::create_directories(o.out_dir);
+  const std::string torch_dtype = o.dtype == "bf16" ? "bfloat16" : "float32";
+  write_safetensors(o.out_dir + "/model.safetensors", tensors,
+                    {{"format", "pt"}, {"source", "trillion " + o.checkpoint_dir}});
+  std::optional<int> bos, eos;
+  if (!o.tokenizer_path.empty()) {
+    const data::Tokenizer tok = data::Tokenizer::load(o.tokenizer_path);
+    if (tok.vocab_size() > cfg.model.vocab_size)
+      throw Error(fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}; "
+                              "pass the tokenizer the run was trained with",
+                              o.tokenizer_path, tok.vocab_size(), cfg.model.vocab_size));
+    bos = tok.bos_id();
+    eos = tok.eos_id();
+    data::write_file_atomic(o.out_dir + "/tokenizer.json", {hf_tokenizer_json(tok)});
+  }
+  data::write_file_atomic(o.out_dir + "/config.json",
+                          {hf_llama_config_json(cfg.model, torch_dtype, bos, eos)});
+  nlohmann::ordered_json g;
+  if (bos) g["bos_token_id"] = *bos;
+  if (eos) g["eos_token_id"] = *eos;
+  g["max_length"] = cfg.model.seq_len;
+  const std::string gen = g.dump(2) + "\n";
+  data::write_file_atomic(o.out_dir + "/generation_config.json", {gen});
+  return std::filesystem::file_size(o.out_dir + "/model.safetensors");
+}
+
+std::string import_hf_llama(const std::string& in_dir, const std::string& run_dir,
+                            const std::string& base_toml, const std::string& base_origin) {
+  RunConfig cfg = parse_run_config(base_toml, base_origin, {});
+  const std::string config_path = in_dir + "/config.json";
+  parse_hf_llama_config(data::read_file_raw(config_path), config_path, cfg.model);
+  cfg.model.validate();
+  // Re-parse the resolved text so the [model] table goes through the run config's own checks.
+  const std::string toml_text = to_toml(cfg);
+  cfg = parse_run_config(toml_text, config_path, {});
+  const TensorTable table = build_parameter_table(cfg.model);
+  const std::string st_path = in_dir + "/model.safetensors";
+  const SafetensorsFile st = read_safetensors(st_path);
+  MemoryTracker tracker;
+  Buffer params(tracker, MemoryCategory::parameters, cfg.model.dtype, table.total_elements());
+  const int esize = static_cast<int>(dtype_size(cfg.model.dtype));
+  for (const TensorSpec& s : table.specs()) {
+    const std::string name = hf_llama_name(s.name);
+    const StoredTensor* t = st.find(name);
+    if (t == nullptr)
+      throw Error(fmt::format("{}: tensor '{}' is missing (config.json describes a model that "
+                              "has it)",
+                              st_path, name));
+    if (t->shape != s.shape)
+      throw Error(fmt::format("{}: tensor '{}' has shape {}, config.json implies {}", st_path,
+                              name, shape_text(t->shape), shape_text(s.shape)));
+    char* dst = static_cast<char*>(params.raw()) + s.offset * esize;
+    if (t->dtype == safetensors_code(cfg.model.dtype)) {
+      std::memcpy(dst, t->bytes.data(), t->bytes.size());
+      continue;
+    }
+    for (int64_t i = 0; i < s.numel(); ++i) {
+      double v = 0;
+      if (t->dtype == "F32" || t->dtype == "F64") {
+        if (t->dtype == "F32") {
+          float f;
+          std::memcpy(&f, t->bytes.data() + i * 4, 4);
+          v = f;
+        } else {
+          std::memcpy(&v, t->bytes.data() + i * 8, 8);
+        }
+      } else if (t->dtype == "BF16") {
+        bf16 b;
+        std::memcpy(&b, t->bytes.data() + i * 2, 2);
+        v = bf16_to_float(b);
+      } else {
+        throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16",
+                                st_path, name, t->dtype));
+      }
+      if (esize == 8) {
+        std::memcpy(dst + i * 8, &v, 8);
+      } else {
+        const float f = static_cast<float>(v);
+        std::memcpy(dst + i * 4, &f, 4);
+      }
+    }
+  }
+  Buffer m1(tracker, MemoryCategory::optimizer, cfg.model.dtype, table.total_elements());
+  Buffer m2(tracker, MemoryCategory::optimizer, cfg.model.dtype, table.total_elements());
+  std::memset(m1.raw(), 0, m1.bytes());
+  std::memset(m2.raw(), 0, m2.bytes());
+  CheckpointContents c;
+  c.params = &params;
+  c.first_moment = &m1;
+  c.second_moment = &m2;
+  c.state.seed = cfg.train.seed;
+  c.config_toml = toml_text;
+  return write_checkpoint(run_dir, c, 1000);
+}
+
+}  // namespace trillion::interop

@@ -1,0 +1,47 @@
+// Hugging Face Llama interop: a trillion checkpoint as a LlamaForCausalLM directory
+// (model.safetensors with HF tensor names, config.json, generation_config.json, tokenizer.json when
+// the run has a tokenizer) and back. Names: embed -> model.embed_tokens.weight,
+// layers.{l}.attn_norm -> model.layers.{l}.input_layernorm.weight, attn.w{q,k,v,o} ->
+// self_attn.{q,k,v,o}_proj.weight, mlp_norm -> post_attention_layernorm.weight,
+// mlp.w_{gate,up,down} -> mlp.{gate,up,down}_proj.weight, final_norm -> model.norm.weight,
+// lm_head -> lm_head.weight. Our weights are [out, in] like torch.nn.Linear's, and our RoPE already
+// rotates halves (x[i] with x[i + HD/2], HF's rotate_half; the frequencies theta^(-2i/HD) are HF's
+// inv_freq) with query head h reading kv head h / (NH/KV) (HF's repeat_kv), so q/k rows need no
+// permutation. Invariant: export then import of an f32 checkpoint gives bitwise its parameters.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "model/config.h"
+
+namespace trillion::interop {
+
+// The HF name of a trillion parameter; throws Error naming the tensor when it has no Llama
+// equivalent (MoE experts, biases).
+std::string hf_llama_name(const std::string& trillion_name);
+
+// config.json text of LlamaForCausalLM for a model; bos/eos ids when a tokenizer is known.
+std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_dtype,
+                                 std::optional<int> bos_id, std::optional<int> eos_id);
+// Reads the fields trillion needs from config.json text into `m` (other fields untouched);
+// throws Error naming `origin` and the missing, mistyped or unsupported field.
+void parse_hf_llama_config(const std::string& text, const std::string& origin, ModelConfig& m);
+
+struct ExportOptions {
+  std::string checkpoint_dir;  // a verified checkpoint directory
+  std::string out_dir;
+  std::string dtype = "f32";   // "f32" or "bf16"
+  std::string tokenizer_path;  // "" : none
+};
+// Writes model.safetensors, config.json, generation_config.json (and tokenizer.json) into
+// out_dir. Returns the number of bytes of model.safetensors.
+uint64_t export_hf_llama(const ExportOptions& o);
+
+// Reads out_dir-style files (config.json, model.safetensors) and writes RUN_DIR/checkpoints/
+// step_00000000 with zero optimizer moments; the run config is `base_toml` (a [train]/[data]
+// setup) with its [model] replaced by config.json's. Returns the checkpoint directory.
+std::string import_hf_llama(const std::string& in_dir, const std::string& run_dir,
+                            const std::string& base_toml, const std::string& base_origin);
+
+}  // namespace trillion::interop

@@ -1,0 +1,380 @@
+// Interop tests: the safetensors export read back by a reader written here from the format spec
+// (not the writer's code) gives bitwise the checkpoint's tensors under Hugging Face Llama names;
+// import round-trips bitwise; an independent Llama forward (tests/interop/hf_llama_reference.py,
+// plain Python from HF's formulas; with --torch where PyTorch is installed) gives trillion's
+// next-token logits; the KV-cached decoder gives the full-window logits at every position, and
+// `trillion generate` the same tokens with and without the cache; tokenizer.json's byte alphabet
+// and tables; clear errors for bad files.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "../train/cli_util.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "data/tokenizer.h"
+#include "interop/hf_llama.h"
+#include "interop/hf_tokenizer.h"
+#include "interop/safetensors.h"
+#include "model/cached_decoder.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+#include "train/run_config.h"
+
+namespace trillion {
+namespace {
+
+using testing::fresh_dir;
+using testing::run_shell;
+using testing::run_trillion;
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A tiny trained-looking checkpoint (random init of configs/tiny.toml, seed 7) in `run_dir`.
+struct TinyRun {
+  RunConfig cfg;
+  std::string dir;  // the checkpoint directory
+};
+TinyRun make_tiny_run(const std::string& run_dir, const std::vector<std::string>& overrides = {}) {
+  TinyRun r;
+  r.cfg = load_run_config(testing::config_path("tiny.toml"), overrides);
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  Transformer model(r.cfg.model, {1, r.cfg.model.seq_len}, *be, tracker);
+  model.init_parameters(7);
+  Buffer m1(tracker, MemoryCategory::optimizer, r.cfg.model.dtype, model.parameters().count());
+  Buffer m2(tracker, MemoryCategory::optimizer, r.cfg.model.dtype, model.parameters().count());
+  CheckpointContents c;
+  c.params = &model.parameters();
+  c.first_moment = &m1;
+  c.second_moment = &m2;
+  c.state.step = 3;
+  c.config_toml = to_toml(r.cfg);
+  r.dir = write_checkpoint(run_dir, c, 2);
+  return r;
+}
+
+// ---- an independent safetensors reader, from the format description: u64 LE header size N,
+// N bytes of JSON, then the data block that data_offsets index.
+struct SpecTensor {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+struct SpecFile {
+  uint64_t header_bytes = 0;
+  std::map<std::string, SpecTensor> tensors;
+  nlohmann::json metadata;
+  std::string data;
+};
+SpecFile spec_read(const std::string& path) {
+  const std::string f = read_bytes(path);
+  SpecFile s;
+  for (int i = 0; i < 8; ++i) s.header_bytes |= uint64_t(uint8_t(f[i])) << (8 * i);
+  const auto h = nlohmann::json::parse(f.substr(8, s.header_bytes));
+  for (const auto& [k, v] : h.items()) {
+    if (k == "__metadata__") {
+      s.metadata = v;
+      continue;
+    }
+    s.tensors[k] = {v["dtype"], v["shape"].get<std::vector<int64_t>>(), v["data_offsets"][0],
+                    v["data_offsets"][1]};
+  }
+  s.data = f.substr(8 + s.header_bytes);
+  return s;
+}
+
+std::vector<std::string> expected_hf_names(int64_t layers, bool tied) {
+  std::vector<std::string> n = {"model.embed_tokens.weight", "model.norm.weight"};
+  if (!tied) n.push_back("lm_head.weight");
+  for (int64_t l = 0; l < layers; ++l) {
+    for (const char* s : {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                          "self_attn.v_proj", "self_attn.o_proj", "post_attention_layernorm",
+                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+      n.push_back("model.layers." + std::to_string(l) + "." + s + ".weight");
+  }
+  std::sort(n.begin(), n.end());
+  return n;
+}
+
+TEST(SafetensorsExport, IndependentReaderGetsTheCheckpointBitwise) {
+  const std::string root = fresh_dir("st_export");
+  const TinyRun run = make_tiny_run(root + "/run");
+  const auto r = run_trillion("export --checkpoint " + root + "/run --format safetensors --out " +
+                              root + "/hf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const SpecFile s = spec_read(root + "/hf/model.safetensors");
+  EXPECT_EQ((8 + s.header_bytes) % 8, 0u);  // data aligned
+  std::vector<std::string> names;
+  for (const auto& [k, v] : s.tensors) names.push_back(k);
+  EXPECT_EQ(names, expected_hf_names(run.cfg.model.n_layers, run.cfg.model.tied_embeddings));
+  EXPECT_EQ(s.metadata["format"], "pt");
+
+  const std::string params = read_bytes(run.dir + "/params.bin");
+  const TensorTable table = build_parameter_table(run.cfg.model);
+  uint64_t covered = 0;
+  for (const TensorSpec& spec : table.specs()) {
+    const std::string hf = interop::hf_llama_name(spec.name);
+    ASSERT_TRUE(s.tensors.count(hf)) << hf;
+    const SpecTensor& t = s.tensors.at(hf);
+    EXPECT_EQ(t.dtype, "F32");
+    EXPECT_EQ(t.shape, spec.shape) << hf;
+    ASSERT_EQ(t.end - t.begin, uint64_t(spec.numel()) * 4) << hf;
+    EXPECT_EQ(s.data.substr(t.begin, t.end - t.begin), params.substr(spec.offset * 4, spec.numel() * 4))
+        << hf;
+    covered += t.end - t.begin;
+  }
+  EXPECT_EQ(covered, s.data.size());  // no gaps, nothing extra
+  EXPECT_EQ(covered, params.size());
+
+  const auto cfg = nlohmann::json::parse(read_bytes(root + "/hf/config.json"));
+  EXPECT_EQ(cfg["architectures"][0], "LlamaForCausalLM");
+  EXPECT_EQ(cfg["hidden_size"], 32);
+  EXPECT_EQ(cfg["intermediate_size"], 64);
+  EXPECT_EQ(cfg["num_hidden_layers"], 2);
+  EXPECT_EQ(cfg["num_attention_heads"], 4);
+  EXPECT_EQ(cfg["num_key_value_heads"], 2);
+  EXPECT_EQ(cfg["head_dim"], 8);
+  EXPECT_EQ(cfg["vocab_size"], 64);
+  EXPECT_EQ(cfg["max_position_embeddings"], 32);
+  EXPECT_EQ(cfg["rope_theta"], 10000.0);
+  EXPECT_EQ(cfg["rms_norm_eps"], 1e-5);
+  EXPECT_EQ(cfg["tie_word_embeddings"], false);
+  EXPECT_TRUE(std::filesystem::exists(root + "/hf/generation_config.json"));
+}
+
+TEST(SafetensorsExport, Bf16IsTheRoundedF32) {
+  const std::string root = fresh_dir("st_bf16");
+  const TinyRun run = make_tiny_run(root + "/run");
+  ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf --dtype bf16")
+                .exit_code,
+            0);
+  const SpecFile s = spec_read(root + "/hf/model.safetensors");
+  const std::string params = read_bytes(run.dir + "/params.bin");
+  const TensorTable table = build_parameter_table(run.cfg.model);
+  const TensorSpec& wq = table.spec(table.index("layers.1.attn.wq"));
+  const SpecTensor& t = s.tensors.at("model.layers.1.self_attn.q_proj.weight");
+  ASSERT_EQ(t.dtype, "BF16");
+  ASSERT_EQ(t.end - t.begin, uint64_t(wq.numel()) * 2);
+  for (int64_t i = 0; i < wq.numel(); ++i) {
+    float f;
+    std::memcpy(&f, params.data() + (wq.offset + i) * 4, 4);
+    uint16_t got;
+    std::memcpy(&got, s.data.data() + t.begin + i * 2, 2);
+    ASSERT_EQ(got, float_to_bf16(f).bits) << i;
+    ASSERT_LE(std::abs(bf16_to_float(bf16{got}) - f), std::abs(f) * (1.0 / 256)) << i;
+  }
+}
+
+TEST(SafetensorsImport, RoundTripIsBitwiseAndGenerates) {
+  const std::string root = fresh_dir("st_import");
+  const TinyRun run = make_tiny_run(root + "/run", {"model.tied_embeddings=true"});
+  ASSERT_EQ(run_trillion("export --checkpoint " + root + "/run --out " + root + "/hf").exit_code, 0);
+  const auto r = run_trillion("import --format safetensors " + root + "/hf --out " + root + "/back");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string back = root + "/back/checkpoints/step_00000000";
+  EXPECT_EQ(read_bytes(back + "/params.bin"), read_bytes(run.dir + "/params.bin"));
+  const RunConfig cfg = parse_run_config(read_checkpoint_config(back), back, {});
+  EXPECT_TRUE(cfg.model.tied_embeddings);
+  EXPECT_EQ(cfg.model.n_kv_heads, 2);
+  const std::string args = " --prompt-ids '5 6 7' --max-tokens 12 --temperature 0";
+  const auto a = run_trillion("generate --checkpoint " + back + args, false);
+  const auto b = run_trillion("generate --checkpoint " + run.dir + args, false);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(a.output, b.output);
+}
+
+// Logits of the last position of `ids` from trillion's full forward.
+std::vector<double> trillion_logits(const RunConfig& cfg, const std::string& ckpt,
+                                    const std::vector<int32_t>& ids) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const int64_t n = static_cast<int64_t>(ids.size()), V = cfg.model.vocab_size;
+  Transformer model(cfg.model, {1, n}, *be, tracker);
+  load_checkpoint(ckpt, model.parameters(), nullptr, nullptr);
+  std::vector<int32_t> targets(n, 0);
+  model.forward(ids.data(), targets.data());
+  std::vector<double> logits(V);
+  Buffer row(tracker, MemoryCategory::workspace, cfg.model.dtype, V);
+  be->gemm(row.view(0, {1, V}), false, true, model.final_hidden().rows(n - 1, n),
+           model.head_weight(), 1.0, 0.0);
+  be->copy(Tensor(logits.data(), DType::f64, {V}), row.flat());
+  return logits;
+}
+
+void compare_with_reference(bool torch) {
+  const std::string root = fresh_dir(torch ? "st_torch" : "st_reference");
+  const TinyRun run = make_tiny_run(root + "/run", {"model.init_std=0.2"});
+  ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf").exit_code, 0);
+  const std::vector<int32_t> ids = {3, 17, 42, 8, 63, 0, 29, 11, 5, 50};
+  std::string cmd = "python3 " + std::string(TRILLION_SOURCE_DIR) +
+                    "/tests/interop/hf_llama_reference.py " + root + "/hf";
+  for (int32_t id : ids) cmd += " " + std::to_string(id);
+  if (torch) cmd += " --torch";
+  const auto r = run_shell(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ref = nlohmann::json::parse(r.output).get<std::vector<double>>();
+  const auto ours = trillion_logits(run.cfg, run.dir, ids);
+  ASSERT_EQ(ref.size(), ours.size());
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    max_diff = std::max(max_diff, std::abs(ref[i] - ours[i]));
+    max_abs = std::max(max_abs, std::abs(ref[i]));
+  }
+  EXPECT_LT(max_diff, 1e-4) << "largest logit " << max_abs;
+  EXPECT_GT(max_abs, 0.1);  // the logits are not trivially zero
+}
+
+TEST(HfLlamaReference, PlainPythonLlamaGivesTheSameNextTokenLogits) {
+  if (run_shell("python3 -c 'import json' 2>/dev/null").exit_code != 0) GTEST_SKIP() << "no python3";
+  compare_with_reference(false);
+}
+
+TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
+  if (run_shell("python3 -c 'import torch' 2>/dev/null").exit_code != 0) {
+    GTEST_SKIP() << "PyTorch is not installed (Debian: apt-get install python3-torch); the plain "
+                    "Python reference above checks the same formulas";
+  }
+  compare_with_reference(true);
+}
+
+TEST(SafetensorsReader, BadFilesAreClearErrors) {
+  const std::string root = fresh_dir("st_bad");
+  std::filesystem::create_directories(root);
+  auto write = [&](const std::string& bytes) {
+    std::ofstream(root + "/x.safetensors", std::ios::binary) << bytes;
+    return root + "/x.safetensors";
+  };
+  auto message = [&](const std::string& bytes) {
+    try {
+      interop::read_safetensors(write(bytes));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("abc").find("shorter than the 8-byte header length"), std::string::npos);
+  EXPECT_NE(message(std::string("\xff\0\0\0\0\0\0\0{}", 10)).find("runs past the file"),
+            std::string::npos);
+  const std::string h = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  std::string len(8, '\0');
+  len[0] = static_cast<char>(h.size());
+  EXPECT_NE(message(len + h + std::string(8, '\0')).find("tensor 'w': data_offsets [0, 16]"),
+            std::string::npos);
+  EXPECT_EQ(message(len + h + std::string(16, '\0')), "no error");
+}
+
+TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
+  ModelConfig m = load_run_config(testing::config_path("tiny.toml"), {}).model;
+  m.validate();
+  ModelConfig back;
+  interop::parse_hf_llama_config(interop::hf_llama_config_json(m, "float32", 1, 2), "c.json", back);
+  EXPECT_EQ(back.vocab_size, m.vocab_size);
+  EXPECT_EQ(back.d_model, m.d_model);
+  EXPECT_EQ(back.n_layers, m.n_layers);
+  EXPECT_EQ(back.n_heads, m.n_heads);
+  EXPECT_EQ(back.n_kv_heads, m.n_kv_heads);
+  EXPECT_EQ(back.head_dim, m.head_dim);
+  EXPECT_EQ(back.ffn_hidden, m.ffn_hidden);
+  EXPECT_EQ(back.seq_len, m.seq_len);
+  EXPECT_EQ(back.rope_theta, m.rope_theta);
+  EXPECT_EQ(back.norm_eps, m.norm_eps);
+  try {
+    interop::parse_hf_llama_config(R"({"model_type":"llama","hidden_size":8})", "c.json", back);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "c.json: field 'vocab_size' is missing");
+  }
+  EXPECT_THROW(interop::parse_hf_llama_config(R"({"model_type":"gpt2"})", "c.json", back), Error);
+  EXPECT_THROW(interop::hf_llama_name("layers.0.moe.router"), Error);
+}
+
+// The cached decoder's logits at every position equal the full forward's at that position.
+template <DType kDtype>
+void cached_equals_full(double tolerance) {
+  RunConfig cfg = load_run_config(testing::config_path("tiny.toml"),
+                                  {std::string("model.dtype=\"") +
+                                   (kDtype == DType::f64 ? "f64" : "f32") + "\"",
+                                   "model.init_std=0.2"});
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const int64_t T = cfg.model.seq_len, V = cfg.model.vocab_size;
+  Transformer model(cfg.model, {1, T}, *be, tracker);
+  model.init_parameters(11);
+  std::vector<int32_t> ids(T), targets(T, 0);
+  for (int64_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>((t * 37 + 5) % V);
+  model.forward(ids.data(), targets.data());
+  Buffer full(tracker, MemoryCategory::workspace, cfg.model.dtype, T * V);
+  be->gemm(full.view(0, {T, V}), false, true, model.final_hidden(), model.head_weight(), 1.0, 0.0);
+  std::vector<double> want(T * V), got(V);
+  be->copy(Tensor(want.data(), DType::f64, {T * V}), full.flat());
+  CachedDecoder dec(model.config(), model.table(), model.parameters(), *be, tracker);
+  double max_diff = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    be->copy(Tensor(got.data(), DType::f64, {V}), dec.step(ids[t]).view({V}));
+    for (int64_t v = 0; v < V; ++v) max_diff = std::max(max_diff, std::abs(got[v] - want[t * V + v]));
+  }
+  EXPECT_LT(max_diff, tolerance);
+  EXPECT_EQ(dec.position(), T);
+}
+
+TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF64) { cached_equals_full<DType::f64>(1e-12); }
+TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF32) { cached_equals_full<DType::f32>(2e-5); }
+
+TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
+  const std::string root = fresh_dir("kv_generate");
+  make_tiny_run(root + "/run", {"model.init_std=0.3"});
+  // 3 prompt + 45 tokens run past the 32-token window: the cache hands over to the window path.
+  for (const std::string sampling : {"--temperature 0", "--temperature 0.9 --top-k 20 --seed 4",
+                                     "--temperature 1 --top-p 0.9 --seed 9 --samples 2"}) {
+    const std::string args =
+        "generate --checkpoint " + root + "/run --prompt-ids '1 2 3' --max-tokens 45 " + sampling;
+    const auto cached = run_trillion(args, false);
+    const auto full = run_trillion(args + " --no-kv-cache", false);
+    ASSERT_EQ(cached.exit_code, 0) << cached.output;
+    EXPECT_EQ(cached.output, full.output) << sampling;
+    EXPECT_GT(cached.output.size(), 45u * 2);
+  }
+  const auto r = run_trillion("generate --checkpoint " + root + "/run --prompt-ids '1' --max-tokens 4 --stats");
+  EXPECT_NE(r.output.find("tokens/s (kv cache)"), std::string::npos) << r.output;
+}
+
+TEST(HfTokenizer, ByteLevelAlphabetAndTables) {
+  EXPECT_EQ(interop::byte_level_char(' '), "\xC4\xA0");   // U+0120 'Ġ'
+  EXPECT_EQ(interop::byte_level_char('\n'), "\xC4\x8A");  // U+010A 'Ċ'
+  EXPECT_EQ(interop::byte_level_char('A'), "A");
+  EXPECT_EQ(interop::byte_level_char(0xAD), "\xC5\x83");  // U+0143, the last remapped
+  EXPECT_EQ(interop::byte_level_char(0xE9), "\xC3\xA9");  // printable Latin-1 stays itself
+  std::set<std::string> all;
+  for (int b = 0; b < 256; ++b) all.insert(interop::byte_level_char(static_cast<unsigned char>(b)));
+  EXPECT_EQ(all.size(), 256u);
+
+  const std::vector<std::string> texts = {"the cat sat on the mat; the cat ate the rat. " 
+                                          "the the the cat cat"};
+  const data::Tokenizer tok = data::Tokenizer::train(texts, 270);
+  const auto j = nlohmann::json::parse(interop::hf_tokenizer_json(tok));
+  EXPECT_EQ(j["model"]["type"], "BPE");
+  EXPECT_EQ(j["model"]["vocab"].size(), 256 + tok.merges().size());
+  ASSERT_EQ(j["model"]["merges"].size(), tok.merges().size());
+  const auto [l, r] = tok.merges()[0];
+  EXPECT_EQ(j["model"]["merges"][0], interop::byte_level_string(tok.token_bytes(l)) + " " +
+                                         interop::byte_level_string(tok.token_bytes(r)));
+  EXPECT_EQ(j["model"]["vocab"][interop::byte_level_string(tok.token_bytes(256))], 256);
+  ASSERT_EQ(j["added_tokens"].size(), 3u);
+  EXPECT_EQ(j["added_tokens"][0]["content"], "<|bos|>");
+  EXPECT_EQ(j["added_tokens"][0]["id"], tok.bos_id());
+  EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][1]["type"], "ByteLevel");
+}
+
+}  // namespace
+}  // namespace trillion

@@ -1,0 +1,50 @@
+// trillion report: the page has one <svg> per numeric metric of metrics.jsonl, and each plot's
+// axis range (data-y-min/max, and the first and last y tick labels) is the data's min and max.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+
+#include "../train/cli_util.h"
+
+namespace trillion {
+namespace {
+
+TEST(Report, OnePlotPerMetricWithTheDataRange) {
+  const std::string root = testing::fresh_dir("report");
+  std::filesystem::create_directories(root + "/run");
+  {
+    std::ofstream m(root + "/run/metrics.jsonl");
+    m << R"({"step":1,"loss":4.5,"lr":0.001,"memory":{"parameters":100}})" "\n"
+      << R"({"step":2,"loss":3.25,"lr":0.002,"memory":{"parameters":100}})" "\n"
+      << R"({"step":3,"loss":3.75,"val_loss":3.5,"lr":0.0015,"memory":{"parameters":100}})" "\n";
+  }
+  const auto r = testing::run_trillion("report " + root + "/run --out " + root + "/r.html");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::ifstream in(root + "/r.html");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string html = ss.str();
+  const std::regex svg("<svg class=\"plot\" data-metric=\"([^\"]+)\" data-x-min=\"([^\"]+)\" "
+                       "data-x-max=\"([^\"]+)\" data-y-min=\"([^\"]+)\" data-y-max=\"([^\"]+)\"");
+  std::map<std::string, std::array<double, 4>> plots;
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), svg); it != std::sregex_iterator();
+       ++it) {
+    plots[(*it)[1]] = {std::stod((*it)[2]), std::stod((*it)[3]), std::stod((*it)[4]),
+                       std::stod((*it)[5])};
+  }
+  ASSERT_EQ(plots.size(), 4u);  // loss, lr, memory.parameters, val_loss
+  EXPECT_EQ(plots["loss"], (std::array<double, 4>{1, 3, 3.25, 4.5}));
+  EXPECT_EQ(plots["lr"], (std::array<double, 4>{1, 3, 0.001, 0.002}));
+  EXPECT_EQ(plots["memory.parameters"], (std::array<double, 4>{1, 3, 99, 101}));  // constant
+  EXPECT_EQ(plots["val_loss"], (std::array<double, 4>{2, 4, 2.5, 4.5}));          // one point
+  EXPECT_NE(html.find(">3.25</text>"), std::string::npos);  // lowest y tick of loss
+  EXPECT_NE(html.find(">4.5</text>"), std::string::npos);
+  EXPECT_EQ(html.find("http://"), html.find("http://www.w3.org/2000/svg"));  // no network
+  EXPECT_EQ(testing::run_trillion("report " + root + "/nothing").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace trillion
