@@ -5,18 +5,21 @@
 # measured costs: per chunk (each rank's own mean F, B, W: stages differ, the first holds the
 # embedding and the last the head and loss) and, for reference, one mean over all stages. One
 # thread per rank, so pp ranks need pp cores to run undisturbed (fewer cores time-share them).
-#   scripts/pipeline_bubble.sh [--pp N] [--out DIR] [SCHEDULE...]
-#     (default pp 4, runs/pipeline-bubble, all six schedules)
+#   scripts/pipeline_bubble.sh [--pp N] [--out DIR] [--set KEY=VALUE]... [SCHEDULE...]
+#     (default pp 4, runs/pipeline-bubble, all six schedules; --set is passed to every run, e.g.
+#     --set model.vocab_size=1024 for a head no heavier than a layer)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pp=4
 out=runs/pipeline-bubble
 schedules=()
+extra=()
 while [[ $# -gt 0 ]]; do
   case $1 in
     --pp) pp=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -*) echo "usage: $0 [--pp N] [--out DIR] [SCHEDULE...]" >&2; exit 2 ;;
+    --set) extra+=(--set "$2"); shift 2 ;;
+    -*) echo "usage: $0 [--pp N] [--out DIR] [--set KEY=VALUE]... [SCHEDULE...]" >&2; exit 2 ;;
     *) schedules+=("$1"); shift ;;
   esac
 done
@@ -32,7 +35,7 @@ for s in "${schedules[@]}"; do
   OMP_NUM_THREADS=1 $bin launch -n "$pp" -- train configs/bench-d512.toml --quiet \
     --run-dir "$dir" --set train.steps=3 --set train.micro_batch=2 --set train.grad_accum=8 \
     --set train.eval_every=0 --set parallel.pp="$pp" --set parallel.schedule="$s" \
-    --set parallel.chunks="$chunks"
+    --set parallel.chunks="$chunks" ${extra[@]+"${extra[@]}"}
 done
 python3 - "$out" "$pp" "${schedules[@]}" <<'PY'
 import json, sys

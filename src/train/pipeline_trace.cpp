@@ -27,19 +27,22 @@ PipelineTrace gather_pipeline_trace(StepRunner& runner) {
   t.chunks = s.num_chunks;
   t.microbatches = s.num_microbatches;
   const auto& mine = runner.executor().timeline();
-  // Every rank sends [count, peak slots per chunk, actions...] padded to the longest list.
+  // Every rank sends [count, pp bytes sent, peak slots per chunk, actions...] padded to the
+  // longest list.
   double count = static_cast<double>(mine.size());
   std::vector<double> counts(pp.size());
   pp.all_gather(Tensor(&count, DType::f64, {1}),
                 Tensor(counts.data(), DType::f64, {static_cast<int64_t>(pp.size())}));
   const int64_t longest = static_cast<int64_t>(*std::max_element(counts.begin(), counts.end()));
-  const int64_t width = 1 + t.chunks + kFields * longest;
+  const int64_t head = 2 + t.chunks;
+  const int64_t width = head + kFields * longest;
   std::vector<double> row(width, 0.0), all(width * pp.size());
   row[0] = count;
-  for (int c = 0; c < t.chunks; ++c) row[1 + c] = runner.executor().peak_slots(c);
+  row[1] = static_cast<double>(runner.executor().sent_bytes());
+  for (int c = 0; c < t.chunks; ++c) row[2 + c] = runner.executor().peak_slots(c);
   for (size_t i = 0; i < mine.size(); ++i) {
     const schedule::TimedAction& a = mine[i];
-    double* f = &row[1 + t.chunks + kFields * i];
+    double* f = &row[head + kFields * i];
     f[0] = static_cast<double>(a.action.kind);
     f[1] = a.action.microbatch;
     f[2] = a.action.chunk;
@@ -53,16 +56,18 @@ PipelineTrace gather_pipeline_trace(StepRunner& runner) {
   for (int r = 0; r < pp.size(); ++r) {
     const double* base = &all[width * r];
     for (int64_t i = 0; i < static_cast<int64_t>(base[0]); ++i) {
-      t0 = std::min(t0, base[1 + t.chunks + kFields * i + 4]);
+      t0 = std::min(t0, base[head + kFields * i + 4]);
     }
   }
   t.timeline.resize(pp.size());
   t.peak_slots.resize(pp.size());
+  t.pp_sent_bytes.resize(pp.size());
   for (int r = 0; r < pp.size(); ++r) {
     const double* base = &all[width * r];
-    for (int c = 0; c < t.chunks; ++c) t.peak_slots[r].push_back(static_cast<int>(base[1 + c]));
+    t.pp_sent_bytes[r] = static_cast<int64_t>(base[1]);
+    for (int c = 0; c < t.chunks; ++c) t.peak_slots[r].push_back(static_cast<int>(base[2 + c]));
     for (int64_t i = 0; i < static_cast<int64_t>(base[0]); ++i) {
-      const double* f = &base[1 + t.chunks + kFields * i];
+      const double* f = &base[head + kFields * i];
       schedule::Action a{r, static_cast<ActionKind>(static_cast<int>(f[0])), static_cast<int>(f[1]),
                          static_cast<int>(f[2]), static_cast<int>(f[3])};
       t.timeline[r].push_back({a, f[4] - t0, f[5] - t0});
@@ -160,7 +165,8 @@ nlohmann::json chrome_trace(const PipelineTrace& t) {
             {"chunks", t.chunks},
             {"microbatches", t.microbatches},
             {"peak_slots", t.peak_slots},
-            {"schedule_slots", t.schedule_slots}}}};
+            {"schedule_slots", t.schedule_slots},
+            {"pp_sent_bytes", t.pp_sent_bytes}}}};
 }
 
 PipelineTrace read_chrome_trace(const nlohmann::json& j) {
@@ -178,6 +184,7 @@ PipelineTrace read_chrome_trace(const nlohmann::json& j) {
     t.microbatches = o.at("microbatches").get<int>();
     t.peak_slots = o.at("peak_slots").get<std::vector<std::vector<int>>>();
     t.schedule_slots = o.at("schedule_slots").get<std::vector<std::vector<int>>>();
+    if (o.contains("pp_sent_bytes")) t.pp_sent_bytes = o["pp_sent_bytes"].get<std::vector<int64_t>>();
     if (t.ranks < 1 || t.chunks < 1) throw Error("pp and chunks must be >= 1");
     t.timeline.assign(t.ranks, {});
     for (const nlohmann::json& e : j["traceEvents"]) {
@@ -223,7 +230,8 @@ nlohmann::json pipeline_summary(const PipelineTrace& t, const schedule::Schedule
             {"backward_input", costs.backward_input},
             {"backward_weight", costs.backward_weight}}},
           {"peak_slots", t.peak_slots},
-          {"schedule_slots", t.schedule_slots}};
+          {"schedule_slots", t.schedule_slots},
+          {"pp_sent_bytes", t.pp_sent_bytes}};
 }
 
 }  // namespace trillion

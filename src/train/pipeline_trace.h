@@ -22,6 +22,7 @@ struct PipelineTrace {
   std::vector<std::vector<schedule::TimedAction>> timeline;  // [pp rank]
   std::vector<std::vector<int>> peak_slots;                  // [pp rank][chunk], measured
   std::vector<std::vector<int>> schedule_slots;              // [pp rank][chunk], inflight_slots
+  std::vector<int64_t> pp_sent_bytes;  // [pp rank]: bytes the executor sent over pp, last step
 };
 
 // The last step's trace of every pipeline rank (collective over the runner's pp group).
@@ -41,7 +42,7 @@ PipelineTrace read_chrome_trace(const nlohmann::json& json);
 
 // summary.json's `pipeline`: schedule, pp, chunks, micro-batches, measured and simulated bubble
 // (with unit costs and with the measured costs), step time measured vs simulated, and per-rank
-// slots measured vs the schedule's.
+// slots measured vs the schedule's, and per-rank bytes sent over pp by the last step's actions.
 nlohmann::json pipeline_summary(const PipelineTrace& trace, const schedule::Schedule& schedule);
 
 }  // namespace trillion

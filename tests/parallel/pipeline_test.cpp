@@ -5,7 +5,9 @@
 // schedule simulator's in-flight count, that the activation bytes equal slots x per-slot bytes
 // from plan/, and that the bytes sent over the pp group equal the formula (one [N, C] activation
 // or gradient per remote stage boundary and micro-batch, plus the loss and norm all-reduces)
-// exactly. And: the run writes trace.json that `trillion schedule --from-trace` draws; layouts
+// exactly, on rank 0 from metrics.jsonl and on every rank from summary.json. An uneven split (8
+// layers on 3 stages) with a binding clip matches too (the norm is over all stages). And: the run
+// writes trace.json that `trillion schedule --from-trace` draws; layouts
 // that cannot run are refused by name; a rank killed mid-pipeline ends the job in one line.
 #include <gtest/gtest.h>
 
@@ -128,6 +130,19 @@ TEST_P(Pipeline, SameRunSlotsBytesAndMemory) {
   }
   const bool noise_scale = l.dp > 1 && l.schedule != "dualpipe";
   const double scalars = (noise_scale ? 3.0 : 2.0) * 8 * 2.0 * (l.pp - 1) / l.pp;
+  // Every pipeline rank's own sends of the last step (the group's counters, gathered into
+  // summary.json): one [N, C] fp32 activation or gradient per SEND action of its list.
+  for (int p = 0; p < l.pp; ++p) {
+    int64_t rank_sends = 0;
+    for (const schedule::Action& a : s.actions[p]) {
+      if (a.kind == schedule::ActionKind::kSendF || a.kind == schedule::ActionKind::kSendB) {
+        ++rank_sends;
+      }
+    }
+    EXPECT_GT(rank_sends, 0) << "pipeline rank " << p;
+    EXPECT_EQ(pipe["pp_sent_bytes"][p].get<int64_t>(), rank_sends * N * kWidth * 4)
+        << "pipeline rank " << p;
+  }
   for (const auto& m : metrics(run)) {
     const auto& pp = m["comm"]["pp"];
     EXPECT_EQ(pp["send"].get<double>(), static_cast<double>(sends * N * kWidth * 4)) << m.dump();
@@ -161,6 +176,36 @@ std::vector<Layout> layouts() {
 INSTANTIATE_TEST_SUITE_P(EverySchedule, Pipeline, ::testing::ValuesIn(layouts()),
                          [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
+// Three stages of an 8-layer model (3 + 3 + 2 layers: uneven, and stated in events.log) with a
+// clip far below the gradient norm, so every step is clipped: the norm must be the one over all
+// stages (a per-stage norm would scale each stage differently and break parity).
+TEST(PipelineLayout, UnevenSplitAndClippingOverAllStagesMatchOneProcess) {
+  const double clip = 0.02;  // the norm of these steps is ~0.28: the default 1.0 never binds
+  const std::string clip_flag = " --set optim.grad_clip=" + std::to_string(clip);
+  const std::string ref = shared_run(kEnv + flags() + clip_flag);
+  const std::string run = fresh_dir("pipeline_uneven_clipped");
+  const auto r = run_trillion(kEnv + "launch -n 3 -- " + flags() + clip_flag + " --run-dir " + run +
+                              " --set parallel.pp=3 --set parallel.schedule=zb-h1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  const auto ref_lines = metrics(ref), run_lines = metrics(run);
+  ASSERT_EQ(ref_lines.size(), 2u);
+  ASSERT_EQ(run_lines.size(), ref_lines.size());
+  for (size_t i = 0; i < ref_lines.size(); ++i) {
+    const double want = ref_lines[i]["grad_norm"].get<double>();
+    EXPECT_GT(want, 5 * clip) << "the clip must bind for this test to mean anything";
+    EXPECT_NEAR(run_lines[i]["grad_norm"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
+  }
+  std::ifstream log(run + "/events.log");
+  const std::string events((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(events.find("pipeline: zb-h1, 3 rank(s) x 1 chunk(s); stage 0 (rank 0 chunk 0): "
+                        "embedding + layers 0-2; stage 1 (rank 1 chunk 0): layers 3-5; stage 2 "
+                        "(rank 2 chunk 0): layers 6-7 + head"),
+            std::string::npos)
+      << events;
+}
+
 TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("pipeline_refused");
   const std::pair<std::string, std::string> cases[] = {
@@ -171,6 +216,9 @@ TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
       {"--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set "
        "train.grad_accum=2",
        "parallel.pp = 2 x 2 chunk(s) = 4 stages for model.n_layers = 2"},
+      {"--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set "
+       "model.n_layers=4 --set train.grad_accum=3",
+       "interleaved needs micro-batches (3) to be a multiple of stages (2)"},
       {"--set parallel.pp=2 --set parallel.schedule=dualpipe --set train.grad_accum=2",
        "dualpipe needs an even number of stages and an even number of micro-batches >= 2 x"},
   };

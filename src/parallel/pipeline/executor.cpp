@@ -173,6 +173,7 @@ std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, doubl
   next_recv_ = 0;
   timeline_.clear();
   wait_seconds_ = 0;
+  const comm::CommCounters pp_before = pp_ != nullptr ? pp_->counters() : comm::CommCounters{};
   std::vector<char> fused_done(stages_.size() * m, 0);  // W already run inside its B
 
   std::vector<double> losses(m, 0.0);
@@ -267,6 +268,7 @@ std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, doubl
   for (comm::Handle& h : recv_handles_) TRILLION_CHECK(!h, "a received message was never consumed");
   for (PendingSend& s : sends_) s.handle->wait();
   sends_.clear();
+  sent_bytes_ = pp_ != nullptr ? (pp_->counters() - pp_before).sent(comm::Collective::send) : 0;
   return losses;
 }
 

@@ -52,6 +52,9 @@ class PipelineExecutor {
   int peak_slots(int chunk) const { return peak_slots_.at(chunk); }
   // Seconds the last run waited for receives (communication not hidden behind compute).
   double wait_seconds() const { return wait_seconds_; }
+  // Bytes the last run sent over the pp group (activations and their gradients), as the
+  // group's own counters measured them.
+  uint64_t sent_bytes() const { return sent_bytes_; }
 
  private:
   struct PendingSend {
@@ -88,6 +91,7 @@ class PipelineExecutor {
   std::vector<PendingSend> sends_;
   std::vector<schedule::TimedAction> timeline_;
   double wait_seconds_ = 0;
+  uint64_t sent_bytes_ = 0;
 };
 
 }  // namespace trillion::parallel
