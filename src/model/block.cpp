@@ -2,21 +2,26 @@
 #include "model/block.h"
 
 #include "core/error.h"
+#include "parallel/tensor_comm.h"
 
 namespace trillion {
 
 BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, MoeState* moe) const {
-  const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
+  const int64_t N = ctx_.residual_tokens(), C = ctx_.shape.d_model;
+  const bool sp = ctx_.sequence_parallel();
   Carver& base = r == LayerRecompute::full ? shared : kept;  // full keeps only out
   Carver& core = r == LayerRecompute::none ? kept : shared;  // attention core, SwiGLU output
   BlockActivations a;
   a.norm1 = base.take({N, C});
   a.rstd1 = base.take({N});
+  if (sp) a.norm1_full = base.take({ctx_.shape.tokens(), C});
   a.attn = attention_.carve(base, core);
   a.mid = base.take({N, C});
   a.norm2 = base.take({N, C});
   a.rstd2 = base.take({N});
+  if (sp) a.norm2_full = base.take({ctx_.shape.tokens(), C});
   if (moe != nullptr) {
+    TRILLION_CHECK(ctx_.tp_size() == 1, "MoE layers do not run under tensor parallelism yet");
     TRILLION_CHECK(r != LayerRecompute::full, "a MoE layer cannot be fully recomputed");
     TRILLION_CHECK(moe_ != nullptr, "a MoE layer in a block without a MoE module");
     a.moe = moe;
@@ -25,18 +30,19 @@ BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, Mo
     a.mlp = mlp_.carve(base, core);
   }
   a.out = kept.take({N, C});
+  if (sp) a.partial = shared.take({ctx_.shape.tokens(), C});
   return a;
 }
 
 BlockStash Block::carve_stash(Carver& c) const {
-  const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
+  const int64_t N = ctx_.shape.tokens(), Nr = ctx_.residual_tokens(), C = ctx_.shape.d_model;
   BlockStash g;
   g.d_out = c.take({N, C});
   g.mlp = mlp_.carve_stash(c);
-  g.d_norm2 = c.take({N, C});
+  g.d_norm2 = c.take({Nr, C});
   g.d_mid = c.take({N, C});
   g.attn = attention_.carve_stash(c);
-  g.d_norm1 = c.take({N, C});
+  g.d_norm1 = c.take({Nr, C});
   return g;
 }
 
@@ -57,47 +63,114 @@ void Block::recompute(const BlockWeights& w, const BlockActivations& a, const Te
   }
 }
 
+template <typename PartialInto>
+void Block::residual_exit(const Tensor& out, const Tensor& residual, const Tensor& partial,
+                          PartialInto partial_into) {
+  comm::Communicator* tp = ctx_.tp;
+  if (ctx_.tp_size() == 1) {
+    be_.copy(out, residual);
+    partial_into(out);
+  } else if (!ctx_.sequence_parallel()) {
+    // The residual enters the sum once (on tp rank 0): out = x + sum_r partial_r.
+    if (ctx_.tp_rank() == 0) {
+      be_.copy(out, residual);
+    } else {
+      be_.fill(out, 0.0);
+    }
+    partial_into(out);
+    parallel::reduce_from_tp_forward(tp, out);
+  } else {
+    // Rank r's residual rows enter chunk r of the partial once; the reduce-scatter sums them.
+    const int64_t rows = ctx_.residual_tokens(), r = ctx_.tp_rank();
+    be_.fill(partial, 0.0);
+    be_.copy(partial.rows(r * rows, (r + 1) * rows), residual);
+    partial_into(partial);
+    parallel::reduce_scatter_sp_forward(tp, partial, out);
+  }
+}
+
 void Block::forward(const BlockWeights& w, const BlockActivations& a, const Tensor& cos_sin,
                     bool write_out) {
   // Attention half: mid = x + Attention(rmsnorm(x))
+  // Attention half: mid = x + Attention(rmsnorm(x))
+  const bool sp = ctx_.sequence_parallel();
   be_.rmsnorm_forward(a.norm1, a.rstd1, a.x, w.attn_norm, eps_);
-  be_.copy(a.mid, a.x);
-  attention_.forward(a.mid, a.norm1, w.attn, a.attn, cos_sin);
+  const Tensor& attn_in = sp ? a.norm1_full : a.norm1;
+  if (sp) parallel::all_gather_sp_forward(ctx_.tp, a.norm1, a.norm1_full);
+  residual_exit(a.mid, a.x, a.partial,
+                [&](const Tensor& out) { attention_.forward(out, attn_in, w.attn, a.attn, cos_sin); });
   // MLP half: out = mid + Mlp(rmsnorm(mid))
   be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
-  if (write_out) be_.copy(a.out, a.mid);
+  const Tensor& mlp_in = sp ? a.norm2_full : a.norm2;
+  if (sp) parallel::all_gather_sp_forward(ctx_.tp, a.norm2, a.norm2_full);
   if (a.moe != nullptr) {
+    if (write_out) be_.copy(a.out, a.mid);
     moe_->forward(a.out, a.norm2, w.moe, *a.moe);
+  } else if (!write_out) {
+    mlp_.forward(a.out, mlp_in, w.mlp, a.mlp, /*write_out=*/false);
   } else {
-    mlp_.forward(a.out, a.norm2, w.mlp, a.mlp, write_out);
+    residual_exit(a.out, a.mid, a.partial,
+                  [&](const Tensor& out) { mlp_.forward(out, mlp_in, w.mlp, a.mlp); });
   }
 }
 
 void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActivations& a,
                            const BlockStash& g, const BlockScratch& t, const Tensor& cos_sin) {
   // MLP half, in reverse. dres holds dL/d(out); the residual passes it through to mid.
-  be_.copy(g.d_out, dres);
+  // Under tp each sublayer's input gradient is a partial sum over the rank's heads / columns:
+  // copy_to_tp's backward sums it (SP: all_gather_sp's backward, a reduce-scatter, after
+  // reduce_scatter_sp's backward gathered d_out).
+  comm::Communicator* tp = ctx_.tp;
+  const bool sp = ctx_.sequence_parallel();
+  if (sp) {
+    parallel::reduce_scatter_sp_backward(tp, dres, g.d_out);
+  } else {
+    be_.copy(g.d_out, dres);
+  }
+  const Tensor& d_norm2_full = sp ? a.partial : g.d_norm2;
   if (a.moe != nullptr) {
     moe_->backward_input(g.d_norm2, dres, w.moe, *a.moe);
   } else {
-    mlp_.backward_input(g.d_norm2, dres, w.mlp, a.mlp, g.mlp, t.d_act);
+    mlp_.backward_input(d_norm2_full, g.d_out, w.mlp, a.mlp, g.mlp, t.d_act);
+  }
+  if (sp) {
+    parallel::all_gather_sp_backward(tp, d_norm2_full, g.d_norm2);
+  } else {
+    parallel::copy_to_tp_backward(tp, g.d_norm2);
   }
   be_.rmsnorm_backward_input(dres, g.d_norm2, a.mid, w.mlp_norm, a.rstd2);
   // Attention half. dres now holds dL/d(mid).
-  be_.copy(g.d_mid, dres);
-  attention_.backward_input(g.d_norm1, dres, w.attn, a.attn, g.attn, t.d_heads, cos_sin);
+  if (sp) {
+    parallel::reduce_scatter_sp_backward(tp, dres, g.d_mid);
+  } else {
+    be_.copy(g.d_mid, dres);
+  }
+  const Tensor& d_norm1_full = sp ? a.partial : g.d_norm1;
+  attention_.backward_input(d_norm1_full, g.d_mid, w.attn, a.attn, g.attn, t.d_heads, cos_sin);
+  if (sp) {
+    parallel::all_gather_sp_backward(tp, d_norm1_full, g.d_norm1);
+  } else {
+    parallel::copy_to_tp_backward(tp, g.d_norm1);
+  }
   be_.rmsnorm_backward_input(dres, g.d_norm1, a.x, w.attn_norm, a.rstd1);
 }
 
 void Block::backward_weight(const BlockWeights& d, const BlockActivations& a, const BlockStash& g) {
+  const bool sp = ctx_.sequence_parallel();
   if (a.moe != nullptr) {
     moe_->backward_weight(d.moe, a.norm2, g.d_out, *a.moe);
   } else {
-    mlp_.backward_weight(d.mlp, a.norm2, g.d_out, a.mlp, g.mlp);
+    mlp_.backward_weight(d.mlp, sp ? a.norm2_full : a.norm2, g.d_out, a.mlp, g.mlp);
   }
   be_.rmsnorm_backward_weight(d.mlp_norm, g.d_norm2, a.mid, a.rstd2);
-  attention_.backward_weight(d.attn, a.norm1, g.d_mid, a.attn, g.attn);
+  attention_.backward_weight(d.attn, sp ? a.norm1_full : a.norm1, g.d_mid, a.attn, g.attn);
   be_.rmsnorm_backward_weight(d.attn_norm, g.d_norm1, a.x, a.rstd1);
+}
+
+void reduce_replicated_gradients(const ParallelContext& ctx, const BlockWeights& grads) {
+  if (!ctx.sequence_parallel()) return;
+  ctx.tp->all_reduce(grads.attn_norm);
+  ctx.tp->all_reduce(grads.mlp_norm);
 }
 
 }  // namespace trillion

@@ -3,6 +3,16 @@
 // pipeline schedules can defer W (zero bubble); backward_input leaves in the stash exactly what
 // backward_weight needs. Recompute policies choose what forward keeps (see
 // plan/activation_memory.h). See model/glossary.h for letters and the accumulation rule.
+//
+// Tensor parallelism (ctx.tp, Megatron-LM): wqkv and w_gate_up are column-parallel (this rank's
+// heads / hidden columns), wo and w_down row-parallel; each sublayer is one tp region entered
+// through copy_to_tp and left through reduce_from_tp (parallel/tensor_comm.h), so per layer and
+// micro-batch: 2 all-reduces of [N, C] forward (the outputs) and 2 backward (the input
+// gradients). With sequence parallelism (ctx.sp) the block's x, norms, mid and out hold only the
+// rank's N/tp rows; the sublayer inputs are all-gathered (norm1_full, norm2_full, kept for the
+// weight gradients) and the outputs reduce-scattered; backward mirrors it. Norm weight gradients
+// are then partial over the rank's rows and must be summed over tp before the optimizer
+// (reduce_replicated_gradients); without SP every tp rank computes them whole and identical.
 #pragma once
 
 #include "model/attention.h"
@@ -27,20 +37,26 @@ struct BlockActivations {  // saved by forward for backward
   Tensor x;                // [N, C] block input (owned by the previous layer or the stage)
   Tensor norm1;            // [N, C]
   Tensor rstd1;            // [N]
+  Tensor norm1_full;       // [N, C] SP only: norm1 gathered over tp (the attention's input)
   AttentionActivations attn;
   Tensor mid;    // [N, C] residual after attention
   Tensor norm2;  // [N, C]
   Tensor rstd2;  // [N]
+  Tensor norm2_full;  // [N, C] SP only: norm2 gathered over tp (the MLP's input)
   MlpActivations mlp;
   MoeState* moe = nullptr;  // MoE layers: the micro-batch's MoE state (their mlp is empty)
   Tensor out;               // [N, C] block output (the next block's x)
+  // SP only, not kept: the [N, C] partial sum a row-parallel GEMM writes before its
+  // reduce-scatter (carved from the shared buffer).
+  Tensor partial;
 };
+// Under SP the residual tensors (x, norm1, rstd1, mid, norm2, rstd2, out) have N/tp rows.
 
 struct BlockStash {  // output gradients of each weight-bearing op, for backward_weight
-  Tensor d_out;      // [N, C] dL/d(out), feeds w_down
-  Tensor d_norm2;    // [N, C] feeds mlp_norm
-  Tensor d_mid;      // [N, C] feeds wo
-  Tensor d_norm1;    // [N, C] feeds attn_norm
+  Tensor d_out;      // [N, C] dL/d(out), feeds w_down (SP: gathered over tp)
+  Tensor d_norm2;    // [N, C] feeds mlp_norm (SP: N/tp rows)
+  Tensor d_mid;      // [N, C] feeds wo (SP: gathered over tp)
+  Tensor d_norm1;    // [N, C] feeds attn_norm (SP: N/tp rows)
   MlpStash mlp;
   AttentionStash attn;
 };
@@ -84,6 +100,12 @@ class Block {
                        const BlockStash& stash);
 
  private:
+  // out = residual + the sum over tp of what `partial_into` accumulates into its argument (a
+  // row-parallel GEMM with beta 1): reduce_from_tp, or reduce_scatter_sp under SP.
+  template <typename PartialInto>
+  void residual_exit(const Tensor& out, const Tensor& residual, const Tensor& partial,
+                     PartialInto partial_into);
+
   Backend& be_;
   const ParallelContext& ctx_;
   double eps_;
@@ -91,5 +113,10 @@ class Block {
   Mlp mlp_;
   Moe* moe_;
 };
+
+// Sums the gradients of the tp-replicated tensors a sequence-parallel block computes from its
+// token slice only (the norm weights) over tp, in place; nothing without SP. Call once per step
+// after the last micro-batch's backward.
+void reduce_replicated_gradients(const ParallelContext& ctx, const BlockWeights& grads);
 
 }  // namespace trillion

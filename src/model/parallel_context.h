@@ -19,10 +19,21 @@ struct ParallelContext {
   ShardCoord shard;  // tp / ep coordinates, for the parameter table's shards
   // nullptr: a group of one.
   comm::Communicator* tp = nullptr;
+  // Sequence parallelism (with tp > 1): the residual stream, norms and residual adds hold only
+  // this rank's N/tp token rows (parallel/tensor_comm.h).
+  bool sp = false;
   comm::Communicator* cp = nullptr;
   comm::Communicator* ep = nullptr;
   // Moves MoE rows to the ranks holding their experts (nullptr: every expert on this rank).
   ExpertExchange* experts = nullptr;
+
+  int tp_size() const { return tp == nullptr ? 1 : tp->size(); }
+  int tp_rank() const { return tp == nullptr ? 0 : tp->rank(); }
+  bool sequence_parallel() const { return sp && tp_size() > 1; }
+  // Token rows of the residual stream on this rank: N, or N/tp under sequence parallelism.
+  int64_t residual_tokens() const {
+    return sequence_parallel() ? shape.tokens() / tp_size() : shape.tokens();
+  }
 
   // The one-process context of a [batch, seq_len] micro-batch.
   static ParallelContext single(const ModelConfig& config, int64_t batch, int64_t seq_len) {
