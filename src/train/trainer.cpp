@@ -17,11 +17,13 @@
 #include "core/timer.h"
 #include "data/file_io.h"
 #include "plan/stage_partition.h"
+#include "plan/units.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
 #include "train/diloco.h"
 #include "train/gemm_peak.h"
 #include "train/mesh_options.h"
+#include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/noise_scale_log.h"
 #include "train/pipeline_trace.h"
@@ -97,7 +99,9 @@ bool any_rank(comm::Communicator& world, bool mine) {
 }  // namespace
 
 std::string train(const RunConfig& config, const TrainOptions& opt) {
-  // Everything that can fail on user input is checked before the directory is touched.
+  // Everything that can fail on user input is checked before the directory is touched, and
+  // the run's plan of bytes before anything large is allocated.
+  const MemoryPlan memory_plan = check_memory(config, opt.allow_oversubscribe_memory);
   const RunDatasets datasets = open_run_datasets(config);
   // Processes: MPI when a launcher started this one (trillion launch, mpirun, srun), else a
   // group of one. The mesh checks the world size against the layout before any allocation.
@@ -166,6 +170,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       backend->threads(), peak.gflops, world.size(), pc.dp, experts, pc.zero, config.optim.name,
       pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
+  dir.event(fmt::format("memory plan per process: at least {}; {} available on this machine for "
+                        "{} process(es)",
+                        memory_plan.describe(), plan::format_bytes(available_memory_bytes()),
+                        local_process_count()));
   if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
   if (pc.allreduce != "mpi" || config.emulate.sites > 1) {
     dir.event(describe_mesh_options(mesh_options(config, world.size())));
