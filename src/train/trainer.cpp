@@ -22,6 +22,8 @@
 #include "train/datasets.h"
 #include "train/diloco.h"
 #include "train/gemm_peak.h"
+#include "train/guard.h"
+#include "train/replica_check.h"
 #include "train/mesh_options.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
@@ -200,9 +202,17 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   double last_loss = std::nan(""), val_loss = std::nan("");
   bool stopped_early = false;
   const int kill_at = kill_step_for(world.rank());
+  StepGuard guard(config.guard);
+  int64_t rollbacks = 0;
   while (step < config.train.steps) {
     if (step + 1 == kill_at) std::raise(SIGKILL);  // fault injection (see kill_step_for)
-    StepStats st = runner.step(step, batches);
+    StepVerdict verdict = StepVerdict::kAccept;
+    StepStats st = runner.step(step, batches, [&](double loss, double grad_norm) {
+      verdict = guard.judge(loss, grad_norm);
+      return verdict == StepVerdict::kAccept;
+    });
+    const std::string why = guard.explain(verdict, st.loss, st.grad_norm);
+    guard.record(verdict, st.loss);
     const DilocoStep outer = diloco ? diloco->after_step(step + 1, st) : DilocoStep{};
     ++step;
     ++steps_run;
@@ -236,7 +246,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       line["moe_balance_loss"] = st.moe_balance_loss;
       line["moe_bias_norm"] = st.moe_bias_norm;
     }
-    if (const auto b = noise.update(st)) line["gradient_noise_scale"] = *b;
+    if (st.update_skipped) {
+      line["update_skipped"] = verdict_name(verdict);
+      dir.event(fmt::format("step {}: update skipped ({} in a row, guard.max_skips = {}): {}", step,
+                            guard.consecutive_skips(), config.guard.max_skips, why));
+    } else if (const auto b = noise.update(st)) {
+      line["gradient_noise_scale"] = *b;
+    }
     if (diloco) line["diloco"] = outer.json();
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;
     if (eval_now) line["val_loss"] = val_loss = validate();
@@ -244,16 +260,85 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
 
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
     const std::string progress =
-        fmt::format("step {}/{} | loss {:.4f}{} | {:.0f} tok/s | MFU {:.1f}% | ETA {}", step,
-                    config.train.steps, st.loss,
-                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(), tokens_per_s,
-                    100 * mfu, format_duration(eta));
+        fmt::format("step {}/{} | loss {:.4f}{}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
+                    "MFU {:.1f}% | ETA {}",
+                    step, config.train.steps, st.loss,
+                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
+                    st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm,
+                    tokens_per_s, 100 * mfu, format_duration(eta));
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
     } else if (dir.lead() && !opt.quiet &&
                (step % config.train.log_every == 0 || step == config.train.steps)) {
       std::fprintf(stderr, "%s\n", progress.c_str());
+    }
+
+    // Silent data corruption: replicas compare parameter checksums (train/replica_check.h).
+    if (flip_requested(world.rank(), step)) flip_one_bit(runner.parameters());
+    std::string fault;
+    if (config.guard.replica_check_every > 0 && step % config.guard.replica_check_every == 0) {
+      fault = compare_replicas(runner.parameters(), runner.data_group(),
+                               runner.expert_data_group());
+      if (!fault.empty()) {
+        fault = fmt::format("replica check after step {} (pipeline rank {}): {}", step,
+                            runner.pipeline_rank(), fault);
+      }
+    }
+    // Divergence or a fault: every rank decides together (islands judge their own losses).
+    double alarms[2] = {guard.diverged() ? 1.0 : 0.0, fault.empty() ? 0.0 : 1.0};
+    if (world.size() > 1) world.all_reduce(Tensor(alarms, DType::f64, {2}), comm::ReduceOp::max);
+    const bool diverged = alarms[0] > 0;
+    if (diverged || alarms[1] > 0) {
+      const std::string reason =
+          !fault.empty() ? fault
+          : guard.diverged()
+              ? fmt::format("training diverged: {} consecutive steps up to step {} skipped their "
+                            "update (last: {})",
+                            guard.consecutive_skips(), step, why)
+              : std::string("another rank found a fault or diverged (see its message)");
+      // A checkpoint the run may go back to: after a divergence, one whose next step was
+      // accepted (a checkpoint right before the streak may hold the update that caused it);
+      // after a fault, one no later than the last replica check that passed.
+      const int64_t newest_trusted =
+          diverged ? step - guard.consecutive_skips() - 1
+                   : step - std::max<int64_t>(config.guard.replica_check_every, 1);
+      int64_t back = 0;
+      if (config.guard.on_divergence == "rollback" && rollbacks < config.guard.max_rollbacks) {
+        back = resume_from_checkpoint(dir, runner, tracker, config, parts, newest_trusted);
+      }
+      if (back == 0) {
+        dir.event(reason);
+        throw Error(fmt::format(
+            "{}; {}. No checkpoint was written from a skipped step; the newest is in "
+            "{}/checkpoints; {}",
+            reason,
+            config.guard.on_divergence == "rollback"
+                ? fmt::format("{} rollback(s) of guard.max_rollbacks = {} were used or no "
+                              "checkpoint was left to roll back to",
+                              rollbacks, config.guard.max_rollbacks)
+                : std::string("guard.on_divergence = \"stop\""),
+            dir.path(),
+            fault.empty() && diverged
+                ? "lower optim.lr, raise optim.warmup_steps or set optim.grad_clip, then --resume"
+                : "check the machine of that rank, then --resume"));
+      }
+      ++rollbacks;
+      guard.clear_streak();
+      if (diverged) {
+        // The batches that led there are skipped (PaLM 2204.02311 §5.1 does the same).
+        dir.event(fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; training "
+                              "goes on at step {}, so the batches of steps {}..{} are skipped",
+                              back, rollbacks, config.guard.max_rollbacks, reason, step + 1,
+                              back + 1, step));
+      } else {
+        // A hardware fault: the same batches again give the run the fault interrupted.
+        dir.event(fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; steps "
+                              "{}..{} run again",
+                              back, rollbacks, config.guard.max_rollbacks, reason, back + 1, step));
+        step = back;
+      }
+      continue;
     }
 
     const bool budget_spent =
@@ -271,10 +356,22 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     }
     if (config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0 &&
         step < config.train.steps) {
-      checkpoint(step);
+      if (guard.consecutive_skips() == 0) {
+        checkpoint(step);
+      } else {  // never from a skip streak: the state may be what produces the non-finite steps
+        dir.event(fmt::format("checkpoint of step {} not written: the last {} step(s) skipped "
+                              "their update",
+                              step, guard.consecutive_skips()));
+      }
     }
   }
-  if (steps_run > 0 || start_step == 0) checkpoint(step);
+  if ((steps_run > 0 || start_step == 0) && guard.consecutive_skips() == 0) {
+    checkpoint(step);
+  } else if (guard.consecutive_skips() > 0) {
+    dir.event(fmt::format("final checkpoint of step {} not written: the last {} step(s) skipped "
+                          "their update",
+                          step, guard.consecutive_skips()));
+  }
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
     val_loss = validate();
   }
@@ -292,6 +389,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   nlohmann::json summary{
       {"steps", step},
       {"completed", !stopped_early},
+      {"skipped_updates", guard.total_skips()},
+      {"rollbacks", rollbacks},
       {"final_train_loss", last_loss},
       {"final_val_loss", val_loss},
       {"tokens_per_s",
