@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "comm/device_mesh.h"
@@ -18,6 +20,7 @@
 #include "data/file_io.h"
 #include "plan/stage_partition.h"
 #include "plan/units.h"
+#include "train/config_diff.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
 #include "train/diloco.h"
@@ -104,6 +107,24 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   // Everything that can fail on user input is checked before the directory is touched, and
   // the run's plan of bytes before anything large is allocated.
   const MemoryPlan memory_plan = check_memory(config, opt.allow_oversubscribe_memory);
+  const std::string config_toml = to_toml(config);
+  // --resume with a changed config: say what changed; refuse what no checkpoint survives.
+  std::vector<ConfigChange> changes;
+  if (opt.resume && std::filesystem::exists(opt.run_dir + "/config.toml")) {
+    std::ifstream in(opt.run_dir + "/config.toml");
+    const std::string before((std::istreambuf_iterator<char>(in)), {});
+    changes = diff_configs(before, config_toml);
+    std::vector<ConfigChange> fatal;
+    for (const ConfigChange& c : changes) {
+      if (breaks_checkpoint(c.key)) fatal.push_back(c);
+    }
+    if (!fatal.empty()) {
+      throw Error(fmt::format(
+          "cannot resume '{}' with this config: {} (its checkpoints hold tensors of the old "
+          "shape or kind); resume with the old values or start a new --run-dir",
+          opt.run_dir, describe(fatal)));
+    }
+  }
   const RunDatasets datasets = open_run_datasets(config);
   // Processes: MPI when a launcher started this one (trillion launch, mpirun, srun), else a
   // group of one. The mesh checks the world size against the layout before any allocation.
@@ -137,7 +158,6 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                                &mesh.group(comm::MeshGroup::ep),
                                &mesh.group(comm::MeshGroup::edp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
-  const std::string config_toml = to_toml(config);
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
   std::unique_ptr<Diloco> diloco;
   if (islands.enabled()) {
@@ -153,6 +173,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if (start_step == 0) runner.init_parameters(config.train.seed);
   if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
+  if (!changes.empty()) dir.event("resumed with a changed config: " + describe(changes));
 
   // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
   // others; the job's peak, MFU's denominator, is that times the number of processes.
@@ -222,6 +243,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     const double mfu =
         mfu_flops.flops_per_token * tokens_per_s / (peak.gflops * 1e9 * world.size());
     nlohmann::json line{{"step", step},
+                        {"time", unix_seconds()},
                         {"loss", st.loss},
                         {"lr", st.lr},
                         {"grad_norm", st.grad_norm},
@@ -261,17 +283,20 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
     const std::string progress =
         fmt::format("step {}/{} | loss {:.4f}{}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
-                    "MFU {:.1f}% | ETA {}",
+                    "MFU {} | elapsed {} | ETA {}",
                     step, config.train.steps, st.loss,
                     eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
                     st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm,
-                    tokens_per_s, 100 * mfu, format_duration(eta));
+                    tokens_per_s, format_percent(mfu), format_duration(wall.seconds()),
+                    format_duration(eta));
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
     } else if (dir.lead() && !opt.quiet &&
                (step % config.train.log_every == 0 || step == config.train.steps)) {
       std::fprintf(stderr, "%s\n", progress.c_str());
+    } else if (dir.lead() && !opt.quiet && eval_now) {  // every evaluation, in plain logs too
+      std::fprintf(stderr, "step %lld: val loss %.4f\n", static_cast<long long>(step), val_loss);
     }
 
     // Silent data corruption: replicas compare parameter checksums (train/replica_check.h).
