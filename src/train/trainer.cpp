@@ -170,6 +170,11 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
 
   const int64_t start_step =
       opt.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts) : int64_t{0};
+  if (opt.stop_after_step > 0 && start_step >= opt.stop_after_step) {
+    throw Error(fmt::format("--stop-after {}: the run resumes after step {}, so that step is "
+                            "already done; pass a later step (nothing was trained)",
+                            opt.stop_after_step, start_step));
+  }
   if (start_step == 0) runner.init_parameters(config.train.seed);
   if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
