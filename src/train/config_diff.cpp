@@ -53,11 +53,11 @@ bool breaks_checkpoint(const std::string& key) {
   // How the model is computed may change (recompute, attention kernel and tile, RoPE base,
   // norm epsilon, init); what its tensors are may not.
   static const char* const kShape[] = {
-      "model.vocab_size",      "model.d_model",          "model.n_layers",
-      "model.n_heads",         "model.n_kv_heads",       "model.head_dim",
-      "model.ffn_hidden",      "model.tied_embeddings",  "model.dtype",
-      "model.n_dense_layers",  "model.n_routed_experts", "model.n_shared_experts",
-      "model.expert_ffn",      "model.router",           "optim.name"};
+      "model.vocab_size",     "model.d_model",          "model.n_layers",
+      "model.n_heads",        "model.n_kv_heads",       "model.head_dim",
+      "model.ffn_hidden",     "model.tied_embeddings",  "model.dtype",
+      "model.n_dense_layers", "model.n_routed_experts", "model.n_shared_experts",
+      "model.expert_ffn",     "model.router",           "optim.name"};
   for (const char* k : kShape) {
     if (key == k) return true;
   }

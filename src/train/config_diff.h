@@ -10,7 +10,7 @@
 namespace trillion {
 
 struct ConfigChange {
-  std::string key;  // "optim.lr"
+  std::string key;            // "optim.lr"
   std::string before, after;  // TOML text of the values ("(absent)" when missing)
 };
 

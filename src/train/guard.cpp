@@ -17,9 +17,12 @@ std::string number(double v) {
 
 std::string_view verdict_name(StepVerdict v) {
   switch (v) {
-    case StepVerdict::kAccept: return "accepted";
-    case StepVerdict::kNonFinite: return "non_finite";
-    case StepVerdict::kSpike: return "spike";
+    case StepVerdict::kAccept:
+      return "accepted";
+    case StepVerdict::kNonFinite:
+      return "non_finite";
+    case StepVerdict::kSpike:
+      return "spike";
   }
   return "?";
 }
@@ -63,10 +66,10 @@ std::string StepGuard::explain(StepVerdict verdict, double loss, double grad_nor
     return fmt::format("loss {} and gradient norm {}: not finite", number(loss), number(grad_norm));
   }
   if (verdict == StepVerdict::kSpike) {
-    return fmt::format("loss {:.4f} is {:.1f} standard deviations above the mean {:.4f} of the "
-                       "last {} accepted steps (guard.spike_zscore = {})",
-                       loss, (loss - mean()) / stddev(), mean(), window_.size(),
-                       config_.spike_zscore);
+    return fmt::format(
+        "loss {:.4f} is {:.1f} standard deviations above the mean {:.4f} of the "
+        "last {} accepted steps (guard.spike_zscore = {})",
+        loss, (loss - mean()) / stddev(), mean(), window_.size(), config_.spike_zscore);
   }
   return "accepted";
 }

@@ -85,15 +85,15 @@ double available_memory_bytes() {
   double available = meminfo_available();
   const double limit = read_number("/sys/fs/cgroup/memory.max");
   if (limit > 0) {
-    const double in_cgroup =
-        std::max(0.0, limit - read_number("/sys/fs/cgroup/memory.current"));
+    const double in_cgroup = std::max(0.0, limit - read_number("/sys/fs/cgroup/memory.current"));
     available = available > 0 ? std::min(available, in_cgroup) : in_cgroup;
   }
   return available;
 }
 
 int local_process_count() {
-  for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
+  for (const char* name :
+       {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"}) {
     if (const char* v = std::getenv(name)) {
       const int n = std::atoi(v);
       if (n > 0) return n;

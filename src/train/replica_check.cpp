@@ -33,9 +33,11 @@ std::string compare_in(const ParameterSet& params, comm::Communicator& group, bo
   }
   const int64_t n = static_cast<int64_t>(mine.size());
   std::vector<double> all(n * group.size());
-  group.all_gather(Tensor(mine.data(), DType::f64, {n}), Tensor(all.data(), DType::f64,
-                                                                {n * group.size()}));
-  auto row = [&](int r) { return std::vector<double>(all.begin() + r * n, all.begin() + (r + 1) * n); };
+  group.all_gather(Tensor(mine.data(), DType::f64, {n}),
+                   Tensor(all.data(), DType::f64, {n * group.size()}));
+  auto row = [&](int r) {
+    return std::vector<double>(all.begin() + r * n, all.begin() + (r + 1) * n);
+  };
   // Replicas by their hashes; the largest class is taken as the healthy one.
   std::map<std::vector<double>, std::vector<int>> classes;
   for (int r = 0; r < group.size(); ++r) classes[row(r)].push_back(r);
@@ -62,12 +64,14 @@ std::string compare_in(const ParameterSet& params, comm::Communicator& group, bo
     if (!tie && &hashes == &healthy->first) continue;
     for (int r : ranks) odd += fmt::format("{}{}", odd.empty() ? "" : ", ", r);
   }
-  return tie ? fmt::format("{} ranks {} hold different parameters (first: '{}'); with as many "
-                           "replicas on each side the faulty one cannot be told apart",
-                           group_name, odd, tensor)
-             : fmt::format("{} rank(s) {} hold parameters that differ from the other {} "
-                           "replica(s) (first: '{}')",
-                           group_name, odd, healthy->second.size(), tensor);
+  return tie ? fmt::format(
+                   "{} ranks {} hold different parameters (first: '{}'); with as many "
+                   "replicas on each side the faulty one cannot be told apart",
+                   group_name, odd, tensor)
+             : fmt::format(
+                   "{} rank(s) {} hold parameters that differ from the other {} "
+                   "replica(s) (first: '{}')",
+                   group_name, odd, healthy->second.size(), tensor);
 }
 
 }  // namespace

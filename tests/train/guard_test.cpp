@@ -2,6 +2,8 @@
 // and leaves the state as it was; max_skips in a row stop the run with one message, or roll it
 // back to the newest checkpoint; no checkpoint is ever written from a skip streak, so the last
 // good one survives retention.
+#include "train/guard.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 
 #include "cli_util.h"
 #include "core/error.h"
-#include "train/guard.h"
 #include "train/run_config.h"
 
 namespace trillion {
@@ -117,8 +118,9 @@ TEST(StepGuard, Lr1e30StopsTheRunAndKeepsTheLastGoodCheckpoint) {
   ASSERT_EQ(before, (std::vector<std::string>{"step_00000002", "step_00000004"}));
   const auto r = run_trillion(base + " --resume --set train.steps=20 --set optim.lr=1e30");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "trillion train: error: training diverged: 5 consecutive steps up to "
-                            "step 10 skipped their update"))
+  EXPECT_TRUE(has(r.output,
+                  "trillion train: error: training diverged: 5 consecutive steps up to "
+                  "step 10 skipped their update"))
       << r.output;
   EXPECT_TRUE(has(r.output, "guard.on_divergence = \"stop\"")) << r.output;
   EXPECT_EQ(checkpoints(dir), before);
@@ -157,8 +159,9 @@ TEST(StepGuard, RollbackReloadsTheNewestCheckpointUntilMaxRollbacks) {
   // that fails -> on at 11 (applied, 12 and 13 skipped) -> stop.
   EXPECT_TRUE(has(events, "training goes on at step 8, so the batches of steps 5..7 are skipped"))
       << events;
-  EXPECT_TRUE(has(events, "training goes on at step 11, so the batches of steps 5..10 are "
-                          "skipped"))
+  EXPECT_TRUE(has(events,
+                  "training goes on at step 11, so the batches of steps 5..10 are "
+                  "skipped"))
       << events;
   EXPECT_TRUE(has(r.output, "up to step 13 skipped")) << r.output;
   EXPECT_EQ(checkpoints(dir), (std::vector<std::string>{"step_00000004", "step_00000008"}));

@@ -1,13 +1,14 @@
 // The early memory check: its plan equals what the engine allocates for a one-process run (so
 // it is a true lower bound, not a guess), ZeRO divides the categories it shards, and a run that
 // cannot fit is refused by bytes before any allocation or file.
+#include "train/memory_check.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 
 #include "cli_util.h"
 #include "plan/model_spec.h"
-#include "train/memory_check.h"
 #include "train/run_config.h"
 
 namespace trillion {

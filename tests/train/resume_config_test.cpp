@@ -48,13 +48,15 @@ TEST(ConfigDiff, ResumeSaysWhatChangedAndRefusesANewShape) {
   const std::string metrics_before = slurp(dir + "/metrics.jsonl");
   const auto bad = run_trillion(base + " --resume --set model.d_model=64");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_TRUE(has(bad.output, "cannot resume '" + dir + "' with this config: model.d_model 32 -> "
-                              "64, model.head_dim 8 -> 16 (its checkpoints hold tensors of the "
-                              "old shape or kind)"))
+  EXPECT_TRUE(has(bad.output, "cannot resume '" + dir +
+                                  "' with this config: model.d_model 32 -> "
+                                  "64, model.head_dim 8 -> 16 (its checkpoints hold tensors of the "
+                                  "old shape or kind)"))
       << bad.output;
   EXPECT_EQ(slurp(dir + "/metrics.jsonl"), metrics_before);  // nothing touched
-  const auto ok = run_trillion(base + " --resume --set train.steps=4 --set train.log_every=2"
-                                      " --set train.eval_every=1 --set model.recompute=\"full\"");
+  const auto ok = run_trillion(base +
+                               " --resume --set train.steps=4 --set train.log_every=2"
+                               " --set train.eval_every=1 --set model.recompute=\"full\"");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_TRUE(has(slurp(dir + "/events.log"),
                   "resumed with a changed config: model.recompute 'none' -> 'full', "
