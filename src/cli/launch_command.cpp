@@ -23,7 +23,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +43,7 @@
 #include "cli/commands.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
+#include "data/file_io.h"
 
 namespace trillion::cli {
 
@@ -76,11 +82,16 @@ struct LaunchArgs {
   std::string mpirun = "mpirun";
   std::string program;  // empty: this trillion binary
   std::vector<std::string> command;
+  // The supervisor (see supervise below).
+  int max_restarts = 0;
+  double heartbeat_timeout = 0;     // seconds; 0: no watchdog
+  std::vector<std::string> faults;  // TRILLION_FAULTS items: kill:STEP:RANK, hang:..., corrupt:STEP
 };
 
 constexpr const char* kUsage =
-    "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE] -- "
-    "SUBCOMMAND [ARGS...]\n"
+    "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE]\n"
+    "       [--max-restarts K] [--heartbeat-timeout SECONDS] [--fail-at STEP:RANK]\n"
+    "       [--hang-at STEP:RANK] [--corrupt-checkpoint STEP] -- SUBCOMMAND [ARGS...]\n"
     "  e.g. trillion launch -n 4 -- train configs/tiny.toml --run-dir runs/dp4 --set "
     "parallel.dp=4\n";
 
@@ -111,6 +122,40 @@ LaunchArgs parse_args(int argc, char** argv) {
       a.mpirun = value("--mpirun");
     } else if (arg == "--program") {
       a.program = value("--program");
+    } else if (arg == "--max-restarts") {
+      const std::string v = value("--max-restarts");
+      char* end = nullptr;
+      const long k = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || k < 0 || k > 1000) {
+        throw Error(fmt::format("--max-restarts {}: give a whole number in [0, 1000]", v));
+      }
+      a.max_restarts = static_cast<int>(k);
+    } else if (arg == "--heartbeat-timeout") {
+      const std::string v = value("--heartbeat-timeout");
+      char* end = nullptr;
+      const double t = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(t >= 1 && t <= 86400)) {
+        throw Error(fmt::format("--heartbeat-timeout {}: give seconds in [1, 86400]", v));
+      }
+      a.heartbeat_timeout = t;
+    } else if (arg == "--fail-at" || arg == "--hang-at") {
+      const std::string v = value(arg.c_str());
+      long long step = 0;
+      int rank = -1;
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%lld:%d%c", &step, &rank, &tail) != 2 || step < 1 || rank < 0) {
+        throw Error(fmt::format("{} {}: expected STEP:RANK, e.g. 5:1 (after step 5, rank 1)", arg,
+                                v));
+      }
+      a.faults.push_back(fmt::format("{}:{}:{}", arg == "--fail-at" ? "kill" : "hang", step, rank));
+    } else if (arg == "--corrupt-checkpoint") {
+      const std::string v = value("--corrupt-checkpoint");
+      char* end = nullptr;
+      const long long step = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || step < 1) {
+        throw Error(fmt::format("--corrupt-checkpoint {}: give the step of a checkpoint", v));
+      }
+      a.faults.push_back(fmt::format("corrupt:{}", step));
     } else {
       throw Error(fmt::format("unknown launch option '{}'; put the subcommand after '--'\n{}", arg,
                               kUsage));
@@ -303,6 +348,313 @@ std::string failure_line(const JobReport& r, int exit_status) {
   return fmt::format("trillion launch: mpirun failed with status {}", exit_status);
 }
 
+// ---- One job, watched; and the supervisor that restarts it -------------------------------------
+
+struct JobOutcome {
+  int code = 0;          // mpirun's exit code (0: success)
+  std::string failure;   // one line when code != 0
+  bool restartable = false;  // a rank died by a signal or hung (not a user error, not a request)
+  bool on_request = false;   // stopped by a forwarded signal
+  int failed_rank = -1;
+};
+
+// Reads DIR/rank_R ("STEP PID") of every rank: a rank whose last beat is older than the timeout
+// has stopped making progress. Among stale ranks a stopped process (state T) is the one that
+// hung; the others are waiting for it in a collective.
+struct Watchdog {
+  std::string dir;
+  double timeout = 0;
+  int processes = 0;
+
+  struct Beat {
+    int rank = -1;
+    long long step = -1;
+    int pid = 0;
+    double age = 0;
+    bool stopped = false;
+  };
+  std::optional<Beat> hung() const {
+    std::optional<Beat> worst;
+    const auto now = std::filesystem::file_time_type::clock::now();
+    for (int r = 0; r < processes; ++r) {
+      const std::string path = fmt::format("{}/rank_{}", dir, r);
+      std::error_code ec;
+      const auto mtime = std::filesystem::last_write_time(path, ec);
+      if (ec) continue;  // not started training yet
+      Beat b;
+      b.rank = r;
+      b.age = std::chrono::duration<double>(now - mtime).count();
+      if (FILE* f = std::fopen(path.c_str(), "r")) {
+        if (std::fscanf(f, "%lld %d", &b.step, &b.pid) != 2) b.step = -1, b.pid = 0;
+        std::fclose(f);
+      }
+      if (b.pid > 0) {
+        std::ifstream stat(fmt::format("/proc/{}/stat", b.pid));
+        std::string text((std::istreambuf_iterator<char>(stat)), {});
+        const size_t paren = text.rfind(')');
+        b.stopped = paren != std::string::npos && paren + 2 < text.size() &&
+                    (text[paren + 2] == 'T' || text[paren + 2] == 't');
+      }
+      if (b.age <= timeout) continue;
+      if (!worst || (b.stopped && !worst->stopped) ||
+          (b.stopped == worst->stopped && b.age > worst->age)) {
+        worst = b;
+      }
+    }
+    return worst;
+  }
+};
+
+JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watchdog* watchdog) {
+  int out_pipe[2], err_pipe[2];
+  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) {
+    throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
+  }
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(std::string("cannot fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(out_pipe[1], STDOUT_FILENO);
+    ::dup2(err_pipe[1], STDERR_FILENO);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
+    std::vector<char*> cargv;
+    for (const std::string& s : cmd) cargv.push_back(const_cast<char*>(s.c_str()));
+    cargv.push_back(nullptr);
+    ::execv(cargv[0], cargv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  forward_signals_to(pid);
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+
+  OutputRouter router(verbose);
+  std::string pending[2];
+  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[8192];
+  std::optional<Watchdog::Beat> hang;
+  while (open_fds > 0) {
+    const int ready = ::poll(fds, 2, watchdog ? 1000 : -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (watchdog && !hang) {
+      hang = watchdog->hung();
+      if (hang) {  // the whole job goes: the stopped rank, and the ranks waiting for it
+        ::kill(-pid, SIGKILL);
+        for (int r = 0; r < watchdog->processes; ++r) {
+          if (FILE* f = std::fopen(fmt::format("{}/rank_{}", watchdog->dir, r).c_str(), "r")) {
+            long long step;
+            int rank_pid = 0;
+            if (std::fscanf(f, "%lld %d", &step, &rank_pid) == 2 && rank_pid > 0) {
+              ::kill(rank_pid, SIGKILL);
+            }
+            std::fclose(f);
+          }
+        }
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
+      const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        router.feed(pending[k], buf, 0, true);
+        ::close(fds[k].fd);
+        fds[k].fd = -1;
+        --open_fds;
+      } else {
+        router.feed(pending[k], buf, static_cast<size_t>(n), false);
+      }
+    }
+  }
+  const int status = wait_for(pid);
+  JobOutcome out;
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (hang) {
+    out.code = out.code == 0 ? 1 : out.code;
+    out.failure = fmt::format(
+        "trillion launch: rank {} made no progress for {:.0f} s after step {}{} (heartbeat "
+        "timeout {:.0f} s); the job was stopped",
+        hang->rank, hang->age, hang->step,
+        hang->stopped ? fmt::format(" (pid {} is stopped)", hang->pid) : std::string(),
+        watchdog->timeout);
+    out.restartable = true;
+    out.failed_rank = hang->rank;
+    return out;
+  }
+  if (out.code == 0) return out;
+  out.failure = failure_line(router.report(), out.code);
+  out.on_request = out.failure.starts_with("trillion launch: the job stopped after");
+  // A rank killed by a signal is a machine's failure, worth a restart; a rank's own error (a
+  // config, a divergence) would only fail again.
+  out.restartable = !out.on_request && (!router.report().death.empty() ||
+                                        out.failure.find("was killed by signal") != std::string::npos);
+  static const std::regex kRank(R"(^trillion launch: rank (\d+) )");
+  std::smatch m;
+  if (std::regex_search(out.failure, m, kRank)) out.failed_rank = std::stoi(m[1]);
+  return out;
+}
+
+std::string value_after(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) return args[i + 1];
+    if (args[i].starts_with(flag + "=")) return args[i].substr(flag.size() + 1);
+  }
+  return "";
+}
+
+// The metrics lines of a run directory as (step, time, seconds).
+struct StepTime {
+  long long step;
+  double time, seconds;
+};
+std::vector<StepTime> read_step_times(const std::string& run_dir) {
+  std::vector<StepTime> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    try {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back({j.value("step", 0LL), j.value("time", 0.0), j.value("seconds", 0.0)});
+    } catch (const nlohmann::json::exception&) {
+      // a torn last line of a killed run
+    }
+  }
+  return out;
+}
+
+long long newest_checkpoint_step(const std::string& run_dir) {
+  long long best = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("step_")) best = std::max(best, std::atoll(name.c_str() + 5));
+  }
+  return best;
+}
+
+void append_event(const std::string& run_dir, const std::string& line) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(run_dir, ec)) return;
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::ofstream(run_dir + "/events.log", std::ios::app) << stamp << " " << line << "\n";
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs the job; with --max-restarts K, restarts it (with --resume) after a rank dies or hangs,
+// up to K times, and records each failure and the time it cost in events.log and summary.json:
+// a failure loses the work since the newest checkpoint (failure time - that step's metrics
+// time) plus the restart (until the next attempt's first step began); goodput is
+// 1 - lost / wall time of the whole job.
+int supervise(const LaunchArgs& args, const std::vector<std::string>& base, bool verbose) {
+  const bool supervised = args.max_restarts > 0 || args.heartbeat_timeout > 0 || !args.faults.empty();
+  const std::string run_dir = value_after(args.command, "--run-dir");
+  if (supervised && (args.command[0] != "train" || run_dir.empty())) {
+    throw Error("--max-restarts, --heartbeat-timeout and the fault drills supervise "
+                "`train ... --run-dir DIR` (the run directory holds the checkpoints a restart "
+                "resumes from)");
+  }
+  if (!args.faults.empty()) {
+    std::string spec;
+    for (const std::string& f : args.faults) spec += (spec.empty() ? "" : ",") + f;
+    ::setenv("TRILLION_FAULTS", spec.c_str(), 1);
+  }
+  Watchdog watchdog{run_dir + "/.heartbeat", args.heartbeat_timeout, args.processes};
+  const double started = unix_now();
+  nlohmann::json failures = nlohmann::json::array();
+  double lost = 0;
+  double failed_at = 0;
+  long long resumed_from = -1;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> cmd = base;
+    const bool has_resume = std::find(args.command.begin(), args.command.end(), "--resume") !=
+                            args.command.end();
+    if (attempt > 0 && !has_resume) cmd.push_back("--resume");
+    if (supervised) {
+      std::error_code ec;
+      std::filesystem::remove_all(watchdog.dir, ec);
+      std::filesystem::create_directories(watchdog.dir, ec);
+      ::setenv("TRILLION_HEARTBEAT_DIR", watchdog.dir.c_str(), 1);
+    }
+    const JobOutcome out = run_job(cmd, verbose, args.heartbeat_timeout > 0 ? &watchdog : nullptr);
+    if (attempt > 0 && resumed_from >= 0) {  // the restart's cost: until the first new step began
+      for (const StepTime& t : read_step_times(run_dir)) {
+        if (t.step == resumed_from + 1 && t.time > 0) {
+          const double restart = std::max(0.0, t.time - t.seconds - failed_at);
+          lost += restart;
+          failures.back()["restart_seconds"] = restart;
+          failures.back()["lost_seconds"] = failures.back()["lost_seconds"].get<double>() + restart;
+          break;
+        }
+      }
+    }
+    if (out.code == 0) break;
+    const bool retry = out.restartable && attempt < args.max_restarts;
+    if (!supervised || !retry) {
+      std::fprintf(stderr, "%s\n", out.failure.c_str());
+      if (supervised && out.restartable) {
+        append_event(run_dir, fmt::format("supervisor: {}; no restart left (--max-restarts {})",
+                                          out.failure, args.max_restarts));
+      }
+      return out.on_request ? 128 + g_forwarded_signal : out.code;
+    }
+    // The work since the newest checkpoint is lost.
+    failed_at = unix_now();
+    const auto steps = read_step_times(run_dir);
+    resumed_from = newest_checkpoint_step(run_dir);
+    long long last_step = steps.empty() ? 0 : steps.back().step;
+    double since = started;
+    for (const StepTime& t : steps) {
+      if (t.step == resumed_from && t.time > 0) since = t.time;
+    }
+    const double work = std::max(0.0, failed_at - std::max(since, started));
+    lost += work;
+    failures.push_back({{"attempt", attempt + 1},
+                        {"rank", out.failed_rank},
+                        {"last_step", last_step},
+                        {"resumed_from", resumed_from},
+                        {"cause", out.failure},
+                        {"lost_seconds", work}});
+    const std::string line = fmt::format(
+        "supervisor: restart {} of {} after: {} (last step logged {}, newest checkpoint "
+        "step {}; {:.1f} s since it: the work to redo and the failure's detection)",
+        attempt + 1, args.max_restarts, out.failure, last_step, resumed_from, work);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    append_event(run_dir, line);
+  }
+  if (supervised) {
+    const double wall = unix_now() - started;
+    const std::string path = run_dir + "/summary.json";
+    std::ifstream in(path);
+    nlohmann::json summary = nlohmann::json::object();
+    try {
+      summary = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception&) {
+    }
+    summary["restarts"] = failures.size();
+    summary["failures"] = failures;
+    summary["lost_seconds"] = lost;
+    summary["job_seconds"] = wall;
+    summary["goodput"] = wall > 0 ? 1.0 - lost / wall : 1.0;
+    data::write_file_atomic(path, {summary.dump(2) + "\n"});
+    if (!failures.empty()) {
+      append_event(run_dir, fmt::format("supervisor: finished after {} restart(s): {:.1f} s lost "
+                                        "of {:.1f} s, goodput {:.3f}",
+                                        failures.size(), lost, wall, summary["goodput"].get<double>()));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 // The rank side: `trillion launch --as-rank -- PROGRAM ARGS...`, what mpirun starts on every
@@ -402,61 +754,7 @@ int launch_command(int argc, char** argv) {
     std::fprintf(stderr, "trillion launch: %s\n", line.c_str());
   }
 
-  int out_pipe[2], err_pipe[2];
-  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) {
-    throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
-  }
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw Error(std::string("cannot fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
-    std::vector<char*> cargv;
-    for (const std::string& s : cmd) cargv.push_back(const_cast<char*>(s.c_str()));
-    cargv.push_back(nullptr);
-    ::execv(cargv[0], cargv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  forward_signals_to(pid);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-
-  OutputRouter router(verbose);
-  std::string pending[2];
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[8192];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int k = 0; k < 2; ++k) {
-      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
-      const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        router.feed(pending[k], buf, 0, true);
-        ::close(fds[k].fd);
-        fds[k].fd = -1;
-        --open_fds;
-      } else {
-        router.feed(pending[k], buf, static_cast<size_t>(n), false);
-      }
-    }
-  }
-  const int status = wait_for(pid);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code == 0) return 0;
-  const std::string line = failure_line(router.report(), code);
-  std::fprintf(stderr, "%s\n", line.c_str());
-  // Stopped on request (no rank failed on its own): exit as a process killed by that signal would.
-  const bool on_request = line.starts_with("trillion launch: the job stopped after");
-  return on_request ? 128 + g_forwarded_signal : code;
+  return supervise(args, cmd, verbose);
 }
 
 }  // namespace trillion::cli
