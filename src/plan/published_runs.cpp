@@ -62,7 +62,7 @@ PlanInputs megatron_2021(const ModelSpec& m, long gpus, int tp, int pp, double b
   LayoutFields& f = in.search.fields;
   l.tp = tp, l.pp = pp, l.cp = 1, l.dp = static_cast<int>(gpus / (tp * pp));
   l.sp = false, l.zero = 0, l.recompute = Recompute::kFull, l.precision = Precision::kFp16;
-  l.grad_bytes = 4, l.partition = Partition::kEven;
+  l.grad_bytes = 4, l.partition = Partition::kEven, l.allocation = Allocation::kLive;
   f.tp = f.pp = f.cp = f.dp = f.sp = f.zero = f.recompute = f.precision = f.grad = f.partition =
       true;
   if (pp > 1) {
@@ -115,6 +115,9 @@ std::vector<PublishedRun> published_runs() {
     in.search.fixed.tp = r.tp, in.search.fixed.cp = r.cp, in.search.fixed.pp = r.pp,
     in.search.fixed.dp = r.dp;
     in.search.fields.tp = in.search.fields.cp = in.search.fields.pp = in.search.fields.dp = true;
+    // PyTorch's caching allocator holds only the micro-batches in flight.
+    in.search.fixed.allocation = Allocation::kLive;
+    in.search.fields.allocation = true;
     in.search.keep = 1;
     run.metric = RunMetric::kMfu;
     run.published = r.mfu;

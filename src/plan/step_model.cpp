@@ -336,7 +336,10 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // window is two stages long.
   const double backward_one_mb = (sb + sw) * (dual ? 2 : 1);
   r.dp_comm = std::max(0.0, rs - backward_one_mb) + std::max(0.0, ag - sf);
-  if (l.zero >= 2) r.dp_comm += (mb - 1) * std::max(0.0, rs - backward_one_mb);
+  // ZeRO-2's reduce-scatter of every earlier micro-batch's gradients runs on the communication
+  // stream while the rank computes the next micro-batch (its forward, backward and weight
+  // gradient), so only what exceeds one micro-batch's work is exposed.
+  if (l.zero >= 2) r.dp_comm += (mb - 1) * std::max(0.0, rs - (sf + sb + sw));
   if (l.zero == 3) r.dp_comm += mb * std::max(0.0, 2 * ag - 0.9 * (sf + sb + sw));
   // Adam step over the local optimizer shard: read and write the fp32 master and both moments,
   // read the gradient, write the bf16 weights.
