@@ -138,6 +138,9 @@ TEST(Units, HumanUnits) {
   EXPECT_EQ(format_count(405.9e9), "406B");
   EXPECT_EQ(format_count(950), "950");
   EXPECT_EQ(format_usd(34.5e6), "$34.5M");
+  EXPECT_EQ(format_count(0.0409), "0.041");  // a small run's GPU-hours are not "0"
+  EXPECT_EQ(format_count(12.34), "12.3");
+  EXPECT_EQ(format_count(512), "512");
   EXPECT_EQ(format_bytes(77.1e9), "77.1 GB");
   EXPECT_EQ(format_seconds(43.9 * 86400), "43.9 days");
   EXPECT_EQ(format_seconds(5.45), "5.45 s");
