@@ -109,10 +109,10 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
       l.partition = value == "even" ? Partition::kEven : Partition::kBalanced, f.partition = true;
     } else if (key == "alloc") {
       if (value != "slots" && value != "live")
-        throw Error(fmt::format(
-            "{} alloc={}: use slots (the engine's per-chunk slots) or live (a caching "
-            "allocator's peak, as Megatron and PyTorch)",
-            what, value));
+        throw Error(
+            fmt::format("{} alloc={}: use slots (the engine's per-chunk slots) or live (a caching "
+                        "allocator's peak, as Megatron and PyTorch)",
+                        what, value));
       l.allocation = value == "slots" ? Allocation::kSlots : Allocation::kLive;
       f.allocation = true;
     } else if (key == "grad")

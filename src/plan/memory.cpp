@@ -272,10 +272,10 @@ const schedule::Schedule* layout_schedule(const Layout& l, int microbatches) {
   const Key key{static_cast<int>(l.schedule), l.pp, microbatches, chunks_of(l)};
   auto it = cache.find(key);
   if (it == cache.end())
-    it = cache
-             .emplace(key, schedule::generate_schedule(l.schedule, l.pp, microbatches,
-                                                       chunks_of(l)))
-             .first;
+    it =
+        cache
+            .emplace(key, schedule::generate_schedule(l.schedule, l.pp, microbatches, chunks_of(l)))
+            .first;
   return &it->second;
 }
 
@@ -289,7 +289,8 @@ double live_peak_bytes(const Layout& l, int microbatches, int rank,
   // backward), as inflight_slots counts them; walk the rank's list in execution order.
   double now = 0, peak = 0;
   for (const schedule::Action& a : s->actions.at(rank)) {
-    if (a.kind == schedule::ActionKind::kForward) peak = std::max(peak, now += chunk_bytes.at(a.chunk));
+    if (a.kind == schedule::ActionKind::kForward)
+      peak = std::max(peak, now += chunk_bytes.at(a.chunk));
     if (a.kind == schedule::ActionKind::kBackwardWeight) now -= chunk_bytes.at(a.chunk);
   }
   return peak;

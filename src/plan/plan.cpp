@@ -118,8 +118,10 @@ Plan make_plan(PlanInputs in) {
        fmt::format("TP/SP collectives {:.0f}% hidden; EP all-to-all {:.0f}% hidden under "
                    "DualPipe (DeepSeek-V3 §3.2.1), {:.0f}% otherwise; DP reduce-scatter/all-gather "
                    "hidden behind one micro-batch's backward/forward; CP all-gather exposed "
-                   "(Llama 3 §3.3.2)",
-                   100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other)},
+                   "(Llama 3 §3.3.2); pipeline sends {}",
+                   100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other,
+                   e.blocking_p2p ? "block each F and B (DeepSpeed's PipelineEngine)"
+                                  : "asynchronous (they delay only through the bubble)")},
       {"tokens", p.run.chinchilla_tokens
                      ? fmt::format("Chinchilla-optimal for {} total parameters (Hoffmann "
                                    "et al. Table 3): {}",

@@ -227,8 +227,8 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                                          : pp;
                   if (stages > max_pipeline_stages(m, part)) {
                     refuse("more pipeline stages than whole layers (and embedding and head)",
-                           fmt::format("pp={} x chunks={} = {} stages for {} layers, {} split",
-                                       pp, sc.chunks, stages, m.n_layers, partition_name(part)));
+                           fmt::format("pp={} x chunks={} = {} stages for {} layers, {} split", pp,
+                                       sc.chunks, stages, m.n_layers, partition_name(part)));
                     continue;
                   }
                   if (part == Partition::kBalanced && pp > 1 && stages <= m.n_layers) {

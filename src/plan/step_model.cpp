@@ -287,11 +287,13 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // One schedule action covers a rank's full share (interleaved chunks are a 1/v share of it;
   // the simulator scales) or, under DualPipe, one of its two copies' stages.
   const double share = dual ? 0.5 : 1.0;
-  const double sf = busiest.f * share, sb = busiest.b * share, sw = busiest.w * share;
   const double act_bytes = c.tokens * m.d_model * 2.0 / (l.sequence_parallel() ? l.tp : 1);
   const double p2p =
       l.pp > 1 ? p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp)), act_bytes)
                : 0.0;
+  const double blocked = eff.blocking_p2p ? 2 * p2p : 0.0;  // per F and per B
+  const double sf = busiest.f * share + blocked, sb = busiest.b * share + blocked,
+               sw = busiest.w * share;
   // Each micro-batch passes one of a DualPipe rank's two stages (one per direction), so a
   // rank's work per micro-batch is one action's worth under every schedule.
   const double busy = mb * (sf + sb + sw);

@@ -37,6 +37,11 @@ struct Efficiency {
   // Passes over a layer's stored activations by its elementwise kernels: written once forward,
   // read and their gradients written backward (norms, RoPE, activations, softmax, residuals).
   double elementwise_passes = 3.0;
+  // Pipeline sends and receives block the compute stream: DeepSpeed's PipelineEngine runs them as
+  // instructions between its forward and backward steps, so each F and each B waits for its
+  // receive and its send (2 transfers each). Megatron and the engine send asynchronously (false),
+  // and a transfer then delays the step only through the simulated bubble.
+  bool blocking_p2p = false;
 };
 
 struct StepBreakdown {

@@ -3,7 +3,8 @@
 // 2104.04473 Table 1 best (refitted here), and with it every Table 1 row is within 10%; the
 // other runs were not used to choose anything: Llama 3 405B Table 4 within 4 MFU points with
 // memory under 80 GB, Narayanan's Table 2 PTD rows, Korthikanti's 530B with full and with
-// selective recompute, and BLOOM 176B, each within its tolerance.
+// selective recompute, MT-NLG 530B on 2,240-3,360 A100 40GB (DeepSpeed's 1F1B pipeline) and
+// BLOOM 176B, each within its tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -90,7 +91,7 @@ TEST(Validation, OtherPublishedRunsWithinTolerance) {
     EXPECT_TRUE(c.within) << run.name << ": predicted " << c.predicted << ", published "
                           << run.published << ", tolerance " << run.tolerance;
   }
-  EXPECT_EQ(rows, 9);
+  EXPECT_EQ(rows, 12);  // Table 2 x 6, Korthikanti x 2, MT-NLG x 3, BLOOM
 }
 
 // Korthikanti's point, reproduced: on the same 530B layout, SP + selective recompute is much

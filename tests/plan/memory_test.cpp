@@ -338,7 +338,7 @@ TEST(Memory, LiveAllocationIsTheSchedulesPeak) {
   const auto sim = schedule::simulate(schedule::generate_schedule(l.schedule, p, mb, 2), {});
   const auto& per_chunk = schedule_slots(l, mb);
   const double chunk = 4.0 * 8192 * 4096 * 2;  // 4 layers' inputs (full recompute), one mb
-  for (int r = 0; r < p - 1; ++r) {  // the last rank also holds the head's tensors
+  for (int r = 0; r < p - 1; ++r) {            // the last rank also holds the head's tensors
     EXPECT_DOUBLE_EQ(slots[r].activations, chunk * (per_chunk[r][0] + per_chunk[r][1])) << r;
     EXPECT_NEAR(peak[r].activations, chunk * 2 * sim.peak_inflight[r], 1e-6 * chunk) << r;
     EXPECT_LE(peak[r].activations, slots[r].activations) << r;

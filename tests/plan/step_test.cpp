@@ -1,12 +1,12 @@
 // The step model's accounting, checked against the efficiency model's own functions: the LM head
 // is in the step with pp = 1 (one GEMM shape and the cross-entropy's passes over the logits), and
 // ZeRO-2's per-micro-batch gradient reduce-scatter is exposed only beyond one micro-batch's work.
-#include "plan/step_model.h"
-
 #include <gtest/gtest.h>
 
 #include "plan/efficiency.h"
 #include "plan/plan.h"
+#include "plan/published_runs.h"
+#include "plan/step_model.h"
 
 namespace trillion::plan {
 namespace {
@@ -61,6 +61,26 @@ TEST(Step, ZeroTwoReduceScatterHidesBehindOneMicroBatch) {
       EXPECT_NEAR(z2.dp_comm - z1.dp_comm, 31 * (rs - window), 1e-9 * z2.dp_comm);
     }
   }
+}
+
+// Blocking pipeline sends (DeepSpeed's PipelineEngine) put a receive and a send on every F and
+// every B: each grows by two transfers of the stage's activation, W does not.
+TEST(Step, BlockingSendsAddTwoTransfersToEachForwardAndBackward) {
+  const ModelSpec m = megatron_gpt("gpt-530B", 20480, 128, 105);
+  const Gpu& gpu = find_gpu("a100");
+  Layout l =
+      parse_layout("tp=8,pp=35,dp=8,sp=0,zero=1,recompute=full,schedule=1f1b,precision=fp16");
+  Efficiency eff;
+  const StepBreakdown async = model_step(m, gpu, l, 2048, 1920.0 * 2048, eff);
+  eff.blocking_p2p = true;
+  const StepBreakdown blocking = model_step(m, gpu, l, 2048, 1920.0 * 2048, eff);
+  // 2048 x 20480 x 2 bytes (no SP: the whole activation) over the scale-out link.
+  const double p2p = p2p_seconds(link_cost(gpu, Link::kScaleOut), 2048.0 * 20480 * 2);
+  EXPECT_DOUBLE_EQ(async.p2p, p2p);
+  EXPECT_NEAR(blocking.stage_forward - async.stage_forward, 2 * p2p, 1e-12);
+  EXPECT_NEAR(blocking.stage_backward_input - async.stage_backward_input, 2 * p2p, 1e-12);
+  EXPECT_DOUBLE_EQ(blocking.stage_backward_weight, async.stage_backward_weight);
+  EXPECT_GT(blocking.step, async.step + 240 * 4 * p2p * 0.99);  // 240 micro-batches
 }
 
 }  // namespace
