@@ -58,10 +58,9 @@ const RunConfig& checked_layout(const RunConfig& c) {
   refuse("tp", c.parallel.tp, "tensor parallelism");
   refuse("cp", c.parallel.cp, "context parallelism");
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
-    throw Error(
-        fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
-                    "(model.n_routed_experts > 0)",
-                    c.parallel.ep));
+    throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
+                            "(model.n_routed_experts > 0)",
+                            c.parallel.ep));
   }
   if (c.parallel.ep > 1 && c.model.moe.n_routed_experts % c.parallel.ep != 0) {
     throw Error(fmt::format("parallel.ep = {} does not divide model.n_routed_experts = {}",
@@ -221,16 +220,16 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   const ShardCoord coord{1, 0, ep_.size(), ep_.rank()};
   if (ep_.size() > 1) {
     experts_ = std::make_unique<parallel::AllToAllExchange>(ep_, backend, tracker,
-                                                            mc.moe.n_routed_experts);
+                                                           mc.moe.n_routed_experts);
     ctx_.experts = experts_.get();
     ctx_.ep = &ep_;
     ctx_.degrees.ep = ep_.size();
     ctx_.shard = coord;
   }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
-  params_ =
-      std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype, backend,
-                                     tracker, parallel::DataParallel::model_storage(zero));
+  params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
+                                           backend, tracker,
+                                           parallel::DataParallel::model_storage(zero));
   const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
   std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
@@ -325,12 +324,12 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     };
   }
   if (config.optim.name == "sgd") {
-    optimizer_ =
-        std::make_unique<Sgd>(params_->table(), segments, state, mc.dtype,
-                              SgdConfig{config.optim.beta1, config.optim.weight_decay}, tracker);
+    optimizer_ = std::make_unique<Sgd>(params_->table(), segments, state, mc.dtype,
+                                       SgdConfig{config.optim.beta1, config.optim.weight_decay},
+                                       tracker);
   } else if (config.optim.name == "lamb") {
-    optimizer_ =
-        std::make_unique<Lamb>(params_->table(), segments, state, mc.dtype, oc, tracker, sums);
+    optimizer_ = std::make_unique<Lamb>(params_->table(), segments, state, mc.dtype, oc, tracker,
+                                        sums);
   } else {
     optimizer_ =
         std::make_unique<AdamW>(params_->table(), segments, state, mc.dtype, oc, backend, tracker);
@@ -484,11 +483,12 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   // DualPipe's two ranks of a pair hold the same tensors: the lower one contributes.
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
   // Experts differ per ep rank; everything else is replicated over ep: ep rank 0 gives it.
-  parallel::local_to_global(
-      be_, params_->table(), params_->shard(), local, global_table_, global, [&](int spec) {
-        const bool expert = params_->table().spec(spec).shard.group == ShardGroup::ep;
-        return contributes && (expert || ep_.rank() == 0);
-      });
+  parallel::local_to_global(be_, params_->table(), params_->shard(), local, global_table_, global,
+                            [&](int spec) {
+                              const bool expert = params_->table().spec(spec).shard.group ==
+                                                  ShardGroup::ep;
+                              return contributes && (expert || ep_.rank() == 0);
+                            });
   if (ep_.size() > 1) ep_.all_reduce(global.flat());
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
 }

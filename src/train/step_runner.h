@@ -35,12 +35,12 @@ struct StepStats {
   double grad_norm = 0;  // before clipping, over all shards
   int64_t tokens = 0;    // global
   double seconds = 0;
-  uint64_t comm_bytes = 0;         // bytes this rank sent in the step, all groups
-  comm::CommCounters comm;         // the dp group's counters for the step, per collective kind
-  comm::CommCounters comm_pp;      // the pp group's: activations, their gradients, loss and norm
-  comm::CommCounters comm_mirror;  // DualPipe: summing the two model copies' gradients
-  comm::CommCounters comm_ep;      // expert parallelism: the all-to-alls and the experts' norm
-  comm::CommCounters comm_edp;     // expert gradients over the ranks holding the same experts
+  uint64_t comm_bytes = 0;           // bytes this rank sent in the step, all groups
+  comm::CommCounters comm;           // the dp group's counters for the step, per collective kind
+  comm::CommCounters comm_pp;        // the pp group's: activations, their gradients, loss and norm
+  comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
+  comm::CommCounters comm_ep;        // expert parallelism: the all-to-alls and the experts' norm
+  comm::CommCounters comm_edp;       // expert gradients over the ranks holding the same experts
   // Expert parallelism: this rank's routed rows (parallel/expert_comm.h RowCounts).
   int64_t moe_rows_out = 0, moe_rows_in = 0, moe_rows_local = 0, moe_exchanges = 0;
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward

@@ -126,10 +126,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   auto backend = make_cpu_backend(tracker);
   // With [diloco] the runner trains one island (train/diloco.h); the data shard stays global.
   Islands islands(mesh, config);
-  StepRunner runner(
-      islands.runner_config(), *backend, tracker,
-      RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp), &mesh.group(comm::MeshGroup::ep),
-                 &mesh.group(comm::MeshGroup::edp)});
+  StepRunner runner(islands.runner_config(), *backend, tracker,
+                    RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
+                               &mesh.group(comm::MeshGroup::ep),
+                               &mesh.group(comm::MeshGroup::edp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const std::string config_toml = to_toml(config);
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
