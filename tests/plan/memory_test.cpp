@@ -318,6 +318,46 @@ TEST(Stages, EmbeddingAndHeadMayHoldAStageAlone) {
   EXPECT_THROW(pipeline_shape(m, l), Error);
 }
 
+// The weighted partition against brute force: for every L <= 24 and S <= L + 2 it covers the
+// units once in order, gives each stage its fewest layers (1; 0 only for a weighed end stage)
+// and its costliest stage (layers + weight) is the optimum over all contiguous splits.
+TEST(Stages, WeightedPartitionIsOptimalAgainstBruteForce) {
+  for (const StageWeights w : {StageWeights{1.0, 0.66}, StageWeights{0.5, 2.3}, StageWeights{}}) {
+    for (int64_t L = 1; L <= 24; ++L) {
+      for (int S = 1; S <= max_stages(L, w); ++S) {
+        const std::vector<StageUnits> st = partition_stages(L, S, w);
+        ASSERT_EQ(static_cast<int>(st.size()), S);
+        const std::vector<int> counts = stage_layer_counts(st);
+        auto weight = [&](int s) {
+          return (s == 0 ? w.embedding : 0.0) + (s == S - 1 ? w.head : 0.0);
+        };
+        auto fewest = [&](int s) {
+          return S > 1 && ((s == 0 && w.embedding > 0) || (s == S - 1 && w.head > 0)) ? 0 : 1;
+        };
+        int next = 0, total = 0;
+        double worst = 0;
+        for (int s = 0; s < S; ++s) {
+          EXPECT_EQ(st[s].first_unit, next) << L << " " << S;
+          next = st[s].last_unit + 1;
+          EXPECT_GE(counts[s], fewest(s)) << L << " " << S << " stage " << s;
+          total += counts[s];
+          worst = std::max(worst, counts[s] + weight(s));
+        }
+        EXPECT_EQ(next, L + 2);
+        EXPECT_EQ(total, L);
+        // best[s][n]: the least possible costliest stage of stages 0..s holding n layers.
+        std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, INFINITY));
+        for (int n = fewest(0); n <= L; ++n) best[0][n] = n + weight(0);
+        for (int s = 1; s < S; ++s)
+          for (int n = 0; n <= L; ++n)
+            for (int k = fewest(s); k <= n; ++k)
+              best[s][n] = std::min(best[s][n], std::max(best[s - 1][n - k], k + weight(s)));
+        EXPECT_NEAR(worst, best[S - 1][L], 1e-9) << L << " layers on " << S << " stages";
+      }
+    }
+  }
+}
+
 // alloc=live: a caching allocator's peak is the largest sum over a rank's chunks at one moment of
 // the schedule; the engine's slots hold each chunk's own peak for the whole step. Equal with one
 // chunk per rank; with interleaved chunks of equal bytes the live peak is the simulator's
