@@ -3,7 +3,9 @@
 // of stored tensors built from the block's parts (norm kind, MLP kind, attention kind and kernel,
 // dropout; Korthikanti et al. 2205.05198 §4 is the special case of a GPT block, the engine's
 // block the other), scaled by the recompute policy, TP with or without SP, CP and the pipeline's
-// in-flight micro-batches per rank and chunk from the schedule itself, plus temporary buffers.
+// in-flight micro-batches per rank and chunk from the schedule itself (held as the engine's
+// per-chunk slots, or as a caching allocator's live peak: Layout::allocation), plus temporary
+// buffers.
 // Sizes are bytes; "GB" is 1e9 bytes everywhere.
 //
 // Invariants: a term is either sharded by TP (heads/columns) or sharded only under sequence
