@@ -19,6 +19,8 @@
 
 using namespace trillion;
 using namespace trillion::data;
+using trillion::testing::has;
+using trillion::testing::slurp;
 namespace fs = std::filesystem;
 
 namespace {
@@ -30,11 +32,6 @@ struct Result {
 Result run(const std::string& args) {
   const auto r = trillion::testing::run_trillion(args);
   return {r.exit_code, r.output};
-}
-
-std::string slurp(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 class CliTest : public ::testing::Test {
@@ -50,9 +47,6 @@ class CliTest : public ::testing::Test {
   fs::path dir_;
 };
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 }  // namespace
 
 TEST_F(CliTest, SynthShardsEqualTheInMemorySource) {

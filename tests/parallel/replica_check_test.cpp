@@ -15,15 +15,12 @@ using testing::fresh_dir;
 using testing::run_shell;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::has;
 
 const std::string kEnv = [] {
   ::setenv("OMP_NUM_THREADS", "1", 1);
   return std::string();
 }();
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 std::string flags(int dp) {
   return "train " + config_path("tiny.toml") + " --quiet --set train.steps=6" +

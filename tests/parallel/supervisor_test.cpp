@@ -16,20 +16,13 @@ using testing::read_json;
 using testing::run_shell;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::has;
+using testing::slurp;
 
 const std::string kEnv = [] {
   ::setenv("OMP_NUM_THREADS", "1", 1);
   return std::string();
 }();
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 
 std::string train(const std::string& extra = "") {
   return "train " + testing::config_path("tiny.toml") +

@@ -18,10 +18,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 std::string config_error(const std::vector<std::string>& overrides) {
   try {
     load_run_config(config_path("tiny.toml"), overrides);
@@ -29,11 +25,6 @@ std::string config_error(const std::vector<std::string>& overrides) {
     return e.what();
   }
   return "";
-}
-
-std::string slurp(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Runs `trillion ARGS` under a shell with a file size limit of `kib` KiB.

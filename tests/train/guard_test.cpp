@@ -21,11 +21,8 @@ namespace {
 using testing::config_path;
 using testing::fresh_dir;
 using testing::run_trillion;
+using testing::has;
 namespace fs = std::filesystem;
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 std::vector<nlohmann::json> metrics(const std::string& dir) {
   std::vector<nlohmann::json> lines;

@@ -18,16 +18,9 @@ namespace {
 using testing::config_path;
 using testing::fresh_dir;
 using testing::run_trillion;
+using testing::has;
+using testing::slurp;
 namespace fs = std::filesystem;
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
 
 TEST(ConfigDiff, ListsChangedAddedAndRemovedKeys) {
   const auto changes = diff_configs("[model]\nd_model = 32\nn_layers = 2\n\n[optim]\nlr = 0.003\n",

@@ -13,10 +13,7 @@ namespace {
 using testing::config_path;
 using testing::fresh_dir;
 using testing::run_shell;
-
-bool has(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using testing::has;
 
 TEST(RunDirectoryLock, ASecondTrainerOnTheSameDirectoryIsRefused) {
   const std::string dir = fresh_dir("run_dir_lock");
