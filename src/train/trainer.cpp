@@ -55,6 +55,7 @@ nlohmann::json comm_groups_json(const StepStats& st, const DilocoStep& outer) {
   if (st.comm_mirror.total_sent() > 0) j.update(comm_json("pp_mirror", st.comm_mirror));
   if (st.comm_ep.total_sent() > 0) j.update(comm_json("ep", st.comm_ep));
   if (st.comm_edp.total_sent() > 0) j.update(comm_json("edp", st.comm_edp));
+  if (st.comm_tp.total_sent() > 0) j.update(comm_json("tp", st.comm_tp));
   return j;
 }
 
@@ -129,7 +130,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   StepRunner runner(islands.runner_config(), *backend, tracker,
                     RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
                                &mesh.group(comm::MeshGroup::ep),
-                               &mesh.group(comm::MeshGroup::edp)});
+                               &mesh.group(comm::MeshGroup::edp),
+                               &mesh.group(comm::MeshGroup::tp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const std::string config_toml = to_toml(config);
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
@@ -296,6 +298,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"world_size", world.size()},
       {"parallel",
        {{"dp", pc.dp},
+        {"tp", pc.tp},
+        {"sp", pc.tp > 1 && pc.sp},
         {"zero", pc.zero},
         {"pp", pc.pp},
         {"schedule", pc.schedule},
