@@ -16,6 +16,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/timer.h"
 #include "data/file_io.h"
+#include "plan/activation_memory.h"
 #include "plan/stage_partition.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
@@ -272,7 +273,22 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
     val_loss = validate();
   }
-  const nlohmann::json per_rank = memory_per_rank(world, tracker);
+  // plan/'s activation bytes for this rank's stages (dense models: the engine block's formula),
+  // beside the measured ones; every buffer of the engine is in the model's dtype.
+  double predicted_activations = -1;
+  if (!mc.moe.enabled()) {
+    const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
+    predicted_activations = 0;
+    for (int c = 0; c < runner.num_stages(); ++c) {
+      const StageModel& stage = runner.stage(c);
+      predicted_activations += static_cast<double>(
+          plan::engine_activation_bytes(mc.spec(), runner.local_micro_batch(), mc.seq_len,
+                                        mc.activation_policy(), elem, elem, stage.extent(),
+                                        stage.slots(), {pc.tp, pc.sp})
+              .total());
+    }
+  }
+  const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
   nlohmann::json pipeline;
   if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {

@@ -8,12 +8,18 @@
 // per micro-batch and layer 4 [N, C] all-reduces (SP: 4 all-gathers + 4 reduce-scatters), the
 // embedding's and the head's one each, the cross-entropy's 3 doubles per token row, and per step
 // the norm weights' gradients (SP) and the gradient norm. Layouts tp cannot run are refused by
-// name before any allocation.
+// name before any allocation. Every rank's activation bytes equal plan/'s formula with tp and sp
+// (and each recompute policy), as summary.json reports them beside the measured ones.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "../train/cli_util.h"
+#include "model/config.h"
+#include "plan/activation_memory.h"
+#include "plan/stage_partition.h"
+#include "schedule/generators.h"
+#include "schedule/simulator.h"
 
 namespace trillion {
 namespace {
@@ -93,6 +99,36 @@ TEST_P(TensorParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
     const double want = ref_lines[i]["grad_norm"].get<double>();
     EXPECT_NEAR(run_lines[i]["grad_norm"].get<double>(), want, 1e-6 * want) << "step " << i + 1;
     EXPECT_EQ(run_lines[i]["loss"].get<double>(), run_lines[i]["loss"].get<double>());
+  }
+
+  // Every rank's activation bytes == plan/'s formula for its stage, tp and sp (computed here from
+  // the schedule's in-flight slots, and reported by the run beside the measured ones).
+  ModelConfig mc;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = 4,
+  mc.n_kv_heads = 4, mc.ffn_hidden = 64, mc.seq_len = kSeq;
+  for (const char* policy : {"full", "selective"}) {
+    if (l.extra.find(std::string("recompute=") + policy) != std::string::npos) {
+      mc.set_recompute(policy);
+    }
+  }
+  mc.validate();
+  const schedule::Schedule sched =
+      schedule::generate_schedule(schedule::parse_schedule_kind(l.schedule), l.pp, kMicro, 1);
+  const auto partition = plan::partition_stages(kLayers, sched.num_stages(0));
+  for (int rank = 0; rank < world; ++rank) {
+    const int pipeline_rank = rank / (l.tp * l.dp);  // the mesh: tp fastest, then dp, then pp
+    const plan::StageUnits& u = partition[pipeline_rank];
+    const int64_t first = u.first_unit == 0 ? 0 : u.first_unit - 1;
+    const int64_t last = std::min<int64_t>(u.last_unit, kLayers);
+    const int slots = schedule::inflight_slots(sched, pipeline_rank)[0];
+    const int64_t predicted =
+        plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4,
+                                      4, {first, last - first, u.last_unit == kLayers + 1}, slots,
+                                      {l.tp, l.sp})
+            .total();
+    const auto& m = summary["memory_per_rank"][rank];
+    EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+    EXPECT_EQ(m["predicted"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
   }
 
   // Rank 0's bytes over tp: pipeline rank 0 holds the embedding and layers [0, L/pp), the head
