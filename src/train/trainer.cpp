@@ -218,6 +218,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"comm", comm_groups_json(st, outer)},
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
+    if (pc.tp > 1) line["comm_tp_s"] = st.comm_tp.blocking_seconds;  // inside tp collectives
     if (mc.moe.enabled()) {
       line["moe_max_load_ratio"] = st.moe_max_load_ratio;
       line["moe_layer_load_ratio"] = st.moe_layer_load_ratio;
