@@ -121,6 +121,8 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   }
   const GemmPeak peak_after = measure_gemm_peak(gemm_size, 3);
   if (peak_after.gflops > peak.gflops) peak = peak_after;
+  // Under launch the job's peak is one process's times the processes (as `train` counts it).
+  if (mpi) peak.gflops *= mpi->world().size();
   const double tokens_per_s = static_cast<double>(runner.tokens_per_step()) * steps / seconds;
   const plan::ModelSpec spec = cfg.model.spec();
   const MfuConvention convention = mfu_convention(spec, cfg.model.seq_len);
