@@ -61,12 +61,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "the experts is not in this build; use parallel.ep for the experts and tp = 1",
         c.parallel.tp, c.model.moe.n_routed_experts));
   }
-  if (c.parallel.tp > 1 && c.optim.name == "lamb") {
-    throw Error(fmt::format(
-        "optim.name = \"lamb\" with parallel.tp = {}: LAMB's per-tensor trust ratios are not "
-        "summed over tp shards in this build; use adamw or sgd with tensor parallelism",
-        c.parallel.tp));
-  }
   refuse("cp", c.parallel.cp, "context parallelism");
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
@@ -344,6 +338,22 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       dense(d);
       experts(e);
       for (size_t i = 0; i < v.size(); ++i) v[i] = d[i] + e[i];
+    };
+  }
+  if (tensor_) {
+    // LAMB's per-tensor sums: a tp shard's partial sums add over tp; a replicated tensor's are
+    // the same on every tp rank (taken from tp rank 0).
+    const int n_specs = params_->table().size();
+    std::vector<char> sharded(n_specs);
+    for (int i = 0; i < n_specs; ++i) {
+      sharded[i] = params_->table().spec(i).shard.group == ShardGroup::tp;
+    }
+    sums = [this, sharded, n_specs, inner = sums](std::vector<double>& v) {
+      inner(v);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!sharded[i % n_specs] && tp_.rank() != 0) v[i] = 0;
+      }
+      tp_.all_reduce(Tensor(v.data(), DType::f64, {static_cast<int64_t>(v.size())}));
     };
   }
   if (config.optim.name == "sgd") {
