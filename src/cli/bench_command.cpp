@@ -1,6 +1,7 @@
 // `trillion bench`: measured performance, always as a ratio against a reference measured in the
 // same run (never against a datasheet number).
 //   bench gemm  — fp32 GEMM peak of this machine with the engine's BLAS and thread count;
+//                 --dtype fp8/mxfp4/nvfp4: the emulated block-scaled GEMM (bench_precision.h);
 //   bench step  — forward + backward + optimizer of a config: tokens/s and MFU against that peak;
 //   bench allreduce — all-reduce algorithms under emulated slow links against the alpha-beta
 //                 model (the reference is the model; see bench_allreduce.h).
@@ -19,6 +20,7 @@
 #include "core/timer.h"
 #include "plan/activation_memory.h"
 #include "plan/model_spec.h"
+#include "cli/bench_precision.h"
 #include "train/gemm_peak.h"
 #include "train/mesh_options.h"
 #include "train/metrics.h"
@@ -302,7 +304,12 @@ int bench_command(int argc, char** argv) {
   bool json = false;
   int64_t size = 2048;
   int reps = 5;
-  auto* gemm = app.add_subcommand("gemm", "fp32 GEMM peak with the engine's BLAS and threads");
+  std::string gemm_dtype = "fp32";
+  auto* gemm = app.add_subcommand(
+      "gemm", "GEMM peak with the engine's BLAS and threads; emulated FP8/FP4 with --dtype");
+  gemm->add_option("--dtype", gemm_dtype,
+                   "fp32, or an emulated block-scaled GEMM: fp8, fp8-e5m2, mxfp4, nvfp4")
+      ->capture_default_str();
   gemm->add_option("--size", size, "matrix size (square)")->check(CLI::Range(64, 16384));
   gemm->add_option("--reps", reps, "timed repetitions (best is reported)")
       ->check(CLI::Range(1, 100));
@@ -359,7 +366,10 @@ int bench_command(int argc, char** argv) {
   allreduce->add_flag("--json", json, "print one JSON object");
 
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
-  if (gemm->parsed()) return bench_gemm(size, reps, json);
+  if (gemm->parsed()) {
+    return gemm_dtype == "fp32" ? bench_gemm(size, reps, json)
+                                : bench_precision_gemm(gemm_dtype, size, reps, json);
+  }
   if (allreduce->parsed()) return bench_allreduce(aro, json);
   if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json, profile);

@@ -35,6 +35,8 @@ int train_command(int argc, char** argv) {
                  "checkpoint and stop when this much wall time is spent")
       ->check(finite_positive());
   app.add_flag("--quiet", opt.quiet, "no progress output");
+  app.add_flag("--allow-oversubscribe-memory", opt.allow_oversubscribe_memory,
+               "start even when the run's memory plan exceeds the memory available");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   std::error_code ec;
   if (opt.run_dir.empty()) throw Error("--run-dir is empty; name the run directory");

@@ -3,6 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include <cmath>
+
+#include <chrono>
+
 #include <vector>
 
 namespace trillion {
@@ -58,6 +64,17 @@ std::string format_duration(double seconds) {
   if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
   if (s >= 60) return fmt::format("{}m{:02d}s", s / 60, s % 60);
   return fmt::format("{}s", s);
+}
+
+std::string format_percent(double fraction) {
+  const double p = 100 * fraction;
+  if (!std::isfinite(p) || p == 0 || std::abs(p) >= 10) return fmt::format("{:.1f}%", p);
+  return fmt::format("{:.{}f}%", p, std::max(1, 2 - static_cast<int>(std::floor(std::log10(std::abs(p))))));
+}
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string MfuConvention::describe() const {

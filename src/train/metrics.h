@@ -25,6 +25,11 @@ nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t
 
 // "1h02m", "3m07s", "12s".
 std::string format_duration(double seconds);
+// A fraction as a percentage with three significant digits, so a tiny model's MFU is not
+// "0.0%": "41.3%", "2.07%", "0.0123%".
+std::string format_percent(double fraction);
+// Wall-clock time, seconds since the Unix epoch (each metrics line carries it).
+double unix_seconds();
 
 // Model FLOPs per token of a run and the convention they follow, for MFU.
 struct MfuConvention {

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <filesystem>
+
 #include "train/checkpoint.h"
 
 namespace trillion {
@@ -43,8 +46,14 @@ void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& track
 }
 
 int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
-                               const RunConfig& config, const std::vector<CheckpointPart*>& parts) {
-  const std::vector<std::string> all = list_checkpoints(dir.path());
+                               const RunConfig& config, const std::vector<CheckpointPart*>& parts,
+                               int64_t max_step) {
+  std::vector<std::string> all = list_checkpoints(dir.path());
+  // Zero-padded "step_N" names: the step is the number after the prefix.
+  std::erase_if(all, [&](const std::string& ckpt) {
+    const std::string name = std::filesystem::path(ckpt).filename().string();
+    return std::strtoll(name.c_str() + 5, nullptr, 10) > max_step;
+  });
   const DType dt = config.model.dtype;
   for (const std::string& ckpt : all) {
     if (auto problem = verify_checkpoint(ckpt)) {

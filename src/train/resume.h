@@ -30,10 +30,12 @@ void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& track
                      const RunConfig& config, const std::string& config_toml, int64_t step,
                      uint64_t next_sample, const std::vector<CheckpointPart*>& parts = {});
 
-// Loads the newest valid checkpoint into the runner and the parts and returns its step; 0 when
-// the run has none. Throws Error when checkpoints exist but every one is corrupt.
+// Loads the newest valid checkpoint (of a step <= max_step) into the runner and the parts and
+// returns its step; 0 when the run has none. Throws Error when checkpoints exist but every one
+// is corrupt.
 int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
                                const RunConfig& config,
-                               const std::vector<CheckpointPart*>& parts = {});
+                               const std::vector<CheckpointPart*>& parts = {},
+                               int64_t max_step = INT64_MAX);
 
 }  // namespace trillion

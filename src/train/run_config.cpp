@@ -331,10 +331,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
     if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel" &&
-        k != "emulate" && k != "diloco") {
+        k != "emulate" && k != "diloco" && k != "guard") {
       throw Error(
           fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
-                      "parallel, emulate, diloco)",
+                      "parallel, emulate, diloco, guard)",
                       source, k));
     }
     if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
@@ -605,6 +605,35 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         ec.latency_ms, ec.gbps));
   }
 
+  SectionReader gd(root["guard"].as_table(), "guard", source);
+  GuardConfig& gc = rc.guard;
+  gd.read("max_skips", gc.max_skips);
+  gd.read("spike_zscore", gc.spike_zscore);
+  gd.read("spike_window", gc.spike_window);
+  gd.read("on_divergence", gc.on_divergence);
+  gd.read("max_rollbacks", gc.max_rollbacks);
+  gd.read("replica_check_every", gc.replica_check_every);
+  gd.reject_unknown();
+  at_least("guard.max_skips", gc.max_skips, 1);
+  at_least("guard.spike_window", gc.spike_window, 2);
+  at_least("guard.max_rollbacks", gc.max_rollbacks, 0);
+  at_least("guard.replica_check_every", gc.replica_check_every, 0);
+  if (!std::isfinite(gc.spike_zscore) || gc.spike_zscore < 0) {
+    throw Error(fmt::format("{}: guard.spike_zscore = {} must be a finite number >= 0 (0: no "
+                            "spike detection; 6 is a cautious threshold)",
+                            source, gc.spike_zscore));
+  }
+  if (gc.on_divergence != "stop" && gc.on_divergence != "rollback") {
+    throw Error(fmt::format("{}: guard.on_divergence = '{}': expected stop or rollback", source,
+                            gc.on_divergence));
+  }
+  if (gc.replica_check_every > 0 && pc.zero >= 3) {
+    throw Error(fmt::format(
+        "{}: guard.replica_check_every needs replicated parameters, but parallel.zero = 3 shards "
+        "them (each dp rank holds a different part); use zero <= 2 or set it to 0",
+        source));
+  }
+
   SectionReader dl(root["diloco"].as_table(), "diloco", source);
   DilocoConfig& di = rc.diloco;
   double mixing = std::nan("");
@@ -774,8 +803,16 @@ std::string to_toml(const RunConfig& c) {
                      {"mixing", di.mixing},
                      {"fragment_pattern", di.fragment_pattern},
                      {"outer_precision", di.outer_precision}};
-  toml::table root{{"model", model},       {"train", train},     {"optim", optim},  {"data", data},
-                   {"parallel", parallel}, {"emulate", emulate}, {"diloco", diloco}};
+  const GuardConfig& g = c.guard;
+  toml::table guard{{"max_skips", g.max_skips},
+                    {"spike_zscore", g.spike_zscore},
+                    {"spike_window", g.spike_window},
+                    {"on_divergence", g.on_divergence},
+                    {"max_rollbacks", g.max_rollbacks},
+                    {"replica_check_every", g.replica_check_every}};
+  toml::table root{{"model", model},       {"train", train},     {"optim", optim},
+                   {"data", data},         {"parallel", parallel}, {"emulate", emulate},
+                   {"diloco", diloco},     {"guard", guard}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

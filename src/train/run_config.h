@@ -109,6 +109,18 @@ struct DilocoConfig {
   bool enabled() const { return islands > 0; }
 };
 
+// [guard]: what a step with a non-finite loss or gradient norm, or a loss spike, does
+// (train/guard.h), and the replicas' silent-data-corruption check.
+struct GuardConfig {
+  int64_t max_skips = 5;        // consecutive skipped updates before on_divergence
+  double spike_zscore = 0;      // > 0: a loss this many standard deviations above the mean of
+                                // the last spike_window accepted losses skips its update
+  int64_t spike_window = 50;
+  std::string on_divergence = "stop";  // stop | rollback (to the newest checkpoint)
+  int64_t max_rollbacks = 3;           // rollbacks before on_divergence stops anyway
+  int64_t replica_check_every = 0;     // > 0: dp replicas compare parameter checksums
+};
+
 struct RunConfig {
   ModelConfig model;
   TrainConfig train;
@@ -117,6 +129,7 @@ struct RunConfig {
   ParallelConfig parallel;
   EmulateConfig emulate;
   DilocoConfig diloco;
+  GuardConfig guard;
   std::string source;  // where it came from, for messages
 };
 

@@ -373,7 +373,8 @@ int64_t StepRunner::tokens_per_step() const {
   return config_.train.micro_batch * config_.model.seq_len * config_.train.grad_accum;
 }
 
-StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
+StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
+                           const UpdateGate& gate) {
   Timer timer;
   StepStats st;
   const comm::CommCounters dp_before = dp_.counters(), pp_before = pp_.counters();
@@ -436,12 +437,19 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches) {
     st.noise = {e * norm_sums[1], tokens / e, sum_sq, tokens};
     st.noise_valid = true;
   }
-  if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
-    parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
-    if (expert_parallel_) expert_parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
-  }
   st.lr = lr_schedule_.at(step_index);
-  optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
+  st.update_skipped = gate ? !gate(st.loss, st.grad_norm)
+                           : !(std::isfinite(st.loss) && std::isfinite(st.grad_norm));
+  if (!st.update_skipped) {
+    if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
+      parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
+      if (expert_parallel_) {
+        expert_parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
+      }
+    }
+    optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
+  }
+  // A skipped step still closes the step (ZeRO gathers the unchanged shards, gradients clear).
   parallel_->finish_step();
   if (expert_parallel_) expert_parallel_->finish_step();
   if (config_.model.moe.enabled()) finish_moe_step(st);
@@ -493,8 +501,10 @@ void StepRunner::finish_moe_step(StepStats& st) {
     const std::string bias = fmt::format("layers.{}.moe.router_bias", l);
     if (sum > 0 && params_->table().contains(bias)) {
       const Tensor b = params_->param(bias);
-      Router::update_bias(b, std::vector<double>(v.begin() + l * E, v.begin() + (l + 1) * E),
-                          moe.bias_update_rate);
+      if (!st.update_skipped) {  // a skipped step leaves the routing biases too
+        Router::update_bias(b, std::vector<double>(v.begin() + l * E, v.begin() + (l + 1) * E),
+                            moe.bias_update_rate);
+      }
       if (contributes) bias_sq += be_.sum_squares(b);  // once over DualPipe's two copies
     }
   }

@@ -35,6 +35,7 @@ namespace trillion {
 
 struct StepStats {
   double loss = 0;  // mean over the step's global batch
+  bool update_skipped = false;  // the gate refused the update: parameters and moments unchanged
   double lr = 0;
   double grad_norm = 0;  // before clipping, over all shards
   int64_t tokens = 0;    // global
@@ -65,6 +66,10 @@ struct StepStats {
   bool noise_valid = false;
 };
 
+// Whether the step's update is applied, from its (all-reduced, so on every rank the same) loss
+// and gradient norm (train/guard.h). Without a gate, a non-finite loss or norm skips it.
+using UpdateGate = std::function<bool(double loss, double grad_norm)>;
+
 // This rank's process groups (nullptr: a group of one), from the DeviceMesh.
 struct RankGroups {
   comm::Communicator* dp = nullptr;
@@ -90,7 +95,7 @@ class StepRunner {
              comm::Communicator* dp)
       : StepRunner(config, backend, tracker, RankGroups{dp, nullptr}) {}
 
-  StepStats step(int64_t step_index, const BatchSource& batches);
+  StepStats step(int64_t step_index, const BatchSource& batches, const UpdateGate& gate = {});
   // Mean loss of one micro-batch, forward only (validation). Collective over the pp group.
   double evaluate(const int32_t* tokens, const int32_t* targets);
   // Initial parameters, identical for every layout.
@@ -112,6 +117,8 @@ class StepRunner {
   const schedule::Schedule& schedule() const { return schedule_; }
   int pipeline_rank() const { return pp_.rank(); }
   comm::Communicator& pipeline_group() { return pp_; }
+  comm::Communicator& data_group() { return dp_; }
+  comm::Communicator& expert_data_group() { return edp_; }  // ranks holding the same experts
   const parallel::PipelineExecutor& executor() const { return *executor_; }
   Optimizer& optimizer() { return *optimizer_; }
   parallel::DataParallel& data_parallel() { return *parallel_; }

@@ -10,6 +10,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "comm/device_mesh.h"
@@ -18,11 +20,16 @@
 #include "data/file_io.h"
 #include "plan/activation_memory.h"
 #include "plan/stage_partition.h"
+#include "plan/units.h"
+#include "train/config_diff.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
 #include "train/diloco.h"
 #include "train/gemm_peak.h"
+#include "train/guard.h"
+#include "train/replica_check.h"
 #include "train/mesh_options.h"
+#include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/noise_scale_log.h"
 #include "train/pipeline_trace.h"
@@ -99,7 +106,27 @@ bool any_rank(comm::Communicator& world, bool mine) {
 }  // namespace
 
 std::string train(const RunConfig& config, const TrainOptions& opt) {
-  // Everything that can fail on user input is checked before the directory is touched.
+  // Everything that can fail on user input is checked before the directory is touched, and
+  // the run's plan of bytes before anything large is allocated.
+  const MemoryPlan memory_plan = check_memory(config, opt.allow_oversubscribe_memory);
+  const std::string config_toml = to_toml(config);
+  // --resume with a changed config: say what changed; refuse what no checkpoint survives.
+  std::vector<ConfigChange> changes;
+  if (opt.resume && std::filesystem::exists(opt.run_dir + "/config.toml")) {
+    std::ifstream in(opt.run_dir + "/config.toml");
+    const std::string before((std::istreambuf_iterator<char>(in)), {});
+    changes = diff_configs(before, config_toml);
+    std::vector<ConfigChange> fatal;
+    for (const ConfigChange& c : changes) {
+      if (breaks_checkpoint(c.key)) fatal.push_back(c);
+    }
+    if (!fatal.empty()) {
+      throw Error(fmt::format(
+          "cannot resume '{}' with this config: {} (its checkpoints hold tensors of the old "
+          "shape or kind); resume with the old values or start a new --run-dir",
+          opt.run_dir, describe(fatal)));
+    }
+  }
   const RunDatasets datasets = open_run_datasets(config);
   // Processes: MPI when a launcher started this one (trillion launch, mpirun, srun), else a
   // group of one. The mesh checks the world size against the layout before any allocation.
@@ -134,7 +161,6 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                                &mesh.group(comm::MeshGroup::edp),
                                &mesh.group(comm::MeshGroup::tp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
-  const std::string config_toml = to_toml(config);
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
   std::unique_ptr<Diloco> diloco;
   if (islands.enabled()) {
@@ -147,9 +173,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
 
   const int64_t start_step =
       opt.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts) : int64_t{0};
+  if (opt.stop_after_step > 0 && start_step >= opt.stop_after_step) {
+    throw Error(fmt::format("--stop-after {}: the run resumes after step {}, so that step is "
+                            "already done; pass a later step (nothing was trained)",
+                            opt.stop_after_step, start_step));
+  }
   if (start_step == 0) runner.init_parameters(config.train.seed);
   if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
+  if (!changes.empty()) dir.event("resumed with a changed config: " + describe(changes));
 
   // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
   // others; the job's peak, MFU's denominator, is that times the number of processes.
@@ -169,6 +201,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       backend->threads(), peak.gflops, world.size(), pc.dp, experts, pc.zero, config.optim.name,
       pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
+  dir.event(fmt::format("memory plan per process: at least {}; {} available on this machine for "
+                        "{} process(es)",
+                        memory_plan.describe(), plan::format_bytes(available_memory_bytes()),
+                        local_process_count()));
   if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
   if (pc.allreduce != "mpi" || config.emulate.sites > 1) {
     dir.event(describe_mesh_options(mesh_options(config, world.size())));
@@ -195,9 +231,17 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   double last_loss = std::nan(""), val_loss = std::nan("");
   bool stopped_early = false;
   const int kill_at = kill_step_for(world.rank());
+  StepGuard guard(config.guard);
+  int64_t rollbacks = 0;
   while (step < config.train.steps) {
     if (step + 1 == kill_at) std::raise(SIGKILL);  // fault injection (see kill_step_for)
-    StepStats st = runner.step(step, batches);
+    StepVerdict verdict = StepVerdict::kAccept;
+    StepStats st = runner.step(step, batches, [&](double loss, double grad_norm) {
+      verdict = guard.judge(loss, grad_norm);
+      return verdict == StepVerdict::kAccept;
+    });
+    const std::string why = guard.explain(verdict, st.loss, st.grad_norm);
+    guard.record(verdict, st.loss);
     const DilocoStep outer = diloco ? diloco->after_step(step + 1, st) : DilocoStep{};
     ++step;
     ++steps_run;
@@ -207,6 +251,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     const double mfu =
         mfu_flops.flops_per_token * tokens_per_s / (peak.gflops * 1e9 * world.size());
     nlohmann::json line{{"step", step},
+                        {"time", unix_seconds()},
                         {"loss", st.loss},
                         {"lr", st.lr},
                         {"grad_norm", st.grad_norm},
@@ -232,7 +277,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       line["moe_balance_loss"] = st.moe_balance_loss;
       line["moe_bias_norm"] = st.moe_bias_norm;
     }
-    if (const auto b = noise.update(st)) line["gradient_noise_scale"] = *b;
+    if (st.update_skipped) {
+      line["update_skipped"] = verdict_name(verdict);
+      dir.event(fmt::format("step {}: update skipped ({} in a row, guard.max_skips = {}): {}", step,
+                            guard.consecutive_skips(), config.guard.max_skips, why));
+    } else if (const auto b = noise.update(st)) {
+      line["gradient_noise_scale"] = *b;
+    }
     if (diloco) line["diloco"] = outer.json();
     const bool eval_now = config.train.eval_every > 0 && step % config.train.eval_every == 0;
     if (eval_now) line["val_loss"] = val_loss = validate();
@@ -240,16 +291,88 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
 
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
     const std::string progress =
-        fmt::format("step {}/{} | loss {:.4f}{} | {:.0f} tok/s | MFU {:.1f}% | ETA {}", step,
-                    config.train.steps, st.loss,
-                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(), tokens_per_s,
-                    100 * mfu, format_duration(eta));
+        fmt::format("step {}/{} | loss {:.4f}{}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
+                    "MFU {} | elapsed {} | ETA {}",
+                    step, config.train.steps, st.loss,
+                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
+                    st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm,
+                    tokens_per_s, format_percent(mfu), format_duration(wall.seconds()),
+                    format_duration(eta));
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
     } else if (dir.lead() && !opt.quiet &&
                (step % config.train.log_every == 0 || step == config.train.steps)) {
       std::fprintf(stderr, "%s\n", progress.c_str());
+    } else if (dir.lead() && !opt.quiet && eval_now) {  // every evaluation, in plain logs too
+      std::fprintf(stderr, "step %lld: val loss %.4f\n", static_cast<long long>(step), val_loss);
+    }
+
+    // Silent data corruption: replicas compare parameter checksums (train/replica_check.h).
+    if (flip_requested(world.rank(), step)) flip_one_bit(runner.parameters());
+    std::string fault;
+    if (config.guard.replica_check_every > 0 && step % config.guard.replica_check_every == 0) {
+      fault = compare_replicas(runner.parameters(), runner.data_group(),
+                               runner.expert_data_group());
+      if (!fault.empty()) {
+        fault = fmt::format("replica check after step {} (pipeline rank {}): {}", step,
+                            runner.pipeline_rank(), fault);
+      }
+    }
+    // Divergence or a fault: every rank decides together (islands judge their own losses).
+    double alarms[2] = {guard.diverged() ? 1.0 : 0.0, fault.empty() ? 0.0 : 1.0};
+    if (world.size() > 1) world.all_reduce(Tensor(alarms, DType::f64, {2}), comm::ReduceOp::max);
+    const bool diverged = alarms[0] > 0;
+    if (diverged || alarms[1] > 0) {
+      const std::string reason =
+          !fault.empty() ? fault
+          : guard.diverged()
+              ? fmt::format("training diverged: {} consecutive steps up to step {} skipped their "
+                            "update (last: {})",
+                            guard.consecutive_skips(), step, why)
+              : std::string("another rank found a fault or diverged (see its message)");
+      // A checkpoint the run may go back to: after a divergence, one whose next step was
+      // accepted (a checkpoint right before the streak may hold the update that caused it);
+      // after a fault, one no later than the last replica check that passed.
+      const int64_t newest_trusted =
+          diverged ? step - guard.consecutive_skips() - 1
+                   : step - std::max<int64_t>(config.guard.replica_check_every, 1);
+      int64_t back = 0;
+      if (config.guard.on_divergence == "rollback" && rollbacks < config.guard.max_rollbacks) {
+        back = resume_from_checkpoint(dir, runner, tracker, config, parts, newest_trusted);
+      }
+      if (back == 0) {
+        dir.event(reason);
+        throw Error(fmt::format(
+            "{}; {}. No checkpoint was written from a skipped step; the newest is in "
+            "{}/checkpoints; {}",
+            reason,
+            config.guard.on_divergence == "rollback"
+                ? fmt::format("{} rollback(s) of guard.max_rollbacks = {} were used or no "
+                              "checkpoint was left to roll back to",
+                              rollbacks, config.guard.max_rollbacks)
+                : std::string("guard.on_divergence = \"stop\""),
+            dir.path(),
+            fault.empty() && diverged
+                ? "lower optim.lr, raise optim.warmup_steps or set optim.grad_clip, then --resume"
+                : "check the machine of that rank, then --resume"));
+      }
+      ++rollbacks;
+      guard.clear_streak();
+      if (diverged) {
+        // The batches that led there are skipped (PaLM 2204.02311 §5.1 does the same).
+        dir.event(fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; training "
+                              "goes on at step {}, so the batches of steps {}..{} are skipped",
+                              back, rollbacks, config.guard.max_rollbacks, reason, step + 1,
+                              back + 1, step));
+      } else {
+        // A hardware fault: the same batches again give the run the fault interrupted.
+        dir.event(fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; steps "
+                              "{}..{} run again",
+                              back, rollbacks, config.guard.max_rollbacks, reason, back + 1, step));
+        step = back;
+      }
+      continue;
     }
 
     const bool budget_spent =
@@ -267,10 +390,22 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     }
     if (config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0 &&
         step < config.train.steps) {
-      checkpoint(step);
+      if (guard.consecutive_skips() == 0) {
+        checkpoint(step);
+      } else {  // never from a skip streak: the state may be what produces the non-finite steps
+        dir.event(fmt::format("checkpoint of step {} not written: the last {} step(s) skipped "
+                              "their update",
+                              step, guard.consecutive_skips()));
+      }
     }
   }
-  if (steps_run > 0 || start_step == 0) checkpoint(step);
+  if ((steps_run > 0 || start_step == 0) && guard.consecutive_skips() == 0) {
+    checkpoint(step);
+  } else if (guard.consecutive_skips() > 0) {
+    dir.event(fmt::format("final checkpoint of step {} not written: the last {} step(s) skipped "
+                          "their update",
+                          step, guard.consecutive_skips()));
+  }
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
     val_loss = validate();
   }
@@ -303,6 +438,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   nlohmann::json summary{
       {"steps", step},
       {"completed", !stopped_early},
+      {"skipped_updates", guard.total_skips()},
+      {"rollbacks", rollbacks},
       {"final_train_loss", last_loss},
       {"final_val_loss", val_loss},
       {"tokens_per_s",

@@ -18,6 +18,7 @@ struct TrainOptions {
   int64_t stop_after_step = 0;  // > 0: checkpoint and stop once this step completes
   double max_minutes = 0;       // > 0: checkpoint and stop when the time budget is spent
   bool quiet = false;           // no progress output
+  bool allow_oversubscribe_memory = false;  // skip the early memory check (train/memory_check.h)
 };
 
 // Set (by a signal handler) to ask the trainer to checkpoint and stop after the current step.

@@ -171,6 +171,22 @@ TEST(BadCommand, TrainOptionsOutOfRangeAreErrorsAndCreateNothing) {
   fs::remove(dir + ".txt");
 }
 
+// --stop-after N on a run resumed past N (was: one more step run, then stopped, exit 0).
+TEST(BadCommand, StopAfterAStepTheResumedRunHasDoneIsAnError) {
+  const std::string dir = fresh_dir("stop_after_resumed");
+  const std::string train = "train " + config_path("tiny.toml") + " --quiet --run-dir " + dir +
+                            " --set train.checkpoint_every=2";
+  ASSERT_EQ(run_trillion(train + " --stop-after 4").exit_code, 0);
+  const std::string metrics = slurp(dir + "/metrics.jsonl");
+  const auto r = run_trillion(train + " --resume --stop-after 3");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--stop-after 3: the run resumes after step 4, so that step is "
+                            "already done"))
+      << r.output;
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"), metrics);
+  fs::remove_all(dir);
+}
+
 TEST(BadCommand, GenerateAndCompareRefuseNonFiniteValues) {
   const std::string a = fresh_dir("nan_a"), b = fresh_dir("nan_b");
   ASSERT_EQ(run_trillion("train " + config_path("tiny.toml") + " --run-dir " + a +

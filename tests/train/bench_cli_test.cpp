@@ -2,6 +2,8 @@
 // shapes: bench gemm, bench step (with measured == predicted activation bytes), bench attention.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "cli_util.h"
 
 using namespace trillion::testing;
@@ -48,4 +50,26 @@ TEST(BenchCli, AttentionJsonAndLinearMemory) {
   EXPECT_LT(bytes("tiled", 2048) / bytes("tiled", 512), 4.5);
   EXPECT_GT(bytes("materialized", 2048) / bytes("materialized", 512), 15.0);
   EXPECT_EQ(run_trillion("bench attention --impl flash").exit_code, 2);
+}
+
+// The emulated block-scaled GEMMs: error against the fp32 product of the same inputs, in the
+// order of their mantissa bits (E4M3 3, E5M2 2, E2M1 1), and a named refusal of other dtypes.
+TEST(BenchCli, EmulatedLowPrecisionGemmReportsItsErrorVsFp32) {
+  std::map<std::string, double> rms;
+  for (const char* dtype : {"fp8", "fp8-e5m2", "mxfp4", "nvfp4"}) {
+    const auto r =
+        run_trillion(std::string("bench gemm --size 256 --reps 1 --json --dtype ") + dtype, false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["dtype"], dtype);
+    EXPECT_GT(j["gflops"].get<double>(), 0);
+    rms[dtype] = j["rms_rel_error"].get<double>();
+  }
+  EXPECT_LT(rms["fp8"], 0.05);
+  EXPECT_LT(rms["fp8"], rms["fp8-e5m2"]);
+  EXPECT_LT(rms["fp8-e5m2"], rms["nvfp4"]);
+  EXPECT_LT(rms["nvfp4"], rms["mxfp4"]);
+  const auto bad = run_trillion("bench gemm --dtype int3");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--dtype 'int3': expected fp32, fp8"), std::string::npos) << bad.output;
 }

@@ -1,0 +1,143 @@
+// See minifloat.h. Values are computed in double, where every step below is exact: a float
+// divided by a power of two, rounded to an integer, multiplied back.
+#include "core/minifloat.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace trillion {
+
+namespace {
+
+constexpr MiniFormatInfo kInfo[] = {
+    {"e4m3", 4, 3, 7, true, false, true, 256, 448.0},
+    {"e5m2", 5, 2, 15, true, true, true, 256, 57344.0},
+    {"e2m1", 2, 1, 1, true, false, false, 16, 6.0},
+    {"e8m0", 8, 0, 127, false, false, true, 256, 0x1p127},
+};
+
+bool is_nan_code(const MiniFormatInfo& fi, uint8_t code) {
+  if (!fi.has_nan) return false;
+  if (fi.name == "e8m0") return code == 0xFF;
+  const uint8_t mag = code & 0x7F;
+  if (fi.name == "e4m3") return mag == 0x7F;
+  return mag > 0x7C;  // e5m2: exponent all ones, mantissa non-zero
+}
+
+double decode_magnitude(const MiniFormatInfo& fi, uint32_t mag) {
+  const int m = fi.mantissa_bits;
+  const uint32_t exp_field = mag >> m, mant = mag & ((1u << m) - 1);
+  if (fi.name == "e8m0") return std::ldexp(1.0, static_cast<int>(mag) - fi.bias);
+  if (exp_field == 0) return std::ldexp(static_cast<double>(mant), 1 - fi.bias - m);  // subnormal
+  if (fi.has_inf && exp_field == (1u << fi.exponent_bits) - 1) return INFINITY;
+  return std::ldexp(static_cast<double>((1u << m) + mant),
+                    static_cast<int>(exp_field) - fi.bias - m);
+}
+
+// The code of a representable non-negative value (from the rounding below).
+uint32_t magnitude_code(const MiniFormatInfo& fi, double v) {
+  const int m = fi.mantissa_bits;
+  const double min_normal = std::ldexp(1.0, 1 - fi.bias);
+  if (v < min_normal) return static_cast<uint32_t>(std::ldexp(v, fi.bias - 1 + m));
+  const int e = std::ilogb(v);
+  const uint32_t mant = static_cast<uint32_t>(std::ldexp(v, m - e)) - (1u << m);
+  return (static_cast<uint32_t>(e + fi.bias) << m) | mant;
+}
+
+// The largest finite magnitude code.
+uint32_t max_code(const MiniFormatInfo& fi) {
+  return magnitude_code(fi, fi.max_finite);
+}
+
+struct Tables {
+  std::array<std::array<float, 256>, 4> values{};
+  Tables() {
+    for (int f = 0; f < 4; ++f) {
+      const MiniFormatInfo& fi = kInfo[f];
+      for (int c = 0; c < fi.codes; ++c) {
+        const uint8_t code = static_cast<uint8_t>(c);
+        if (is_nan_code(fi, code)) {
+          values[f][c] = NAN;
+          continue;
+        }
+        const int sign_bit = fi.exponent_bits + fi.mantissa_bits;
+        const bool negative = fi.has_sign && ((c >> sign_bit) & 1);
+        const uint32_t mag = fi.has_sign ? (c & ((1u << sign_bit) - 1)) : c;
+        const double v = decode_magnitude(fi, mag);
+        values[f][c] = static_cast<float>(negative ? -v : v);
+      }
+    }
+  }
+};
+
+const Tables& tables() {
+  static const Tables t;
+  return t;
+}
+
+// Rounds |x| to the format's grid: `up` decides whether the remainder rounds up.
+template <typename RoundUp>
+uint8_t encode_with(MiniFormat f, float x, RoundUp up) {
+  const MiniFormatInfo& fi = info(f);
+  const int sign_bit = fi.exponent_bits + fi.mantissa_bits;
+  if (f == MiniFormat::e8m0) {
+    // A scale: the power of two of x rounded in the exponent (x <= 0 or NaN: the NaN code).
+    if (!(x > 0) || std::isnan(x)) return 0xFF;
+    const int e = std::ilogb(static_cast<double>(x));
+    const double frac = std::ldexp(static_cast<double>(x), -e) - 1.0;  // [0, 1)
+    const int rounded = e + (up(frac, e) ? 1 : 0);
+    const int code = std::clamp(rounded + fi.bias, 0, 254);
+    return static_cast<uint8_t>(code);
+  }
+  const uint8_t sign = (fi.has_sign && std::signbit(x)) ? static_cast<uint8_t>(1u << sign_bit) : 0;
+  // NaN: S.1111.111 (E4M3), S.11111.11 (E5M2); E2M1 has none (callers never pass one).
+  if (std::isnan(x)) return static_cast<uint8_t>(sign | (fi.has_nan ? 0x7Fu : max_code(fi)));
+  const double a = std::fabs(static_cast<double>(x));
+  if (std::isinf(a) && fi.has_inf) return static_cast<uint8_t>(sign | (0x1Fu << fi.mantissa_bits));
+  if (a >= fi.max_finite) return static_cast<uint8_t>(sign | max_code(fi));
+  // The quantum at a: the spacing of the binade holding a (subnormals share the lowest one).
+  const int m = fi.mantissa_bits;
+  const int e = std::max(std::ilogb(a == 0 ? 1.0 : a), 1 - fi.bias);
+  const double scaled = std::ldexp(a, m - e);  // a in quanta
+  const double lower = std::floor(scaled);
+  double q = lower + (up(scaled - lower, static_cast<int64_t>(lower)) ? 1.0 : 0.0);
+  double v = std::ldexp(q, e - m);
+  if (v > fi.max_finite) v = fi.max_finite;  // rounding up past the top saturates
+  return static_cast<uint8_t>(sign | magnitude_code(fi, v));
+}
+
+}  // namespace
+
+const MiniFormatInfo& info(MiniFormat f) {
+  return kInfo[static_cast<int>(f)];
+}
+
+MiniFormat parse_mini_format(std::string_view name) {
+  for (int f = 0; f < 4; ++f) {
+    if (kInfo[f].name == name) return static_cast<MiniFormat>(f);
+  }
+  throw Error(
+      fmt::format("unknown low-precision format '{}' (expected e4m3, e5m2, e2m1 or e8m0)", name));
+}
+
+float decode(MiniFormat f, uint8_t code) {
+  return tables().values[static_cast<int>(f)][code];
+}
+
+uint8_t encode(MiniFormat f, float x) {
+  // Ties to even: up when the remainder is above half, or exactly half and the lower is odd.
+  return encode_with(f, x, [](double rem, int64_t lower) {
+    return rem > 0.5 || (rem == 0.5 && (lower & 1) != 0);
+  });
+}
+
+uint8_t encode_stochastic(MiniFormat f, float x, double u) {
+  return encode_with(f, x, [u](double rem, int64_t) { return u < rem; });
+}
+
+}  // namespace trillion

@@ -1,0 +1,111 @@
+// The low-precision formats against their definitions (OCP FP8 1.0, OCP MX 1.0): every code of
+// E4M3, E5M2 and E2M1 round-trips; the largest finite values are 448, 57344 and 6; the smallest
+// subnormals 2^-9, 2^-16 and 0.5; every midpoint between neighbours rounds to the even code;
+// overflow saturates; stochastic rounding is unbiased.
+#include "core/minifloat.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/philox.h"
+
+namespace trillion {
+namespace {
+
+// The finite non-negative values of a format in increasing order, with their codes.
+std::vector<std::pair<float, uint8_t>> grid(MiniFormat f) {
+  std::vector<std::pair<float, uint8_t>> g;
+  for (int c = 0; c < info(f).codes; ++c) {
+    const float v = decode(f, static_cast<uint8_t>(c));
+    if (std::isfinite(v) && !std::signbit(v)) g.push_back({v, static_cast<uint8_t>(c)});
+  }
+  std::sort(g.begin(), g.end());
+  return g;
+}
+
+TEST(MiniFloat, EveryCodeRoundTrips) {
+  for (MiniFormat f : {MiniFormat::e4m3, MiniFormat::e5m2, MiniFormat::e2m1, MiniFormat::e8m0}) {
+    int nans = 0;
+    for (int c = 0; c < info(f).codes; ++c) {
+      const float v = decode(f, static_cast<uint8_t>(c));
+      if (std::isnan(v)) {
+        ++nans;
+        continue;
+      }
+      EXPECT_EQ(encode(f, v), c) << info(f).name << " code " << c << " value " << v;
+    }
+    // E4M3: S.1111.111 (2); E5M2: S.11111.{01,10,11} (6); E2M1: none; E8M0: 0xFF.
+    const int expected = f == MiniFormat::e4m3   ? 2
+                         : f == MiniFormat::e5m2 ? 6
+                         : f == MiniFormat::e2m1 ? 0
+                                                 : 1;
+    EXPECT_EQ(nans, expected) << info(f).name;
+  }
+}
+
+TEST(MiniFloat, RangesAreTheSpecifications) {
+  EXPECT_EQ(grid(MiniFormat::e4m3).back().first, 448.0f);
+  EXPECT_EQ(grid(MiniFormat::e5m2).back().first, 57344.0f);
+  EXPECT_EQ(grid(MiniFormat::e2m1).back().first, 6.0f);
+  EXPECT_EQ(grid(MiniFormat::e4m3)[1].first, std::ldexp(1.0f, -9));
+  EXPECT_EQ(grid(MiniFormat::e5m2)[1].first, std::ldexp(1.0f, -16));
+  EXPECT_EQ(grid(MiniFormat::e4m3).size(), 127u);  // 0 and 126 positive finite values
+  EXPECT_EQ(grid(MiniFormat::e5m2).size(), 124u);  // 0 and 123, then inf
+  std::vector<float> e2m1;
+  for (auto [v, c] : grid(MiniFormat::e2m1)) e2m1.push_back(v);
+  EXPECT_EQ(e2m1, (std::vector<float>{0, 0.5f, 1, 1.5f, 2, 3, 4, 6}));
+  EXPECT_EQ(decode(MiniFormat::e8m0, 127), 1.0f);
+  EXPECT_EQ(decode(MiniFormat::e8m0, 0), std::ldexp(1.0f, -127));
+  EXPECT_EQ(decode(MiniFormat::e8m0, 254), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isinf(decode(MiniFormat::e5m2, 0x7C)));
+}
+
+TEST(MiniFloat, MidpointsRoundToEvenAndOverflowSaturates) {
+  for (MiniFormat f : {MiniFormat::e4m3, MiniFormat::e5m2, MiniFormat::e2m1}) {
+    const auto g = grid(f);
+    for (size_t i = 0; i + 1 < g.size(); ++i) {
+      const double lo = g[i].first, hi = g[i + 1].first, mid = (lo + hi) / 2;
+      const uint8_t even = (g[i].second & 1) == 0 ? g[i].second : g[i + 1].second;
+      EXPECT_EQ(encode(f, static_cast<float>(mid)), even) << info(f).name << " " << mid;
+      EXPECT_EQ(encode(f, std::nextafter(static_cast<float>(mid), 0.0f)), g[i].second);
+      EXPECT_EQ(encode(f, std::nextafter(static_cast<float>(mid), 1e30f)), g[i + 1].second);
+      EXPECT_EQ(round_to(f, static_cast<float>(-lo)), static_cast<float>(-lo));
+    }
+    const float top = static_cast<float>(info(f).max_finite);
+    EXPECT_EQ(round_to(f, top * 1.5f), top) << info(f).name;
+    EXPECT_EQ(round_to(f, -1e30f), -top) << info(f).name;
+  }
+  EXPECT_EQ(round_to(MiniFormat::e4m3, INFINITY), 448.0f);  // no infinity: saturates
+  EXPECT_TRUE(std::isinf(round_to(MiniFormat::e5m2, INFINITY)));
+  EXPECT_TRUE(std::isnan(round_to(MiniFormat::e4m3, NAN)));
+  EXPECT_TRUE(std::isnan(round_to(MiniFormat::e5m2, NAN)));
+  // E8M0 holds powers of two: 3 * 2^-4 is a tie between 2^-4 and 2^-3 in value, not in the
+  // exponent's code; 1.4 rounds to 1, 1.6 to 2.
+  EXPECT_EQ(round_to(MiniFormat::e8m0, 1.4f), 1.0f);
+  EXPECT_EQ(round_to(MiniFormat::e8m0, 1.6f), 2.0f);
+  EXPECT_EQ(round_to(MiniFormat::e8m0, 0x1p-5f), 0x1p-5f);
+}
+
+TEST(MiniFloat, StochasticRoundingIsUnbiasedBetweenNeighbours) {
+  const Philox rng(7, "stochastic-rounding-test");
+  // 0.3 lies between E2M1's 0 and 0.5, 60% of the way up... (0.3 / 0.5 = 0.6).
+  const int n = 200000;
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    const float v =
+        decode(MiniFormat::e2m1, encode_stochastic(MiniFormat::e2m1, 0.3f, rng.uniform(i)));
+    ASSERT_TRUE(v == 0.0f || v == 0.5f);
+    sum += v;
+  }
+  EXPECT_NEAR(sum / n, 0.3, 0.003);  // 4.5 standard errors (0.5 * sqrt(0.24 / n) = 0.00055)
+  // A representable value never moves.
+  for (int i = 0; i < 100; ++i) {
+    EXPECT_EQ(decode(MiniFormat::e4m3, encode_stochastic(MiniFormat::e4m3, 1.125f, rng.uniform(i))),
+              1.125f);
+  }
+}
+
+}  // namespace
+}  // namespace trillion
