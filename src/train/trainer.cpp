@@ -191,14 +191,17 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const MfuConvention mfu_flops = mfu_convention(mc.spec(), mc.seq_len);
   const plan::ModelCounts counts = plan::count_model(mc.spec());
   const int64_t params = counts.total;
-  const std::string experts =
+  std::string model_parallel =
       pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
+  if (pc.tp > 1) {
+    model_parallel += fmt::format(", tp {} (sequence parallelism {})", pc.tp, pc.sp ? "on" : "off");
+  }
   dir.event(fmt::format(
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
       "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
       "over pp {} ({} stage(s) on this rank); MFU counts {})",
       params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
-      backend->threads(), peak.gflops, world.size(), pc.dp, experts, pc.zero, config.optim.name,
+      backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero, config.optim.name,
       pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
   dir.event(fmt::format("memory plan per process: at least {}; {} available on this machine for "
