@@ -11,16 +11,16 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/profiling_backend.h"
-#include "comm/device_mesh.h"
-#include "comm/mpi_communicator.h"
 #include "cli/bench_allreduce.h"
+#include "cli/bench_precision.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
+#include "comm/device_mesh.h"
+#include "comm/mpi_communicator.h"
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/activation_memory.h"
 #include "plan/model_spec.h"
-#include "cli/bench_precision.h"
 #include "train/gemm_peak.h"
 #include "train/mesh_options.h"
 #include "train/metrics.h"
@@ -71,20 +71,20 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
     mpi = std::make_unique<comm::MpiRuntime>();
     const ModelConfig& mc = cfg.model;
     const ParallelConfig& pc = cfg.parallel;
-    mesh = std::make_unique<comm::DeviceMesh>(
-        mpi->world(),
-        comm::MeshShape{.pp = static_cast<int>(pc.pp),
-                         .dp = static_cast<int>(pc.dp),
-                         .cp = static_cast<int>(pc.cp),
-                         .tp = static_cast<int>(pc.tp),
-                         .ep = static_cast<int>(pc.ep)},
-        comm::MeshLimits{.n_heads = mc.n_heads,
-                         .n_kv_heads = mc.n_kv_heads,
-                         .n_layers = mc.n_layers,
-                         .micro_batch = cfg.train.micro_batch,
-                         .seq_len = mc.seq_len,
-                         .n_experts = mc.moe.n_routed_experts},
-        mesh_options(cfg, mpi->world().size()));
+    mesh =
+        std::make_unique<comm::DeviceMesh>(mpi->world(),
+                                           comm::MeshShape{.pp = static_cast<int>(pc.pp),
+                                                           .dp = static_cast<int>(pc.dp),
+                                                           .cp = static_cast<int>(pc.cp),
+                                                           .tp = static_cast<int>(pc.tp),
+                                                           .ep = static_cast<int>(pc.ep)},
+                                           comm::MeshLimits{.n_heads = mc.n_heads,
+                                                            .n_kv_heads = mc.n_kv_heads,
+                                                            .n_layers = mc.n_layers,
+                                                            .micro_batch = cfg.train.micro_batch,
+                                                            .seq_len = mc.seq_len,
+                                                            .n_experts = mc.moe.n_routed_experts},
+                                           mesh_options(cfg, mpi->world().size()));
     groups = {&mesh->group(comm::MeshGroup::dp), &mesh->group(comm::MeshGroup::pp),
               &mesh->group(comm::MeshGroup::ep), &mesh->group(comm::MeshGroup::edp),
               &mesh->group(comm::MeshGroup::tp)};
@@ -205,10 +205,11 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
         cfg.model.recompute_string().c_str(), cfg.model.tiled_attention ? "tiled" : "materialized",
         100 * j["mfu_best_step"].get<double>(), convention.describe().c_str());
     if (cfg.parallel.tp > 1) {
-      std::printf("  tensor parallelism tp %lld (sp %s): %.3f s/step inside tp collectives, "
-                  "%.1f%% of the step (rank 0)\n",
-                  static_cast<long long>(cfg.parallel.tp), cfg.parallel.sp ? "on" : "off",
-                  tp_seconds / steps, 100 * tp_seconds / seconds);
+      std::printf(
+          "  tensor parallelism tp %lld (sp %s): %.3f s/step inside tp collectives, "
+          "%.1f%% of the step (rank 0)\n",
+          static_cast<long long>(cfg.parallel.tp), cfg.parallel.sp ? "on" : "off",
+          tp_seconds / steps, 100 * tp_seconds / seconds);
     }
     std::printf("  activations: %.2f MiB measured peak, %.2f MiB predicted by plan/\n",
                 tracker.peak(MemoryCategory::activations) / 1048576.0,

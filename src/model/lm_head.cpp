@@ -41,8 +41,7 @@ void LmHead::forward(const Tensor& x, const LmHeadWeights& w, const LmHeadActiva
     be_.gemm(logits, false, true, in.rows(r0, r1), w.head, 1.0, 0.0);
     if (vocab_parallel) {
       be_.vocab_cross_entropy_forward(Tensor(stats_.data() + 3 * r0, DType::f64, {r1 - r0, 3}),
-                                      logits, targets + r0,
-                                      ctx_.tp_rank() * ctx_.shape.vocab_rows);
+                                      logits, targets + r0, ctx_.tp_rank() * ctx_.shape.vocab_rows);
     } else {
       be_.cross_entropy_forward(a.losses.rows(r0, r1), a.lse.rows(r0, r1), logits, targets + r0);
     }
@@ -117,8 +116,7 @@ void LmHead::backward(Tensor dx, Tensor d_normed, const LmHeadWeights& d, const 
 }
 
 void LmHead::backward_input(Tensor dx, Tensor d_normed, const Tensor& x, const LmHeadWeights& w,
-                            const LmHeadActivations& a, const int32_t* targets,
-                            double grad_scale) {
+                            const LmHeadActivations& a, const int32_t* targets, double grad_scale) {
   const Tensor d_in = d_normed_target(d_normed);
   for_each_dlogits_block(gemm_input(a), w.head, a.lse, targets, grad_scale,
                          [&](int64_t r0, int64_t r1, const Tensor& dlogits) {

@@ -21,20 +21,23 @@ void TensorParallel::reduce_replicated_gradients(const Buffer& grads) {
   std::vector<double> packed(replicated_elements_);
   int64_t at = 0;
   for (const OptimSegment& s : replicated_) {
-    be_.copy(Tensor(packed.data() + at, DType::f64, {s.length}), grads.view(s.grad_offset, {s.length}));
+    be_.copy(Tensor(packed.data() + at, DType::f64, {s.length}),
+             grads.view(s.grad_offset, {s.length}));
     at += s.length;
   }
   tp_.all_reduce(Tensor(packed.data(), DType::f64, {replicated_elements_}));
   at = 0;
   for (const OptimSegment& s : replicated_) {
-    be_.copy(grads.view(s.grad_offset, {s.length}), Tensor(packed.data() + at, DType::f64, {s.length}));
+    be_.copy(grads.view(s.grad_offset, {s.length}),
+             Tensor(packed.data() + at, DType::f64, {s.length}));
     at += s.length;
   }
 }
 
 double TensorParallel::replicated_sum_squares(const Buffer& grads) const {
   double sum = 0;
-  for (const OptimSegment& s : replicated_) sum += be_.sum_squares(grads.view(s.grad_offset, {s.length}));
+  for (const OptimSegment& s : replicated_)
+    sum += be_.sum_squares(grads.view(s.grad_offset, {s.length}));
   return sum;
 }
 

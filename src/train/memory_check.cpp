@@ -75,8 +75,8 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
     const plan::StageExtent first{0, std::max<int64_t>(1, mc.n_layers / pc.pp), pc.pp == 1};
     p.activations = static_cast<double>(
         plan::engine_activation_bytes(mc.spec(), batch, mc.seq_len, mc.activation_policy(),
-                                      static_cast<int64_t>(e), static_cast<int64_t>(e), first,
-                                      1, {pc.tp, pc.sp})
+                                      static_cast<int64_t>(e), static_cast<int64_t>(e), first, 1,
+                                      {pc.tp, pc.sp})
             .total());
   }
   return p;

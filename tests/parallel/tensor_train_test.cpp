@@ -80,11 +80,12 @@ TEST_P(TensorParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const Layout l = GetParam();
   const std::string ref = shared_run(kEnv + flags(l.shared));
   const std::string run = fresh_dir("tensor_" + l.name);
-  const std::string layout =
-      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.sp=" +
-      (l.sp ? "true" : "false") + " --set parallel.dp=" + std::to_string(l.dp) +
-      " --set parallel.zero=" + std::to_string(l.zero) + " --set parallel.pp=" +
-      std::to_string(l.pp) + " --set parallel.schedule=" + l.schedule + l.extra;
+  const std::string layout = " --set parallel.tp=" + std::to_string(l.tp) +
+                             " --set parallel.sp=" + (l.sp ? "true" : "false") +
+                             " --set parallel.dp=" + std::to_string(l.dp) +
+                             " --set parallel.zero=" + std::to_string(l.zero) +
+                             " --set parallel.pp=" + std::to_string(l.pp) +
+                             " --set parallel.schedule=" + l.schedule + l.extra;
   const int world = l.tp * l.dp * l.pp;
   const auto r = run_trillion(kEnv + "launch -n " + std::to_string(world) + " -- " +
                               flags(l.shared) + " --run-dir " + run + layout);
@@ -108,8 +109,8 @@ TEST_P(TensorParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   // Every rank's activation bytes == plan/'s formula for its stage, tp and sp (computed here from
   // the schedule's in-flight slots, and reported by the run beside the measured ones).
   ModelConfig mc;
-  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = 4,
-  mc.n_kv_heads = 4, mc.ffn_hidden = 64, mc.seq_len = kSeq;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = 4, mc.n_kv_heads = 4,
+  mc.ffn_hidden = 64, mc.seq_len = kSeq;
   for (const char* policy : {"full", "selective"}) {
     if (l.extra.find(std::string("recompute=") + policy) != std::string::npos) {
       mc.set_recompute(policy);
@@ -126,8 +127,8 @@ TEST_P(TensorParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
     const int64_t last = std::min<int64_t>(u.last_unit, kLayers);
     const int slots = schedule::inflight_slots(sched, pipeline_rank)[0];
     const int64_t predicted =
-        plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4,
-                                      4, {first, last - first, u.last_unit == kLayers + 1}, slots,
+        plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4, 4,
+                                      {first, last - first, u.last_unit == kLayers + 1}, slots,
                                       {l.tp, l.sp})
             .total();
     const auto& m = summary["memory_per_rank"][rank];
@@ -173,8 +174,8 @@ std::vector<Layout> layouts() {
   std::vector<Layout> all;
   for (int tp : {2, 4}) {
     for (bool sp : {false, true}) {
-      all.push_back({tp, sp, 1, 0, 1, "1f1b", "", "",
-                     "tp" + std::to_string(tp) + (sp ? "_sp" : "_nosp")});
+      all.push_back(
+          {tp, sp, 1, 0, 1, "1f1b", "", "", "tp" + std::to_string(tp) + (sp ? "_sp" : "_nosp")});
     }
   }
   const std::string tied = " --set model.tied_embeddings=true";

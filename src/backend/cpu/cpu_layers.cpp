@@ -363,8 +363,7 @@ void CpuBackend::vocab_cross_entropy_forward(Tensor stats, const Tensor& logits,
 }
 
 void CpuBackend::vocab_cross_entropy_backward(Tensor logits, const Tensor& lse,
-                                              const int32_t* targets, int64_t first,
-                                              double scale) {
+                                              const int32_t* targets, int64_t first, double scale) {
   check_same_dtype(logits, lse, "vocab_cross_entropy_backward");
   const Matrix m = as_matrix(logits);
   TRILLION_CHECK(lse.numel() == m.rows, "vocab_cross_entropy_backward shapes");
