@@ -10,7 +10,7 @@
 // the cross-entropy's 3 doubles per token row, and per step the norm weights' gradients (SP) and
 // the gradient norm. Every rank's activation bytes equal plan/'s formula with tp and sp (and
 // each recompute policy), as summary.json reports them beside the measured ones. Layouts tp
-// cannot run are refused by name before any allocation.
+// cannot run are refused by name before any allocation; a tp 2 checkpoint resumes under tp 4.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -205,6 +205,26 @@ std::vector<Layout> layouts() {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelRun, ::testing::ValuesIn(layouts()),
                          [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
+
+// A checkpoint written by tp 2 (SP on) resumes under tp 4 (SP off): the parameters and Adam
+// moments are assembled into the one-process layout and cut again, so the 4 steps match the
+// one-process run.
+TEST(TensorParallelLayout, ACheckpointOfOneTpLayoutResumesUnderAnother) {
+  const std::string args =
+      "train " + config_path("tiny.toml") + " --quiet --set train.steps=4 --set model.n_kv_heads=4";
+  const std::string ref = shared_run(kEnv + args);
+  const std::string run = fresh_dir("tensor_resume");
+  const auto first = run_trillion(kEnv + "launch -n 2 -- " + args + " --run-dir " + run +
+                                  " --set parallel.tp=2 --stop-after 2");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_EQ(metrics(run).size(), 2u);
+  const auto second = run_trillion(kEnv + "launch -n 4 -- " + args + " --run-dir " + run +
+                                   " --set parallel.tp=4 --set parallel.sp=false --resume");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_EQ(read_json(run + "/summary.json")["parallel"]["tp"], 4);
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+}
 
 TEST(TensorParallelLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("tensor_refused");
