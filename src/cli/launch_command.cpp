@@ -16,6 +16,9 @@
 //   process group, so a terminal's Ctrl-C reaches the job once, through us).
 // - Inside a job that a launcher already started (srun, mpirun by hand: the MPI environment
 //   variables are set), the subcommand is exec'd in place, after checking -n against the job size.
+// - --max-restarts, --heartbeat-timeout and the fault drills (--fail-at, --hang-at,
+//   --corrupt-checkpoint) hand the job to the supervisor (cli/supervisor.h); the job itself runs
+//   in cli/job_runner.h.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -23,12 +26,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <string>
@@ -36,39 +44,15 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/job_runner.h"
+#include "cli/supervisor.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
+#include "data/file_io.h"
 
 namespace trillion::cli {
 
 namespace {
-
-// The child that signals go to (mpirun, or a rank's program), for the signal handler (a handler
-// can reach nothing else).
-volatile sig_atomic_t g_forward_pid = 0;
-volatile sig_atomic_t g_forwarded_signal = 0;
-
-extern "C" void forward_signal(int sig) {
-  g_forwarded_signal = sig;
-  if (g_forward_pid > 0) ::kill(static_cast<pid_t>(g_forward_pid), sig);
-}
-
-void forward_signals_to(pid_t pid) {
-  g_forward_pid = pid;
-  struct sigaction sa {};
-  sa.sa_handler = forward_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::sigaction(sig, &sa, nullptr);
-}
-
-int wait_for(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  g_forward_pid = 0;
-  return status;
-}
 
 struct LaunchArgs {
   int processes = 0;
@@ -76,11 +60,13 @@ struct LaunchArgs {
   std::string mpirun = "mpirun";
   std::string program;  // empty: this trillion binary
   std::vector<std::string> command;
+  SupervisorOptions supervisor;  // processes and command are filled in by parse_args
 };
 
 constexpr const char* kUsage =
-    "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE] -- "
-    "SUBCOMMAND [ARGS...]\n"
+    "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE]\n"
+    "       [--max-restarts K] [--heartbeat-timeout SECONDS] [--fail-at STEP:RANK]\n"
+    "       [--hang-at STEP:RANK] [--corrupt-checkpoint STEP] -- SUBCOMMAND [ARGS...]\n"
     "  e.g. trillion launch -n 4 -- train configs/tiny.toml --run-dir runs/dp4 --set "
     "parallel.dp=4\n";
 
@@ -111,6 +97,41 @@ LaunchArgs parse_args(int argc, char** argv) {
       a.mpirun = value("--mpirun");
     } else if (arg == "--program") {
       a.program = value("--program");
+    } else if (arg == "--max-restarts") {
+      const std::string v = value("--max-restarts");
+      char* end = nullptr;
+      const long k = std::strtol(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || k < 0 || k > 1000) {
+        throw Error(fmt::format("--max-restarts {}: give a whole number in [0, 1000]", v));
+      }
+      a.supervisor.max_restarts = static_cast<int>(k);
+    } else if (arg == "--heartbeat-timeout") {
+      const std::string v = value("--heartbeat-timeout");
+      char* end = nullptr;
+      const double t = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(t >= 1 && t <= 86400)) {
+        throw Error(fmt::format("--heartbeat-timeout {}: give seconds in [1, 86400]", v));
+      }
+      a.supervisor.heartbeat_timeout = t;
+    } else if (arg == "--fail-at" || arg == "--hang-at") {
+      const std::string v = value(arg.c_str());
+      long long step = 0;
+      int rank = -1;
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%lld:%d%c", &step, &rank, &tail) != 2 || step < 1 || rank < 0) {
+        throw Error(
+            fmt::format("{} {}: expected STEP:RANK, e.g. 5:1 (after step 5, rank 1)", arg, v));
+      }
+      a.supervisor.faults.push_back(
+          fmt::format("{}:{}:{}", arg == "--fail-at" ? "kill" : "hang", step, rank));
+    } else if (arg == "--corrupt-checkpoint") {
+      const std::string v = value("--corrupt-checkpoint");
+      char* end = nullptr;
+      const long long step = std::strtoll(v.c_str(), &end, 10);
+      if (end == v.c_str() || *end != '\0' || step < 1) {
+        throw Error(fmt::format("--corrupt-checkpoint {}: give the step of a checkpoint", v));
+      }
+      a.supervisor.faults.push_back(fmt::format("corrupt:{}", step));
     } else {
       throw Error(fmt::format("unknown launch option '{}'; put the subcommand after '--'\n{}", arg,
                               kUsage));
@@ -163,144 +184,6 @@ std::optional<std::string> find_on_path(const std::string& name) {
   argv.push_back(nullptr);
   ::execv(argv[0], argv.data());
   throw Error(fmt::format("cannot run {}: {}", args[0], std::strerror(errno)));
-}
-
-// What the ranks and mpirun said, for the final report.
-struct JobReport {
-  std::map<int, std::string> death;        // rank -> its wrapper's "killed by signal" line
-  std::map<int, std::string> error_line;   // rank -> its trillion error line
-  std::map<int, std::string> last_stderr;  // rank -> last line it wrote to stderr
-  std::vector<std::string> mpirun_lines;   // untagged output of mpirun itself
-};
-
-class OutputRouter {
- public:
-  explicit OutputRouter(bool verbose) : verbose_(verbose) {}
-
-  void feed(std::string& pending, const char* data, size_t n, bool flush) {
-    pending.append(data, n);
-    size_t pos;
-    while ((pos = pending.find('\n')) != std::string::npos) {
-      line(pending.substr(0, pos));
-      pending.erase(0, pos + 1);
-    }
-    if (flush && !pending.empty()) {
-      line(pending);
-      pending.clear();
-    }
-  }
-  JobReport& report() { return report_; }
-
- private:
-  void line(std::string text) {
-    // mpirun can glue its banner dashes to the next tagged line.
-    const size_t tag = text.find("[1,");
-    if (tag != std::string::npos && tag > 0 && text.find_first_not_of('-') == tag) {
-      report_.mpirun_lines.push_back(text.substr(0, tag));
-      text.erase(0, tag);
-    }
-    static const std::regex kTagged(R"(^\[\d+,(\d+)\]<(stdout|stderr)>:(.*)$)");
-    std::smatch m;
-    if (!std::regex_match(text, m, kTagged)) {
-      report_.mpirun_lines.push_back(text);
-      if (verbose_) std::fprintf(stderr, "%s\n", text.c_str());
-      return;
-    }
-    const int rank = std::stoi(m[1]);
-    const bool is_err = m[2] == "stderr";
-    const std::string body = m[3];
-    static const std::regex kErrorLine(R"(^trillion [a-z-]+: (internal )?error: .*)");
-    static const std::regex kDeath(R"(^trillion launch: rank \d+ (was killed by|cannot run) .*)");
-    if (is_err && std::regex_match(body, kDeath)) {
-      report_.death.emplace(rank, body);
-      return;
-    }
-    if (is_err && !body.empty()) report_.last_stderr[rank] = body;
-    if (is_err && std::regex_match(body, kErrorLine)) {
-      report_.error_line.emplace(rank, body);
-      if (!verbose_) return;
-    }
-    FILE* out = is_err ? stderr : stdout;
-    if (rank == 0) {
-      std::fprintf(out, "%s\n", body.c_str());
-    } else {
-      std::fprintf(out, "[rank %d] %s\n", rank, body.c_str());
-    }
-    std::fflush(out);
-  }
-
-  bool verbose_;
-  JobReport report_;
-};
-
-// One line: which rank failed and why, from the ranks' error lines and mpirun's banners.
-std::string failure_line(const JobReport& r, int exit_status) {
-  std::string mpirun_text;
-  for (const std::string& l : r.mpirun_lines) mpirun_text += l + "\n";
-  std::smatch m;
-  int rank = -1;
-  std::string how;
-  static const std::regex kSignal(
-      R"(process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+) \(([^)]*)\))");
-  static const std::regex kExit(R"(Process name: \[\[\d+,\d+\],(\d+)\]\s*\n\s*Exit code:\s*(\d+))");
-  if (std::regex_search(mpirun_text, m, kSignal)) {
-    rank = std::stoi(m[1]);
-    how = fmt::format("was killed by signal {} ({}) on {}", m[4].str(), m[5].str(), m[3].str());
-  } else if (std::regex_search(mpirun_text, m, kExit)) {
-    rank = std::stoi(m[1]);
-    how = "exited with code " + m[2].str();
-  }
-  // The rank wrappers name the rank a signal killed even when mpirun's banner does not.
-  if (auto it = r.death.find(rank); it != r.death.end()) return it->second;
-  if (rank < 0 && !r.death.empty()) return r.death.begin()->second;
-  if (rank < 0 && !r.error_line.empty()) {
-    // mpirun does not always print its "Process name / Exit code" banner; its own exit status is
-    // the first failed process's code.
-    rank = r.error_line.begin()->first;
-    how = fmt::format("exited with code {}", exit_status);
-  }
-  if (rank >= 0) {
-    std::string cause;
-    if (auto it = r.error_line.find(rank); it != r.error_line.end()) {
-      cause = it->second;
-    } else if (!r.error_line.empty()) {
-      cause = fmt::format("rank {}: {}", r.error_line.begin()->first, r.error_line.begin()->second);
-    } else if (auto jt = r.last_stderr.find(rank); jt != r.last_stderr.end()) {
-      cause = jt->second;
-    }
-    return fmt::format("trillion launch: rank {} {}{}{}", rank, how, cause.empty() ? "" : ": ",
-                       cause);
-  }
-  if (g_forwarded_signal != 0) {
-    return fmt::format(
-        "trillion launch: the job stopped after {} was forwarded to it (mpirun "
-        "status {})",
-        strsignal(g_forwarded_signal), exit_status);
-  }
-  // mpirun failed before or around the ranks: name the first known reason it gave.
-  static const std::pair<const char*, const char*> kKnown[] = {
-      {"not enough slots",
-       "not enough slots for the requested processes; lower -n, add hosts "
-       "or slots to the hostfile"},
-      {"could not access or execute",
-       "mpirun could not execute the program on some host; "
-       "install trillion at the same path on every machine"},
-      {"ORTE was unable to reliably start",
-       "mpirun could not start its daemons on the hosts "
-       "(check passwordless ssh and the hostfile names)"},
-      {"open hostfile", "mpirun could not open the hostfile"},
-  };
-  for (const auto& [needle, message] : kKnown) {
-    if (mpirun_text.find(needle) != std::string::npos) {
-      return std::string("trillion launch: ") + message;
-    }
-  }
-  for (const std::string& l : r.mpirun_lines) {
-    if (l.find_first_not_of("- \t") != std::string::npos) {
-      return fmt::format("trillion launch: mpirun failed (status {}): {}", exit_status, l);
-    }
-  }
-  return fmt::format("trillion launch: mpirun failed with status {}", exit_status);
 }
 
 }  // namespace
@@ -402,61 +285,10 @@ int launch_command(int argc, char** argv) {
     std::fprintf(stderr, "trillion launch: %s\n", line.c_str());
   }
 
-  int out_pipe[2], err_pipe[2];
-  if (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0) {
-    throw Error(std::string("cannot create pipes: ") + std::strerror(errno));
-  }
-  std::fflush(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw Error(std::string("cannot fork: ") + std::strerror(errno));
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(out_pipe[1], STDOUT_FILENO);
-    ::dup2(err_pipe[1], STDERR_FILENO);
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
-    std::vector<char*> cargv;
-    for (const std::string& s : cmd) cargv.push_back(const_cast<char*>(s.c_str()));
-    cargv.push_back(nullptr);
-    ::execv(cargv[0], cargv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  forward_signals_to(pid);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-
-  OutputRouter router(verbose);
-  std::string pending[2];
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
-  int open_fds = 2;
-  char buf[8192];
-  while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    for (int k = 0; k < 2; ++k) {
-      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
-      const ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        router.feed(pending[k], buf, 0, true);
-        ::close(fds[k].fd);
-        fds[k].fd = -1;
-        --open_fds;
-      } else {
-        router.feed(pending[k], buf, static_cast<size_t>(n), false);
-      }
-    }
-  }
-  const int status = wait_for(pid);
-  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (code == 0) return 0;
-  const std::string line = failure_line(router.report(), code);
-  std::fprintf(stderr, "%s\n", line.c_str());
-  // Stopped on request (no rank failed on its own): exit as a process killed by that signal would.
-  const bool on_request = line.starts_with("trillion launch: the job stopped after");
-  return on_request ? 128 + g_forwarded_signal : code;
+  SupervisorOptions supervisor = args.supervisor;
+  supervisor.processes = args.processes;
+  supervisor.command = args.command;
+  return supervise(supervisor, cmd, verbose);
 }
 
 }  // namespace trillion::cli

@@ -66,7 +66,8 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"sp", l.sp},
                 {"partition", plan::partition_name(l.partition)},
                 {"grad", l.grad_bytes == 4 ? "fp32" : "bf16"},
-                {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"}};
+                {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"},
+                {"alloc", plan::allocation_name(l.allocation)}};
   };
   auto step_json = [](const plan::StepBreakdown& s) {
     return json{{"step_seconds", s.step},

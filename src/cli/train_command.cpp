@@ -1,5 +1,6 @@
 // `trillion train CONFIG.toml --run-dir DIR [--set section.key=value ...] [--resume]`.
-// SIGINT/SIGTERM ask the trainer to finish the current step, checkpoint and stop cleanly.
+// SIGINT, SIGTERM, SIGUSR1, SIGUSR2 and SIGHUP ask the trainer to finish the current step,
+// checkpoint and stop cleanly.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -45,8 +46,9 @@ int train_command(int argc, char** argv) {
                             opt.run_dir));
   }
   const RunConfig config = load_run_config(config_path, overrides);
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
+  // SIGUSR1, SIGUSR2 and SIGHUP are the usual scheduler warnings before a preemption (Slurm's
+  // --signal, Kubernetes): checkpoint and stop, as for SIGTERM.
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP}) std::signal(sig, request_stop);
   train(config, opt);
   return 0;
 }

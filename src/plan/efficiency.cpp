@@ -51,12 +51,12 @@ Link link_of(const Gpu& gpu, long span) {
 }
 
 double all_reduce_seconds(const LinkCost& l, double bytes, int n) {
-  if (n <= 1) return 0;
+  if (n <= 1 || bytes <= 0) return 0;  // nothing to send: no collective is launched
   return 2.0 * (n - 1) * l.alpha + 2.0 * (n - 1) / n * bytes / l.bandwidth;
 }
 
 double all_gather_seconds(const LinkCost& l, double bytes, int n) {
-  if (n <= 1) return 0;
+  if (n <= 1 || bytes <= 0) return 0;
   return (n - 1) * l.alpha + (n - 1.0) / n * bytes / l.bandwidth;
 }
 
@@ -65,7 +65,7 @@ double reduce_scatter_seconds(const LinkCost& l, double bytes, int n) {
 }
 
 double all_to_all_seconds(const LinkCost& l, double bytes, int n) {
-  if (n <= 1) return 0;
+  if (n <= 1 || bytes <= 0) return 0;
   return (n - 1) * l.alpha + (n - 1.0) / n * bytes / l.bandwidth;
 }
 

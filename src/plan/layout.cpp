@@ -32,14 +32,19 @@ std::string partition_name(Partition p) {
   return p == Partition::kEven ? "even" : "balanced";
 }
 
+std::string allocation_name(Allocation a) {
+  return a == Allocation::kSlots ? "slots" : "live";
+}
+
 std::string Layout::to_string() const {
   return fmt::format(
       "tp={},sp={},pp={},cp={},ep={},dp={},zero={},schedule={},chunks={},partition={},"
-      "recompute={},micro_batch={},precision={},grad={},moments={}",
+      "recompute={},micro_batch={},precision={},grad={},moments={},alloc={}",
       tp, sp ? 1 : 0, pp, cp, ep, dp, zero,
       pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks, partition_name(partition),
       recompute_name(recompute), micro_batch, precision_name(precision),
-      grad_bytes == 4 ? "fp32" : "bf16", moment_bytes == 4 ? "fp32" : "bf16");
+      grad_bytes == 4 ? "fp32" : "bf16", moment_bytes == 4 ? "fp32" : "bf16",
+      allocation_name(allocation));
 }
 
 Layout parse_layout(const std::string& text, LayoutFields* fields, const std::string& what) {
@@ -102,6 +107,14 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
       if (value != "even" && value != "balanced")
         throw Error(fmt::format("{} partition={}: use even or balanced", what, value));
       l.partition = value == "even" ? Partition::kEven : Partition::kBalanced, f.partition = true;
+    } else if (key == "alloc") {
+      if (value != "slots" && value != "live")
+        throw Error(
+            fmt::format("{} alloc={}: use slots (the engine's per-chunk slots) or live (a caching "
+                        "allocator's peak, as Megatron and PyTorch)",
+                        what, value));
+      l.allocation = value == "slots" ? Allocation::kSlots : Allocation::kLive;
+      f.allocation = true;
     } else if (key == "grad")
       l.grad_bytes = dtype_bytes(), f.grad = true;
     else if (key == "moments")
@@ -109,7 +122,7 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
     else
       throw Error(
           fmt::format("{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
-                      "partition, recompute, micro_batch, precision, grad, moments",
+                      "partition, recompute, micro_batch, precision, grad, moments, alloc",
                       what, key));
   }
   if (fields) *fields = f;

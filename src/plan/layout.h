@@ -3,7 +3,7 @@
 // schedule and its chunks, how layers are cut into stages, the recompute policy, micro-batch size,
 // precision and the bytes of gradients and Adam moments. Text form "tp=8,sp=1,pp=16,cp=1,ep=1,
 // dp=64,zero=1,schedule=interleaved,chunks=4,partition=even,recompute=selective,micro_batch=1,
-// precision=bf16,grad=fp32,moments=fp32".
+// precision=bf16,grad=fp32,moments=fp32,alloc=slots".
 //
 // Invariants: gpus() = tp * pp * cp * dp (EP is carved out of dp x cp, as in DESIGN.md's mesh,
 // so it does not multiply the GPU count); sp matters only when tp > 1.
@@ -25,6 +25,14 @@ Recompute parse_recompute(const std::string& name);  // none, selective, full
 enum class Partition { kEven, kBalanced };
 std::string partition_name(Partition p);
 
+// How a pipeline rank's activation memory is allocated: `slots` as the engine's StageModels do
+// (each chunk keeps as many slots as its own peak, all held for the whole step; model/
+// stage_model.h), `live` as a caching allocator does (Megatron, PyTorch: the rank holds at any time
+// only the micro-batches in flight, so its peak is the largest sum over its chunks at one moment
+// of the schedule). They differ only with several chunks per rank (interleaved, DualPipe).
+enum class Allocation { kSlots, kLive };
+std::string allocation_name(Allocation a);
+
 struct Layout {
   int tp = 1, pp = 1, cp = 1, ep = 1, dp = 1;
   bool sp = true;  // sequence parallelism (Korthikanti 2205.05198 §4.2.2) when tp > 1
@@ -39,6 +47,7 @@ struct Layout {
   // Megatron's main_grad, 18 bytes/param in all; 2: bf16, 16 bytes/param as in ZeRO §3.1) and
   // each Adam moment (4 fp32; 2 bf16 as DeepSeek-V3 §3.3.3 keeps them).
   int grad_bytes = 4, moment_bytes = 4;
+  Allocation allocation = Allocation::kSlots;
 
   bool sequence_parallel() const { return sp && tp > 1; }
   double optimizer_bytes() const { return 4.0 + 2.0 * moment_bytes; }  // master + 2 moments
@@ -50,7 +59,7 @@ struct Layout {
 struct LayoutFields {
   bool tp = false, pp = false, cp = false, ep = false, dp = false, zero = false, schedule = false,
        chunks = false, recompute = false, micro_batch = false, precision = false, sp = false,
-       partition = false, grad = false, moments = false;
+       partition = false, grad = false, moments = false, allocation = false;
 };
 
 // Parses "tp=8,pp=16,dp=64,..."; unknown keys or bad values throw trillion::Error naming them.

@@ -224,16 +224,24 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
 
 }  // namespace
 
+int64_t max_pipeline_stages(const ModelSpec& m, Partition partition) {
+  return partition == Partition::kEven ? m.n_layers
+                                       : max_stages(m.n_layers, balanced_stage_weights(m));
+}
+
 PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l) {
   PipelineShape p;
   p.chunks = chunks_of(l);
   const int n_stages =
       l.pp > 1 && l.schedule == schedule::ScheduleKind::kInterleaved ? l.pp * l.chunks : l.pp;
-  if (n_stages > m.n_layers)
+  const int64_t most = max_pipeline_stages(m, l.partition);
+  if (n_stages > most)
     throw Error(fmt::format(
-        "pp={} x chunks={} = {} stages for {} layers: every stage needs a whole layer; use "
+        "pp={} x chunks={} = {} stages for {} layers: every stage needs a whole layer{}; use "
         "fewer chunks (at most {} per rank) or a smaller pp",
-        l.pp, p.chunks, n_stages, m.n_layers, std::max<int64_t>(1, m.n_layers / l.pp)));
+        l.pp, p.chunks, n_stages, m.n_layers,
+        l.partition == Partition::kBalanced ? " (or the embedding or head alone)" : "",
+        std::max<int64_t>(1, most / l.pp)));
   p.stages = l.partition == Partition::kEven
                  ? partition_stages(m.n_layers, n_stages)
                  : partition_stages(m.n_layers, n_stages, balanced_stage_weights(m));
@@ -259,6 +267,40 @@ double inflight_microbatches(const Layout& l, int m) {
       return p + 1;
   }
   return p;
+}
+
+namespace {
+
+// The schedule of a layout with m micro-batches (unit costs), cached; nullptr for pp = 1.
+const schedule::Schedule* layout_schedule(const Layout& l, int microbatches) {
+  if (l.pp == 1) return nullptr;
+  using Key = std::tuple<int, int, int, int>;
+  static std::map<Key, schedule::Schedule> cache;
+  const Key key{static_cast<int>(l.schedule), l.pp, microbatches, chunks_of(l)};
+  auto it = cache.find(key);
+  if (it == cache.end())
+    it =
+        cache
+            .emplace(key, schedule::generate_schedule(l.schedule, l.pp, microbatches, chunks_of(l)))
+            .first;
+  return &it->second;
+}
+
+}  // namespace
+
+double live_peak_bytes(const Layout& l, int microbatches, int rank,
+                       const std::vector<double>& chunk_bytes) {
+  const schedule::Schedule* s = layout_schedule(l, microbatches);
+  if (s == nullptr) return chunk_bytes.at(0);
+  // A micro-batch's activations of a chunk live from its F to its W (the B + W of an unsplit
+  // backward), as inflight_slots counts them; walk the rank's list in execution order.
+  double now = 0, peak = 0;
+  for (const schedule::Action& a : s->actions.at(rank)) {
+    if (a.kind == schedule::ActionKind::kForward)
+      peak = std::max(peak, now += chunk_bytes.at(a.chunk));
+    if (a.kind == schedule::ActionKind::kBackwardWeight) now -= chunk_bytes.at(a.chunk);
+  }
+  return peak;
 }
 
 const std::vector<std::vector<int>>& schedule_slots(const Layout& l, int microbatches) {
@@ -345,6 +387,7 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     mem.optimizer = dense.optimizer + expert.optimizer;
     bool has_head = false;
     double largest_layer_params = 0;
+    std::vector<double> chunk_bytes;  // one micro-batch's stored activations per chunk
     for (size_t c = 0; c < shape.rank_stages[r].size(); ++c) {
       const int stage = shape.rank_stages[r][c];
       const StageUnits& su = shape.stages[stage];
@@ -365,8 +408,11 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
         largest_layer_params =
             std::max(largest_layer_params, units.dense[unit] + units.expert[unit]);
       }
+      chunk_bytes.push_back(tokens * bytes);
       mem.activations += tokens * bytes * slots[r][c];
     }
+    if (l.allocation == Allocation::kLive)
+      mem.activations = live_peak_bytes(l, microbatches, r, chunk_bytes);
     // Temporaries: fp32 logits and their gradient on the head's rank (vocab-parallel over TP);
     // the recompute working set of one layer; under ZeRO-3 two layers' gathered bf16 weights
     // (prefetch); MoE dispatch send + receive buffers.

@@ -3,7 +3,9 @@
 // of stored tensors built from the block's parts (norm kind, MLP kind, attention kind and kernel,
 // dropout; Korthikanti et al. 2205.05198 §4 is the special case of a GPT block, the engine's
 // block the other), scaled by the recompute policy, TP with or without SP, CP and the pipeline's
-// in-flight micro-batches per rank and chunk from the schedule itself, plus temporary buffers.
+// in-flight micro-batches per rank and chunk from the schedule itself (held as the engine's
+// per-chunk slots, or as a caching allocator's live peak: Layout::allocation), plus temporary
+// buffers.
 // Sizes are bytes; "GB" is 1e9 bytes everywhere.
 //
 // Invariants: a term is either sharded by TP (heads/columns) or sharded only under sequence
@@ -100,7 +102,10 @@ struct PipelineShape {
 // Stage weights of the balanced partition: the embedding counts one layer (its stage holds the
 // most activations in flight; Llama 3 §3.3.2), the head its matmul work in layers.
 StageWeights balanced_stage_weights(const ModelSpec& m);
-// Throws Error naming the values when the stages cannot hold whole layers (p x v > L).
+// The most pipeline stages (p x v) a partition accepts: L for the even split, L + 2 for the
+// balanced one (its first stage may hold the embedding alone, its last the head alone).
+int64_t max_pipeline_stages(const ModelSpec& m, Partition partition);
+// Throws Error naming the values when the stages cannot hold whole layers (p x v above that).
 PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l);
 
 // Micro-batches of one stage's activations the first (busiest) pipeline rank holds, from the
@@ -138,6 +143,12 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_len,
                                int microbatches, double overhead_bytes = 3e9,
                                const ActivationOptions& storage = {});
+
+// The most activation bytes rank `rank` holds at one moment of the layout's schedule when one
+// micro-batch of chunk c stores chunk_bytes[c] (a caching allocator's peak, Allocation::kLive);
+// never more than the sum over chunks of chunk_bytes[c] x schedule_slots (the engine's slots).
+double live_peak_bytes(const Layout& l, int microbatches, int rank,
+                       const std::vector<double>& chunk_bytes);
 
 // Activation slots per (rank, chunk) of a layout's schedule with m micro-batches (the schedule
 // generated with unit costs, cached): what each rank's StageModels allocate.

@@ -118,8 +118,10 @@ Plan make_plan(PlanInputs in) {
        fmt::format("TP/SP collectives {:.0f}% hidden; EP all-to-all {:.0f}% hidden under "
                    "DualPipe (DeepSeek-V3 §3.2.1), {:.0f}% otherwise; DP reduce-scatter/all-gather "
                    "hidden behind one micro-batch's backward/forward; CP all-gather exposed "
-                   "(Llama 3 §3.3.2)",
-                   100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other)},
+                   "(Llama 3 §3.3.2); pipeline sends {}",
+                   100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other,
+                   e.blocking_p2p ? "block each F and B (DeepSpeed's PipelineEngine)"
+                                  : "asynchronous (they delay only through the bubble)")},
       {"tokens", p.run.chinchilla_tokens
                      ? fmt::format("Chinchilla-optimal for {} total parameters (Hoffmann "
                                    "et al. Table 3): {}",
@@ -145,9 +147,16 @@ Plan make_plan(PlanInputs in) {
                               "load); an assumption",
                               in.restart_seconds / 60)},
       {"memory",
-       fmt::format("fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; "
-                   "activations stored in 16 bits, norm statistics in fp32",
-                   format_bytes(g.hbm_bytes), format_bytes(g.overhead_bytes), src("overhead"))},
+       fmt::format(
+           "fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; "
+           "activations stored in 16 bits, norm statistics in fp32; {}",
+           format_bytes(g.hbm_bytes), format_bytes(g.overhead_bytes), src("overhead"),
+           p.best().layout.allocation == Allocation::kSlots
+               ? "each pipeline chunk keeps slots for its own peak of micro-batches in "
+                 "flight, as the engine allocates (alloc=slots; alloc=live for a caching "
+                 "allocator's peak)"
+               : "a rank holds the largest sum over its chunks of micro-batches in flight "
+                 "at one moment of the schedule, as a caching allocator does (alloc=live)")},
   };
   p.scale_out = estimate_scale_out(in.scale_out, static_cast<double>(count_model(in.model).total),
                                    p.best().step.step, p.best().layout.dp, in.batch_tokens);

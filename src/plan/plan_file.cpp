@@ -142,12 +142,13 @@ std::string format_comparison(const PlanFile& a, const Plan& pa, const PlanFile&
              fmt::format("tp={} pp={} cp={} ep={} dp={} zero={}", lb.tp, lb.pp, lb.cp, lb.ep, lb.dp,
                          lb.zero));
   auto sched = [](const Layout& l) {
-    return fmt::format("{}{} {} recompute={} mb={}",
+    return fmt::format("{}{} {} recompute={} mb={}{}",
                        l.pp > 1 ? schedule::schedule_kind_name(l.schedule) : "no pipeline",
                        l.schedule == schedule::ScheduleKind::kInterleaved && l.pp > 1
                            ? fmt::format(" v={}", l.chunks)
                            : "",
-                       precision_name(l.precision), recompute_name(l.recompute), l.micro_batch);
+                       precision_name(l.precision), recompute_name(l.recompute), l.micro_batch,
+                       l.allocation == Allocation::kLive ? " alloc=live" : "");
   };
   out += row("", sched(la), sched(lb));
   const StepBreakdown& sa = pa.best().step;

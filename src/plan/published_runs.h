@@ -9,7 +9,9 @@
 // - validation: Llama 3 405B Table 4 (2407.21783; MFU), Narayanan Table 2's PTD-P rows (GPT-3
 //   175B and 530B at fixed batch on more GPUs), Korthikanti et al. 2205.05198 (530B on 2,240
 //   A100: 42.1% MFU with full recompute, 54.2% with sequence parallelism + selective recompute),
-//   BLOOM 176B (384 A100, TP4 PP12 DP8, 156 TFLOP/s per GPU).
+//   MT-NLG 530B (Smith et al. 2201.11990 §2.4: 2,240 / 2,800 / 3,360 A100 40GB, TP8 PP35,
+//   DeepSpeed's 1F1B with blocking sends; 126 / 121 / 113 TFLOP/s per GPU), BLOOM 176B (384
+//   A100, TP4 PP12 DP8, Megatron-DeepSpeed, 156 TFLOP/s per GPU).
 //
 // Free fields (micro-batch, chunks, ZeRO where unpublished) are searched; the planner then says
 // which it chose.

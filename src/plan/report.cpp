@@ -230,6 +230,7 @@ std::string layout_words(const Layout& l) {
   s += fmt::format(" recompute={} micro_batch={} {} grad={}", recompute_name(l.recompute),
                    l.micro_batch, precision_name(l.precision), l.grad_bytes == 4 ? "fp32" : "bf16");
   if (l.moment_bytes != 4) s += " moments=bf16";
+  if (l.allocation != Allocation::kSlots) s += " alloc=live";
   return s;
 }
 
@@ -245,10 +246,11 @@ std::string stage_words(const ModelSpec& m, const Layout& l) {
     }
     counts += fmt::format("{}{}", i == 0 ? "" : " ", shape.stage_layers[i]);
   }
+  const bool alone = shape.stage_layers.front() == 0 || shape.stage_layers.back() == 0;
   return fmt::format(
-      "{} stages of {} layers (embedding on the first, head on the last); "
+      "{} stages of {} layers (embedding on the first, head on the last{}); "
       "the busiest rank holds {}",
-      n, counts, shape.max_rank_layers());
+      n, counts, alone ? "; 0: that unit alone" : "", shape.max_rank_layers());
 }
 
 }  // namespace

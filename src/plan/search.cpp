@@ -141,7 +141,18 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
           continue;
         }
         std::vector<ScheduleChoice> schedules;
-        const int max_chunks = std::min<int>(8, static_cast<int>(m.n_layers / pp));
+        // Chunks per rank: at most the units per rank (layers, plus the embedding and head that
+        // a balanced split may give a stage of their own), and at most 8 unless fixed (more
+        // chunks only shave a bubble that is already (p - 1) / (v m)).
+        std::vector<Partition> partitions{Partition::kEven};
+        if (f.partition)
+          partitions = {fx.partition};
+        else if (pp > 1)
+          partitions.push_back(Partition::kBalanced);
+        int64_t most_stages = 0;
+        for (Partition part : partitions)
+          most_stages = std::max(most_stages, max_pipeline_stages(m, part));
+        const int max_chunks = std::min<int>(8, static_cast<int>(most_stages / pp));
         if (pp == 1) {
           schedules.push_back({schedule::ScheduleKind::k1F1B, 1});
         } else if (f.schedule) {
@@ -163,15 +174,12 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                        {schedule::ScheduleKind::kZbH1, 1},
                        {schedule::ScheduleKind::kZbH2, 1},
                        {schedule::ScheduleKind::kDualPipe, 2}};
-          for (int v = 2; v <= max_chunks; ++v)
-            if (!f.chunks || fx.chunks == v)
+          if (f.chunks)
+            schedules.push_back({schedule::ScheduleKind::kInterleaved, fx.chunks});
+          else
+            for (int v = 2; v <= max_chunks; ++v)
               schedules.push_back({schedule::ScheduleKind::kInterleaved, v});
         }
-        std::vector<Partition> partitions{Partition::kEven};
-        if (f.partition)
-          partitions = {fx.partition};
-        else if (pp > 1)
-          partitions.push_back(Partition::kBalanced);
         for (int ep : pick(f.ep, fx.ep, eps)) {
           if ((static_cast<long>(dp) * cp) % ep != 0 ||
               (m.is_moe() && m.n_routed_experts % ep != 0)) {
@@ -190,6 +198,7 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   l.sp = f.sp ? fx.sp : true;
                   if (f.grad) l.grad_bytes = fx.grad_bytes;
                   if (f.moments) l.moment_bytes = fx.moment_bytes;
+                  l.allocation = fx.allocation;  // how the framework allocates: never searched
                   const int micro = microbatches_for(l, seq, batch_tokens);
                   auto refuse = [&](const std::string& reason, const std::string& why) {
                     ++result.shapes;
@@ -213,12 +222,21 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                            fmt::format("{} micro-batches, pp={}", micro, pp));
                     continue;
                   }
-                  if (part == Partition::kBalanced && pp > 1) {
+                  const int stages = pp > 1 && sc.kind == schedule::ScheduleKind::kInterleaved
+                                         ? pp * sc.chunks
+                                         : pp;
+                  if (stages > max_pipeline_stages(m, part)) {
+                    refuse("more pipeline stages than whole layers (and embedding and head)",
+                           fmt::format("pp={} x chunks={} = {} stages for {} layers, {} split", pp,
+                                       sc.chunks, stages, m.n_layers, partition_name(part)));
+                    continue;
+                  }
+                  if (part == Partition::kBalanced && pp > 1 && stages <= m.n_layers) {
                     // Skip the balanced split where it equals the even one.
-                    const PipelineShape even = pipeline_shape(m, l);
+                    const PipelineShape balanced = pipeline_shape(m, l);
                     Layout le = l;
                     le.partition = Partition::kEven;
-                    if (pipeline_shape(m, le).stage_layers == even.stage_layers) continue;
+                    if (pipeline_shape(m, le).stage_layers == balanced.stage_layers) continue;
                   }
                   // Every recompute policy and ZeRO stage that fits is timed: less recompute
                   // with more sharding can beat more recompute with less (ZeRO-3's gathers).

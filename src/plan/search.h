@@ -1,16 +1,17 @@
 // The layout search: enumerate TP (divisors of the heads within the NVLink domain), CP, PP (every
 // depth that divides L, L + 1 or L + 2, so uneven splits such as 126 layers on 16 stages or a
 // published PP35 are considered), schedules with their chunks (interleaved v from 2 up to the
-// layers per rank), the stage partition (even or balanced), EP, DP, ZeRO stage, recompute,
-// micro-batch and precision for a model on N GPUs of one kind; refuse layouts that cannot run or
-// do not fit, saying why; rank the rest by step time (the batch is fixed, so time per token).
+// units per rank: layers, plus the embedding and head a balanced split may give a stage of their
+// own), the stage partition (even or balanced), EP, DP, ZeRO stage, recompute, micro-batch and
+// precision for a model on N GPUs of one kind; refuse layouts that cannot run or do not fit,
+// saying why; rank the rest by step time (the batch is fixed, so time per token).
 //
 // Invariants: fields the caller fixes are never varied; no ranked layout is impossible (degrees
-// divide, every stage holds a whole layer, chunks <= layers per rank, the schedule accepts the
-// micro-batch count, memory fits); every refused layout is counted under one reason, and the
-// closest layout that did not fit is kept with its per-category bytes; for each shape and
-// recompute policy only the lowest ZeRO stage that fits is timed (more sharding only adds
-// communication); schedule simulations are cached in step_model.
+// divide, every stage holds a whole layer (or the embedding or head alone), chunks <= units per
+// rank, the schedule accepts the micro-batch count, memory fits); every refused layout is
+// counted under one reason, and the closest layout that did not fit is kept with its
+// per-category bytes; for each shape and recompute policy only the lowest ZeRO stage that fits is
+// timed (more sharding only adds communication); schedule simulations are cached in step_model.
 #pragma once
 
 #include <string>

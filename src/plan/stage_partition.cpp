@@ -12,12 +12,13 @@ namespace trillion::plan {
 
 namespace {
 
-void check(int64_t n_layers, int n_stages) {
-  if (n_stages < 1 || n_stages > n_layers) {
-    throw Error(
-        fmt::format("{} pipeline stage(s) for {} layer(s): need 1 <= stages <= layers "
-                    "(every stage holds at least one whole layer)",
-                    n_stages, n_layers));
+void check(int64_t n_layers, int n_stages, int64_t most) {
+  if (n_stages < 1 || n_stages > most) {
+    throw Error(fmt::format(
+        "{} pipeline stage(s) for {} layer(s): need 1 <= stages <= {} (every stage holds at "
+        "least one whole layer{})",
+        n_stages, n_layers, most,
+        most > n_layers ? "; a weighed embedding or head may fill a stage alone" : ""));
   }
 }
 
@@ -39,23 +40,37 @@ std::vector<StageUnits> from_counts(const std::vector<int64_t>& counts) {
 }  // namespace
 
 std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages) {
-  check(n_layers, n_stages);
+  check(n_layers, n_stages, n_layers);
   std::vector<int64_t> counts;
   const int64_t base = n_layers / n_stages, extra = n_layers % n_stages;
   for (int s = 0; s < n_stages; ++s) counts.push_back(base + (s < extra ? 1 : 0));
   return from_counts(counts);
 }
 
+int64_t max_stages(int64_t n_layers, const StageWeights& w) {
+  return n_layers + (w.embedding > 0 ? 1 : 0) + (w.head > 0 ? 1 : 0);
+}
+
 std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const StageWeights& w) {
-  check(n_layers, n_stages);
   if (w.embedding < 0 || w.head < 0) throw Error("stage weights must be >= 0");
+  check(n_layers, n_stages, max_stages(n_layers, w));
   const int S = n_stages;
   auto weight = [&](int s) { return (s == 0 ? w.embedding : 0.0) + (s == S - 1 ? w.head : 0.0); };
-  // Capacity of stage s under a bound B: the whole layers that keep its cost <= B (at least 1).
+  // A stage's fewest layers: 1, or 0 for an end stage whose embedding or head has weight (with
+  // more than one stage), which then runs that unit alone (Llama 3 2407.21783 §3.3.2).
+  auto min_layers = [&](int s) -> int64_t {
+    if (S == 1) return 1;
+    if (s == 0 && w.embedding > 0) return 0;
+    if (s == S - 1 && w.head > 0) return 0;
+    return 1;
+  };
+  // Capacity of stage s under a bound B: the whole layers that keep its cost <= B (at least its
+  // fewest).
   auto capacities = [&](double bound) {
     std::vector<int64_t> cap(S);
     for (int s = 0; s < S; ++s)
-      cap[s] = std::max<int64_t>(1, static_cast<int64_t>(std::floor(bound - weight(s) + 1e-9)));
+      cap[s] = std::max<int64_t>(min_layers(s),
+                                 static_cast<int64_t>(std::floor(bound - weight(s) + 1e-9)));
     return cap;
   };
   auto total = [](const std::vector<int64_t>& c) {
@@ -80,7 +95,7 @@ std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const S
   for (int64_t surplus = total(counts) - n_layers; surplus > 0; --surplus) {
     int pick = -1;
     for (int s = S - 1; s >= 0; --s) {
-      if (counts[s] <= 1) continue;
+      if (counts[s] <= min_layers(s)) continue;
       if (pick < 0 || counts[s] + weight(s) > counts[pick] + weight(pick) + 1e-9) pick = s;
     }
     TRILLION_CHECK(pick >= 0, "stage partition: no stage can give up a layer");

@@ -7,9 +7,13 @@
 // embedding and the head as `weights` layers' worth of work (Llama 3 2407.21783 §3.3.2 took a
 // layer off the first and last stages for this reason): it minimises the largest stage's cost
 // (layers + its weight) over contiguous whole-layer splits, then keeps the extra layers on the
-// earliest stages as the even split does; with zero weights it is the even split exactly.
+// earliest stages as the even split does; with zero weights it is the even split exactly. Where
+// the weights make it cheapest, the weighted form's first stage may hold the embedding alone and
+// its last stage the head alone, as Llama 3 405B's 126 layers + embedding + head on 16 x 8 = 128
+// stages do (§3.3.2: "the first model chunk on the first stage has only the embedding").
 // Invariant: the stages cover units 0..L+1 exactly once, in order; every stage holds at least one
-// layer; throws Error when S < 1 or S > L.
+// layer, except such a weighed end stage; throws Error when S < 1 or S > max_stages (L for the
+// even split; L + 1 per end with positive weight for the weighted one).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,8 @@ struct StageWeights {
 };
 
 std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages);
+// The most stages the weighted form accepts for n_layers layers.
+int64_t max_stages(int64_t n_layers, const StageWeights& weights);
 std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages,
                                          const StageWeights& weights);
 

@@ -287,11 +287,13 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // One schedule action covers a rank's full share (interleaved chunks are a 1/v share of it;
   // the simulator scales) or, under DualPipe, one of its two copies' stages.
   const double share = dual ? 0.5 : 1.0;
-  const double sf = busiest.f * share, sb = busiest.b * share, sw = busiest.w * share;
   const double act_bytes = c.tokens * m.d_model * 2.0 / (l.sequence_parallel() ? l.tp : 1);
   const double p2p =
       l.pp > 1 ? p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp)), act_bytes)
                : 0.0;
+  const double blocked = eff.blocking_p2p ? 2 * p2p : 0.0;  // per F and per B
+  const double sf = busiest.f * share + blocked, sb = busiest.b * share + blocked,
+               sw = busiest.w * share;
   // Each micro-batch passes one of a DualPipe rank's two stages (one per direction), so a
   // rank's work per micro-batch is one action's worth under every schedule.
   const double busy = mb * (sf + sb + sw);
@@ -336,7 +338,10 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // window is two stages long.
   const double backward_one_mb = (sb + sw) * (dual ? 2 : 1);
   r.dp_comm = std::max(0.0, rs - backward_one_mb) + std::max(0.0, ag - sf);
-  if (l.zero >= 2) r.dp_comm += (mb - 1) * std::max(0.0, rs - backward_one_mb);
+  // ZeRO-2's reduce-scatter of every earlier micro-batch's gradients runs on the communication
+  // stream while the rank computes the next micro-batch (its forward, backward and weight
+  // gradient), so only what exceeds one micro-batch's work is exposed.
+  if (l.zero >= 2) r.dp_comm += (mb - 1) * std::max(0.0, rs - (sf + sb + sw));
   if (l.zero == 3) r.dp_comm += mb * std::max(0.0, 2 * ag - 0.9 * (sf + sb + sw));
   // Adam step over the local optimizer shard: read and write the fp32 master and both moments,
   // read the gradient, write the bf16 weights.

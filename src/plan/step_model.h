@@ -5,10 +5,12 @@
 // matrix; elementwise work moves the layer's activations through HBM; communication is costed
 // with the alpha-beta model per link class: TP all-reduces (or SP all-gathers/reduce-scatters),
 // the CP K/V all-gather, the EP all-to-all (mostly hidden by DualPipe's overlapped F&B), PP
-// point-to-point, and the DP/ZeRO collectives overlapped with one micro-batch's backward and
-// forward as Megatron's distributed optimizer does. The pipeline bubble comes from playing the
-// layout's schedule in the schedule simulator with the busiest rank's stage costs; every stage's
-// layers (and the head, with pp = 1 too) come from the exact stage partition.
+// point-to-point (asynchronous, or blocking each F and B as DeepSpeed's pipeline does), and the
+// DP/ZeRO collectives overlapped with one micro-batch's backward and forward as Megatron's
+// distributed optimizer does (ZeRO-2's per-micro-batch reduce-scatter with the next
+// micro-batch). The pipeline bubble comes from playing the layout's schedule in the schedule
+// simulator with the busiest rank's stage costs; every stage's layers (and the head, with pp = 1
+// too) come from the exact stage partition.
 //
 // Invariants: MFU counts model FLOPs with causal attention (6N + 6 L h s per token) against the
 // dense peak of the layout's precision (an FP8 run is judged against FP8's doubled peak);
@@ -37,6 +39,11 @@ struct Efficiency {
   // Passes over a layer's stored activations by its elementwise kernels: written once forward,
   // read and their gradients written backward (norms, RoPE, activations, softmax, residuals).
   double elementwise_passes = 3.0;
+  // Pipeline sends and receives block the compute stream: DeepSpeed's PipelineEngine runs them as
+  // instructions between its forward and backward steps, so each F and each B waits for its
+  // receive and its send (2 transfers each). Megatron and the engine send asynchronously (false),
+  // and a transfer then delays the step only through the simulated bubble.
+  bool blocking_p2p = false;
 };
 
 struct StepBreakdown {

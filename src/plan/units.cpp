@@ -29,7 +29,10 @@ std::string scaled(double v, const char* const* suffixes, int n, double step) {
 }  // namespace
 
 std::string format_count(double n) {
-  if (std::fabs(n) < 1000) return fmt::format("{:.0f}", n);
+  // Whole counts print whole; fractional ones (0.04 GPU-hours) keep their significant digits.
+  if (std::fabs(n) < 1000 && n == std::floor(n)) return fmt::format("{:.0f}", n);
+  if (std::fabs(n) < 1) return fmt::format("{:.2g}", n);
+  if (std::fabs(n) < 1000) return sig3(n);
   static const char* kSuffix[] = {"", "K", "M", "B", "T", "P"};
   return scaled(n, kSuffix, 6, 1000);
 }

@@ -25,7 +25,7 @@ void load_moment(StepRunner& runner, const Buffer& global, Buffer& moment) {
 }
 }  // namespace
 
-void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
+std::string save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
                      const RunConfig& config, const std::string& config_toml, int64_t step,
                      uint64_t next_sample, const std::vector<CheckpointPart*>& parts) {
   const DType dt = config.model.dtype;
@@ -36,13 +36,14 @@ void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& track
   gather_moment(runner, runner.optimizer().second_moment(), v);
   std::vector<CheckpointFile> extra;
   for (CheckpointPart* part : parts) part->save(extra);
-  if (!dir.lead()) return;
+  if (!dir.lead()) return "";
   CheckpointContents c{
       &params,     &m,
       &v,          {step, runner.optimizer().steps_taken(), next_sample, config.train.seed},
       config_toml, std::move(extra)};
   const std::string where = write_checkpoint(dir.path(), c, config.train.keep_checkpoints);
   dir.event(fmt::format("checkpoint {} written", where));
+  return where;
 }
 
 int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,

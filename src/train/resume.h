@@ -26,7 +26,8 @@ class CheckpointPart {
 };
 
 // Collective over the world; only the lead rank writes. Keeps config.train.keep_checkpoints.
-void save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
+// Returns the checkpoint directory on the lead rank ("" on the others).
+std::string save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
                      const RunConfig& config, const std::string& config_toml, int64_t step,
                      uint64_t next_sample, const std::vector<CheckpointPart*>& parts = {});
 

@@ -3,6 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -43,7 +49,33 @@ RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_ev
   }
   if (!lead_) return;
   fs::create_directories(dir_);
+  // One trainer per run directory: two would mix checkpoints and logs. The lock dies with the
+  // process, so a killed trainer never leaves the directory locked.
+  const std::string lock_path = dir_ + "/.lock";
+  lock_fd_ = ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) {
+    throw Error(fmt::format("cannot open '{}': {}", lock_path, std::strerror(errno)));
+  }
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    const ssize_t n = ::pread(lock_fd_, buf, sizeof buf - 1, 0);
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    throw Error(fmt::format("run directory '{}' is in use by another trainer{}; wait for it to "
+                            "finish or choose another --run-dir (nothing was changed)",
+                            dir_, pid.empty() ? "" : " (pid " + pid + ")"));
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
+    // The pid is only for the message; the lock itself holds.
+  }
   events_.open(dir_ + "/events.log", std::ios::app);
+}
+
+RunDirectory::~RunDirectory() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void RunDirectory::start(const std::string& config_toml, int64_t first_step) {

@@ -14,8 +14,12 @@ namespace trillion {
 
 class RunDirectory {
  public:
-  // Throws Error (touching nothing) when `dir` already holds a run and resume is false.
+  // Throws Error (touching nothing) when `dir` already holds a run and resume is false, or when
+  // another trainer holds it (the lead rank keeps an exclusive lock on DIR/.lock while alive).
   RunDirectory(std::string dir, bool resume, bool lead, bool echo_events);
+  ~RunDirectory();
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
 
   const std::string& path() const { return dir_; }
   bool lead() const { return lead_; }
@@ -32,6 +36,7 @@ class RunDirectory {
  private:
   std::string dir_;
   bool lead_, echo_;
+  int lock_fd_ = -1;
   std::ofstream events_, metrics_;
 };
 

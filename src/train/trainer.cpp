@@ -25,6 +25,7 @@
 #include "train/data_shard.h"
 #include "train/datasets.h"
 #include "train/diloco.h"
+#include "train/fault_drill.h"
 #include "train/gemm_peak.h"
 #include "train/guard.h"
 #include "train/replica_check.h"
@@ -222,9 +223,12 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   auto batches = [&](int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) {
     shard.train_batch(step, micro, tokens, targets);
   };
+  FaultDrill drill(dir.path(), world.rank());
+  Heartbeat heartbeat(world.rank());
   auto checkpoint = [&](int64_t step) {
-    save_checkpoint(dir, runner, tracker, config, config_toml, step, shard.first_sample(step),
-                    parts);
+    const std::string where = save_checkpoint(dir, runner, tracker, config, config_toml, step,
+                                              shard.first_sample(step), parts);
+    if (!where.empty()) drill.after_checkpoint(step, where);
   };
 
   const bool tty = dir.lead() && !opt.quiet && ::isatty(STDERR_FILENO);
@@ -236,6 +240,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const int kill_at = kill_step_for(world.rank());
   StepGuard guard(config.guard);
   int64_t rollbacks = 0;
+  heartbeat.beat(step);
   while (step < config.train.steps) {
     if (step + 1 == kill_at) std::raise(SIGKILL);  // fault injection (see kill_step_for)
     StepVerdict verdict = StepVerdict::kAccept;
@@ -401,6 +406,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                               step, guard.consecutive_skips()));
       }
     }
+    heartbeat.beat(step);
+    drill.after_step(step);
   }
   if ((steps_run > 0 || start_step == 0) && guard.consecutive_skips() == 0) {
     checkpoint(step);

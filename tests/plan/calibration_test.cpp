@@ -3,7 +3,8 @@
 // 2104.04473 Table 1 best (refitted here), and with it every Table 1 row is within 10%; the
 // other runs were not used to choose anything: Llama 3 405B Table 4 within 4 MFU points with
 // memory under 80 GB, Narayanan's Table 2 PTD rows, Korthikanti's 530B with full and with
-// selective recompute, and BLOOM 176B, each within its tolerance.
+// selective recompute, MT-NLG 530B on 2,240-3,360 A100 40GB (DeepSpeed's 1F1B pipeline) and
+// BLOOM 176B, each within its tolerance.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -54,22 +55,29 @@ TEST(Calibration, TheA100GemmEfficiencyIsTheTable1Fit) {
       << "refit " << best << " vs configs/clusters/a100.toml " << shipped;
 }
 
-// Rows 2 and 3 within 4 points. Row 1 (8,192 GPUs, 32 micro-batches per pipeline) is the known
-// miss, by 5.7 points: its 32 in-flight micro-batches leave no interleaved schedule that fits in
-// 80 GB with selective recompute in this memory model, so the plan is ZB-H1 with a 26% bubble,
-// where the published 43% needs an interleaved-class bubble (docs/planner.md discusses it).
+// Every row within 4 points with its published TP/CP/PP/DP. What row 1 (8,192 GPUs, 32
+// micro-batches per pipeline) needs: Llama 3's own pipeline (126 layers + embedding + head on
+// 16 x 8 one-unit stages, §3.3.2), the caching allocator's live peak (alloc=live) and ZeRO-2's
+// per-micro-batch reduce-scatter hidden behind the next micro-batch (FSDP "shards the optimizer
+// states and gradients", §3.3.2); without them the plan fell back to ZB-H1 and missed by 5.7.
 TEST(Validation, Llama3Table4WithinFourPointsAndUnder80GB) {
   int rows = 0;
   for (const PublishedRun& run : published_runs()) {
     if (run.source.find("2407.21783") == std::string::npos) continue;
     ++rows;
     const RunCheck c = check_run(run);
-    const bool row1 = run.inputs.gpus == 8192;
-    EXPECT_LE(std::fabs(c.error), row1 ? 0.06 : 0.04)
+    EXPECT_LE(std::fabs(c.error), 0.04)
         << run.name << ": MFU " << c.predicted << " vs " << run.published;
     EXPECT_LT(c.plan.best().step.memory.total(), 80e9) << run.name;
     EXPECT_EQ(c.plan.best().layout.tp, run.inputs.search.fixed.tp);
     EXPECT_EQ(c.plan.best().layout.dp, run.inputs.search.fixed.dp);
+    if (run.inputs.gpus == 8192) {
+      const Layout& l = c.plan.best().layout;
+      EXPECT_EQ(l.schedule, schedule::ScheduleKind::kInterleaved);
+      EXPECT_EQ(l.chunks, 8);
+      EXPECT_EQ(l.partition, Partition::kBalanced);
+      EXPECT_EQ(l.zero, 2);
+    }
   }
   EXPECT_EQ(rows, 3);
 }
@@ -83,7 +91,7 @@ TEST(Validation, OtherPublishedRunsWithinTolerance) {
     EXPECT_TRUE(c.within) << run.name << ": predicted " << c.predicted << ", published "
                           << run.published << ", tolerance " << run.tolerance;
   }
-  EXPECT_EQ(rows, 9);
+  EXPECT_EQ(rows, 12);  // Table 2 x 6, Korthikanti x 2, MT-NLG x 3, BLOOM
 }
 
 // Korthikanti's point, reproduced: on the same 530B layout, SP + selective recompute is much

@@ -138,6 +138,9 @@ TEST(Units, HumanUnits) {
   EXPECT_EQ(format_count(405.9e9), "406B");
   EXPECT_EQ(format_count(950), "950");
   EXPECT_EQ(format_usd(34.5e6), "$34.5M");
+  EXPECT_EQ(format_count(0.0409), "0.041");  // a small run's GPU-hours are not "0"
+  EXPECT_EQ(format_count(12.34), "12.3");
+  EXPECT_EQ(format_count(512), "512");
   EXPECT_EQ(format_bytes(77.1e9), "77.1 GB");
   EXPECT_EQ(format_seconds(43.9 * 86400), "43.9 days");
   EXPECT_EQ(format_seconds(5.45), "5.45 s");
@@ -161,7 +164,8 @@ TEST(Search, RankedLayoutsArePossibleAndRefusalsAreAccounted) {
     const char* cluster;
     long gpus;
   };
-  for (const Case& c : {Case{"llama3-70b", "h100", 512}, Case{"deepseek-v3", "h800", 2048}}) {
+  for (const Case& c : {Case{"llama3-70b", "h100", 512}, Case{"deepseek-v3", "h800", 2048},
+                        Case{"llama3-405b", "h100", 8192}}) {
     const ModelSpec& m = find_model(c.model);
     const Gpu& gpu = find_gpu(c.cluster);
     SearchOptions o;
@@ -180,9 +184,16 @@ TEST(Search, RankedLayoutsArePossibleAndRefusalsAreAccounted) {
       EXPECT_EQ(m.n_heads % l.tp, 0);
       EXPECT_LE(l.tp, gpu.nvlink_domain);
       const PipelineShape shape = pipeline_shape(m, l);
-      for (int layers : shape.stage_layers) EXPECT_GE(layers, 1);
+      // Every stage holds a whole layer, except that a balanced split may give the embedding
+      // (first stage) or the head (last stage) a stage alone.
+      const size_t n = shape.stage_layers.size();
+      for (size_t st = 0; st < n; ++st) {
+        const bool end = n > 1 && (st == 0 || st == n - 1);
+        EXPECT_GE(shape.stage_layers[st], end && l.partition == Partition::kBalanced ? 0 : 1);
+      }
       if (l.schedule == schedule::ScheduleKind::kInterleaved && l.pp > 1) {
-        EXPECT_LE(l.chunks * l.pp, m.n_layers);
+        EXPECT_LE(l.chunks * l.pp, max_pipeline_stages(m, l.partition));
+        EXPECT_LE(l.chunks, (m.n_layers + 2) / l.pp);  // chunks <= units per rank
         EXPECT_EQ(cand.step.microbatches % l.pp, 0);
       }
       EXPECT_LE(cand.step.memory.total(), gpu.hbm_bytes);

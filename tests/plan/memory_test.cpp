@@ -312,5 +312,117 @@ TEST(Stages, EvenIsTheEnginesAndBalancedWeighsTheEnds) {
   EXPECT_THROW(pipeline_shape(find_model("llama3-8b"), l), Error);
 }
 
+// Llama 3 405B's pipeline (2407.21783 §3.3.2): 126 layers, the embedding and the head on 16 ranks
+// x 8 chunks = 128 stages of one unit each; "the first model chunk on the first stage has only
+// the embedding, and the last model chunk on the last stage has only output projection and loss".
+TEST(Stages, EmbeddingAndHeadMayHoldAStageAlone) {
+  const ModelSpec& m = find_model("llama3-405b");
+  const StageWeights w = balanced_stage_weights(m);
+  EXPECT_EQ(max_stages(126, w), 128);
+  EXPECT_EQ(max_pipeline_stages(m, Partition::kEven), 126);
+  EXPECT_EQ(max_pipeline_stages(m, Partition::kBalanced), 128);
+  const std::vector<StageUnits> stages = partition_stages(126, 128, w);
+  ASSERT_EQ(stages.size(), 128u);
+  EXPECT_EQ(stages.front().first_unit, 0);
+  EXPECT_EQ(stages.front().last_unit, 0);  // the embedding alone
+  EXPECT_EQ(stages.back().first_unit, 127);
+  EXPECT_EQ(stages.back().last_unit, 127);  // the head alone
+  std::vector<int> expected(128, 1);
+  expected.front() = expected.back() = 0;
+  EXPECT_EQ(stage_layer_counts(stages), expected);
+  // 127 stages: one end gives up its unit of its own (the embedding's weight 1 exceeds the
+  // head's 2.1B / 3.2B parameters' worth), so only the first stage is alone.
+  const std::vector<int> s127 = stage_layer_counts(partition_stages(126, 127, w));
+  EXPECT_EQ(s127.front(), 0);
+  EXPECT_EQ(s127.back(), 1);
+  EXPECT_THROW(partition_stages(126, 129, w), Error);
+  EXPECT_THROW(partition_stages(126, 127), Error);  // the even split: a layer per stage
+  // Zero weights never empty a stage; one stage holds everything whatever the weights.
+  EXPECT_EQ(stage_layer_counts(partition_stages(3, 1, w)), std::vector<int>{3});
+  // The planner's shape: rank 0 holds stages 0, 16, ..., 112 (7 layers), rank 1 eight layers.
+  Layout l;
+  l.pp = 16, l.schedule = schedule::ScheduleKind::kInterleaved, l.chunks = 8;
+  l.partition = Partition::kBalanced;
+  const PipelineShape shape = pipeline_shape(m, l);
+  EXPECT_EQ(shape.rank_stages[0][1], 16);
+  EXPECT_EQ(shape.max_rank_layers(), 8);
+  int rank0 = 0;
+  for (int st : shape.rank_stages[0]) rank0 += shape.stage_layers[st];
+  EXPECT_EQ(rank0, 7);
+  l.partition = Partition::kEven;
+  EXPECT_THROW(pipeline_shape(m, l), Error);
+}
+
+// The weighted partition against brute force: for every L <= 24 and S <= L + 2 it covers the
+// units once in order, gives each stage its fewest layers (1; 0 only for a weighed end stage)
+// and its costliest stage (layers + weight) is the optimum over all contiguous splits.
+TEST(Stages, WeightedPartitionIsOptimalAgainstBruteForce) {
+  for (const StageWeights w : {StageWeights{1.0, 0.66}, StageWeights{0.5, 2.3}, StageWeights{}}) {
+    for (int64_t L = 1; L <= 24; ++L) {
+      for (int S = 1; S <= max_stages(L, w); ++S) {
+        const std::vector<StageUnits> st = partition_stages(L, S, w);
+        ASSERT_EQ(static_cast<int>(st.size()), S);
+        const std::vector<int> counts = stage_layer_counts(st);
+        auto weight = [&](int s) {
+          return (s == 0 ? w.embedding : 0.0) + (s == S - 1 ? w.head : 0.0);
+        };
+        auto fewest = [&](int s) {
+          return S > 1 && ((s == 0 && w.embedding > 0) || (s == S - 1 && w.head > 0)) ? 0 : 1;
+        };
+        int next = 0, total = 0;
+        double worst = 0;
+        for (int s = 0; s < S; ++s) {
+          EXPECT_EQ(st[s].first_unit, next) << L << " " << S;
+          next = st[s].last_unit + 1;
+          EXPECT_GE(counts[s], fewest(s)) << L << " " << S << " stage " << s;
+          total += counts[s];
+          worst = std::max(worst, counts[s] + weight(s));
+        }
+        EXPECT_EQ(next, L + 2);
+        EXPECT_EQ(total, L);
+        // best[s][n]: the least possible costliest stage of stages 0..s holding n layers.
+        std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, INFINITY));
+        for (int n = fewest(0); n <= L; ++n) best[0][n] = n + weight(0);
+        for (int s = 1; s < S; ++s)
+          for (int n = 0; n <= L; ++n)
+            for (int k = fewest(s); k <= n; ++k)
+              best[s][n] = std::min(best[s][n], std::max(best[s - 1][n - k], k + weight(s)));
+        EXPECT_NEAR(worst, best[S - 1][L], 1e-9) << L << " layers on " << S << " stages";
+      }
+    }
+  }
+}
+
+// alloc=live: a caching allocator's peak is the largest sum over a rank's chunks at one moment of
+// the schedule; the engine's slots hold each chunk's own peak for the whole step. Equal with one
+// chunk per rank; with interleaved chunks of equal bytes the live peak is the simulator's
+// peak_inflight (in stages) x the stage's bytes.
+TEST(Memory, LiveAllocationIsTheSchedulesPeak) {
+  const ModelSpec& m = find_model("llama3-8b");  // 32 layers: 8 stages of 4 under pp 4 x v 2
+  const int p = 4, mb = 8;
+  Layout l;
+  l.pp = p, l.recompute = Recompute::kFull, l.schedule = schedule::ScheduleKind::k1F1B;
+  Layout live = l;
+  live.allocation = Allocation::kLive;
+  const auto a = memory_per_rank(m, l, 8192, mb), b = memory_per_rank(m, live, 8192, mb);
+  for (int r = 0; r < p; ++r) EXPECT_DOUBLE_EQ(a[r].activations, b[r].activations) << r;
+
+  l.schedule = live.schedule = schedule::ScheduleKind::kInterleaved;
+  l.chunks = live.chunks = 2;
+  const auto slots = memory_per_rank(m, l, 8192, mb), peak = memory_per_rank(m, live, 8192, mb);
+  const auto sim = schedule::simulate(schedule::generate_schedule(l.schedule, p, mb, 2), {});
+  const auto& per_chunk = schedule_slots(l, mb);
+  const double chunk = 4.0 * 8192 * 4096 * 2;  // 4 layers' inputs (full recompute), one mb
+  for (int r = 0; r < p - 1; ++r) {            // the last rank also holds the head's tensors
+    EXPECT_DOUBLE_EQ(slots[r].activations, chunk * (per_chunk[r][0] + per_chunk[r][1])) << r;
+    EXPECT_NEAR(peak[r].activations, chunk * 2 * sim.peak_inflight[r], 1e-6 * chunk) << r;
+    EXPECT_LE(peak[r].activations, slots[r].activations) << r;
+  }
+  // Rank 0: slots for 8 + 4 chunk micro-batches, but at most 11 live at once, Megatron's
+  // warm-up of 2 (p - 1) + (v - 1) p = 10 forwards plus the first steady-state one.
+  EXPECT_DOUBLE_EQ(slots[0].activations, 12 * chunk);
+  EXPECT_DOUBLE_EQ(peak[0].activations, 11 * chunk);
+}
+
 }  // namespace
 }  // namespace trillion::plan

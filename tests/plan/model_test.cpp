@@ -171,18 +171,20 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_TRUE(f.tp && f.pp && f.cp && f.dp && f.schedule && f.chunks && f.micro_batch);
   EXPECT_FALSE(f.ep);
   EXPECT_EQ(l.micro_batch, 2);
-  EXPECT_EQ(
-      l.to_string(),
-      "tp=8,sp=1,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
-      "partition=even,recompute=selective,micro_batch=2,precision=fp8,grad=fp32,moments=fp32");
+  EXPECT_EQ(l.to_string(),
+            "tp=8,sp=1,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
+            "partition=even,recompute=selective,micro_batch=2,precision=fp8,grad=fp32,moments=fp32,"
+            "alloc=slots");
   const Layout g =
-      parse_layout("sp=0,grad=bf16,moments=bf16,partition=balanced,precision=fp16", &f);
+      parse_layout("sp=0,grad=bf16,moments=bf16,partition=balanced,precision=fp16,alloc=live", &f);
   EXPECT_FALSE(g.sp);
   EXPECT_EQ(g.grad_bytes, 2);
   EXPECT_EQ(g.moment_bytes, 2);
   EXPECT_EQ(g.partition, Partition::kBalanced);
   EXPECT_EQ(g.precision, Precision::kFp16);
-  EXPECT_TRUE(f.sp && f.grad && f.moments && f.partition);
+  EXPECT_EQ(g.allocation, Allocation::kLive);
+  EXPECT_TRUE(f.sp && f.grad && f.moments && f.partition && f.allocation);
+  EXPECT_THROW(parse_layout("alloc=pool"), Error);
   EXPECT_THROW(parse_layout("grad=fp16"), Error);
   EXPECT_THROW(parse_layout("sp=2"), Error);
   EXPECT_THROW(parse_layout("tp=x"), Error);

@@ -27,8 +27,9 @@ TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
           &rc));
   ASSERT_EQ(rc, 0);
   for (const char* key : {"tp", "pp", "cp", "ep", "dp", "zero", "schedule", "chunks", "recompute",
-                          "micro_batch", "precision"})
+                          "micro_batch", "precision", "partition", "grad", "moments", "alloc"})
     EXPECT_TRUE(j["layout"].contains(key)) << key;
+  EXPECT_EQ(j["layout"]["alloc"], "slots");  // the engine's allocation unless told otherwise
   EXPECT_EQ(j["layout"]["tp"], 8);
   EXPECT_EQ(j["layout"]["pp"], 16);
   EXPECT_EQ(j["layout"]["dp"], 128);

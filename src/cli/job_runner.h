@@ -1,0 +1,50 @@
+// One MPI job under mpirun, watched: its ranks' output routed (rank 0 as is, others tagged),
+// mpirun's banners parsed into one line per failure, signals forwarded, and optionally a
+// heartbeat watchdog that stops a job whose rank made no progress (cli/launch_command.cpp
+// builds the mpirun command; cli/supervisor.cpp restarts failed jobs).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace trillion::cli {
+
+// SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 go to `pid` from now on.
+void forward_signals_to(pid_t pid);
+// waitpid through EINTR; stops forwarding.
+int wait_for(pid_t pid);
+// The last signal forwarded (0: none).
+int forwarded_signal();
+
+// Reads DIR/rank_R ("STEP PID", train/fault_drill.h) of every rank: a rank whose last beat is
+// older than the timeout has stopped making progress. Among stale ranks a stopped process
+// (state T) is the one that hung; the others are waiting for it in a collective.
+struct Watchdog {
+  std::string dir;
+  double timeout = 0;
+  int processes = 0;
+
+  struct Beat {
+    int rank = -1;
+    long long step = -1;
+    int pid = 0;
+    double age = 0;
+    bool stopped = false;
+  };
+  bool hung(Beat& worst) const;
+};
+
+struct JobOutcome {
+  int code = 0;              // mpirun's exit code (0: success)
+  std::string failure;       // one line when code != 0
+  bool restartable = false;  // a rank died by a signal or hung (not a user error, not a request)
+  bool on_request = false;   // stopped by a forwarded signal
+  int failed_rank = -1;
+};
+
+// Runs `cmd` (mpirun ...) in its own process group. TRILLION_LAUNCH_VERBOSE shows everything.
+JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watchdog* watchdog);
+
+}  // namespace trillion::cli

@@ -1,0 +1,177 @@
+// See supervisor.h.
+#include "cli/supervisor.h"
+
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/job_runner.h"
+#include "core/error.h"
+#include "data/file_io.h"
+
+namespace trillion::cli {
+
+namespace {
+
+std::string value_after(const std::vector<std::string>& args, const std::string& flag) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) return args[i + 1];
+    if (args[i].starts_with(flag + "=")) return args[i].substr(flag.size() + 1);
+  }
+  return "";
+}
+
+// The metrics lines of a run directory as (step, time, seconds).
+struct StepTime {
+  long long step;
+  double time, seconds;
+};
+std::vector<StepTime> read_step_times(const std::string& run_dir) {
+  std::vector<StepTime> out;
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    try {
+      const auto j = nlohmann::json::parse(line);
+      out.push_back({j.value("step", 0LL), j.value("time", 0.0), j.value("seconds", 0.0)});
+    } catch (const nlohmann::json::exception&) {
+      // a torn last line of a killed run
+    }
+  }
+  return out;
+}
+
+long long newest_checkpoint_step(const std::string& run_dir) {
+  long long best = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("step_")) best = std::max(best, std::atoll(name.c_str() + 5));
+  }
+  return best;
+}
+
+void append_event(const std::string& run_dir, const std::string& line) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(run_dir, ec)) return;
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  std::ofstream(run_dir + "/events.log", std::ios::app) << stamp << " " << line << "\n";
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int supervise(const SupervisorOptions& args, const std::vector<std::string>& base, bool verbose) {
+  const bool supervised =
+      args.max_restarts > 0 || args.heartbeat_timeout > 0 || !args.faults.empty();
+  const std::string run_dir = value_after(args.command, "--run-dir");
+  if (supervised && (args.command[0] != "train" || run_dir.empty())) {
+    throw Error(
+        "--max-restarts, --heartbeat-timeout and the fault drills supervise "
+        "`train ... --run-dir DIR` (the run directory holds the checkpoints a restart "
+        "resumes from)");
+  }
+  if (!args.faults.empty()) {
+    std::string spec;
+    for (const std::string& f : args.faults) spec += (spec.empty() ? "" : ",") + f;
+    ::setenv("TRILLION_FAULTS", spec.c_str(), 1);
+  }
+  Watchdog watchdog{run_dir + "/.heartbeat", args.heartbeat_timeout, args.processes};
+  const double started = unix_now();
+  nlohmann::json failures = nlohmann::json::array();
+  double lost = 0;
+  double failed_at = 0;
+  long long resumed_from = -1;
+  for (int attempt = 0;; ++attempt) {
+    std::vector<std::string> cmd = base;
+    const bool has_resume =
+        std::find(args.command.begin(), args.command.end(), "--resume") != args.command.end();
+    if (attempt > 0 && !has_resume) cmd.push_back("--resume");
+    if (supervised) {
+      std::error_code ec;
+      std::filesystem::remove_all(watchdog.dir, ec);
+      std::filesystem::create_directories(watchdog.dir, ec);
+      ::setenv("TRILLION_HEARTBEAT_DIR", watchdog.dir.c_str(), 1);
+    }
+    const JobOutcome out = run_job(cmd, verbose, args.heartbeat_timeout > 0 ? &watchdog : nullptr);
+    if (attempt > 0 && resumed_from >= 0) {  // the restart's cost: until the first new step began
+      for (const StepTime& t : read_step_times(run_dir)) {
+        if (t.step == resumed_from + 1 && t.time > 0) {
+          const double restart = std::max(0.0, t.time - t.seconds - failed_at);
+          lost += restart;
+          failures.back()["restart_seconds"] = restart;
+          failures.back()["lost_seconds"] = failures.back()["lost_seconds"].get<double>() + restart;
+          break;
+        }
+      }
+    }
+    if (out.code == 0) break;
+    const bool retry = out.restartable && attempt < args.max_restarts;
+    if (!supervised || !retry) {
+      std::fprintf(stderr, "%s\n", out.failure.c_str());
+      if (supervised && out.restartable) {
+        append_event(run_dir, fmt::format("supervisor: {}; no restart left (--max-restarts {})",
+                                          out.failure, args.max_restarts));
+      }
+      return out.on_request ? 128 + forwarded_signal() : out.code;
+    }
+    // The work since the newest checkpoint is lost.
+    failed_at = unix_now();
+    const auto steps = read_step_times(run_dir);
+    resumed_from = newest_checkpoint_step(run_dir);
+    long long last_step = steps.empty() ? 0 : steps.back().step;
+    double since = started;
+    for (const StepTime& t : steps) {
+      if (t.step == resumed_from && t.time > 0) since = t.time;
+    }
+    const double work = std::max(0.0, failed_at - std::max(since, started));
+    lost += work;
+    failures.push_back({{"attempt", attempt + 1},
+                        {"rank", out.failed_rank},
+                        {"last_step", last_step},
+                        {"resumed_from", resumed_from},
+                        {"cause", out.failure},
+                        {"lost_seconds", work}});
+    const std::string line = fmt::format(
+        "supervisor: restart {} of {} after: {} (last step logged {}, newest checkpoint "
+        "step {}; {:.1f} s since it: the work to redo and the failure's detection)",
+        attempt + 1, args.max_restarts, out.failure, last_step, resumed_from, work);
+    std::fprintf(stderr, "%s\n", line.c_str());
+    append_event(run_dir, line);
+  }
+  if (supervised) {
+    const double wall = unix_now() - started;
+    const std::string path = run_dir + "/summary.json";
+    std::ifstream in(path);
+    nlohmann::json summary = nlohmann::json::object();
+    try {
+      summary = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception&) {
+    }
+    summary["restarts"] = failures.size();
+    summary["failures"] = failures;
+    summary["lost_seconds"] = lost;
+    summary["job_seconds"] = wall;
+    summary["goodput"] = wall > 0 ? 1.0 - lost / wall : 1.0;
+    data::write_file_atomic(path, {summary.dump(2) + "\n"});
+    if (!failures.empty()) {
+      append_event(run_dir,
+                   fmt::format("supervisor: finished after {} restart(s): {:.1f} s lost "
+                               "of {:.1f} s, goodput {:.3f}",
+                               failures.size(), lost, wall, summary["goodput"].get<double>()));
+    }
+  }
+  return 0;
+}
+
+}  // namespace trillion::cli

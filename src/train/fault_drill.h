@@ -1,0 +1,48 @@
+// What the supervisor (`trillion launch --max-restarts`) sees of a rank, and the failures it can
+// inject for tests and drills.
+// - Heartbeat: with TRILLION_HEARTBEAT_DIR set, rank R writes "STEP PID" to DIR/rank_R when it
+//   starts training and after every step, so a rank that stops making progress is found.
+// - Fault drill: TRILLION_FAULTS = comma-separated "kill:STEP:RANK" (SIGKILL after that step),
+//   "hang:STEP:RANK" (SIGSTOP after that step) and "corrupt:STEP" (a byte of that step's
+//   checkpoint flipped after it is written). Each fires once per job: a fired fault is recorded
+//   in RUN_DIR/.faults_fired before it acts, so a restarted attempt does not fire it again.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trillion {
+
+class Heartbeat {
+ public:
+  explicit Heartbeat(int rank);
+  void beat(int64_t step);  // no-op without TRILLION_HEARTBEAT_DIR
+
+ private:
+  std::string path_;
+};
+
+class FaultDrill {
+ public:
+  FaultDrill(std::string run_dir, int rank);
+  void after_step(int64_t step);
+  // The lead rank, once checkpoint `step` is complete in `checkpoint_dir`.
+  void after_checkpoint(int64_t step, const std::string& checkpoint_dir);
+
+ private:
+  struct Fault {
+    std::string kind;  // kill | hang | corrupt
+    int64_t step = 0;
+    int rank = 0;
+    std::string text;  // as written in TRILLION_FAULTS
+  };
+  bool fired(const Fault& f) const;
+  void record(const Fault& f) const;
+
+  std::string run_dir_;
+  int rank_;
+  std::vector<Fault> faults_;
+};
+
+}  // namespace trillion

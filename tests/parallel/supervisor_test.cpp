@@ -1,0 +1,147 @@
+// The supervisor (issue 15): `trillion launch --max-restarts K` restarts a job whose rank was
+// killed or hung, from the newest valid checkpoint, and the job finishes bitwise equal to an
+// undisturbed run; failures and the time they cost are in events.log and summary.json; errors
+// that a restart cannot fix are not retried; the fault drills fire once per job.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "../train/cli_util.h"
+
+namespace trillion {
+namespace {
+
+using testing::fresh_dir;
+using testing::read_json;
+using testing::run_shell;
+using testing::run_trillion;
+using testing::shared_run;
+
+const std::string kEnv = [] {
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  return std::string();
+}();
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+std::string train(const std::string& extra = "") {
+  return "train " + testing::config_path("tiny.toml") +
+         " --quiet --set parallel.dp=2 --set train.steps=20 --set train.checkpoint_every=4" + extra;
+}
+
+void expect_bitwise(const std::string& a, const std::string& b) {
+  const auto cmp = run_trillion("compare " + a + " " + b + " --tol 0");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_TRUE(has(cmp.output, "(bitwise equal)")) << cmp.output;
+}
+
+TEST(Supervisor, TwoKilledRanksRestartAndTheRunIsBitwiseTheCleanOne) {
+  for (const std::string zero : {"0", "3"}) {
+    const std::string extra = " --set parallel.zero=" + zero;
+    const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra));
+    const std::string dir = fresh_dir("supervisor_kill_z" + zero);
+    const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 12:0 -- " +
+                                train(extra) + " --run-dir " + dir);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_bitwise(clean, dir);
+    const auto s = read_json(dir + "/summary.json");
+    EXPECT_EQ(s["restarts"], 2);
+    EXPECT_EQ(s["failures"][0]["rank"], 1);
+    EXPECT_EQ(s["failures"][0]["last_step"], 5);
+    EXPECT_EQ(s["failures"][0]["resumed_from"], 4);
+    EXPECT_EQ(s["failures"][1]["rank"], 0);
+    EXPECT_EQ(s["failures"][1]["last_step"], 12);
+    EXPECT_GT(s["lost_seconds"].get<double>(), 0);
+    EXPECT_GT(s["goodput"].get<double>(), 0);
+    EXPECT_LT(s["goodput"].get<double>(), 1);
+    const std::string events = slurp(dir + "/events.log");
+    EXPECT_TRUE(has(events,
+                    "supervisor: restart 1 of 3 after: trillion launch: rank 1 was killed "
+                    "by signal 9"))
+        << events;
+    EXPECT_TRUE(has(events, "supervisor: finished after 2 restart(s)")) << events;
+  }
+}
+
+TEST(Supervisor, AStoppedRankIsNamedWithinTheTimeoutAndTheJobRestarts) {
+  const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train());
+  const std::string dir = fresh_dir("supervisor_hang");
+  const auto r = run_trillion(
+      "launch -n 2 --max-restarts 1 --heartbeat-timeout 4 --hang-at 6:1 "
+      "-- " +
+      train() + " --run-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_bitwise(clean, dir);
+  const std::string events = slurp(dir + "/events.log");
+  EXPECT_TRUE(has(events, "trillion launch: rank 1 made no progress for ")) << events;
+  EXPECT_TRUE(has(events, "s after step 6 (pid ")) << events;
+  EXPECT_TRUE(has(events, "is stopped) (heartbeat timeout 4 s)")) << events;
+  // Detected within the timeout + 10 s: the restart's line follows the hang by less.
+  const auto s = read_json(dir + "/summary.json");
+  EXPECT_LT(s["failures"][0]["lost_seconds"].get<double>(), 4 + 10 + 5);
+}
+
+TEST(Supervisor, ACorruptCheckpointIsSkippedOnRestart) {
+  const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train());
+  const std::string dir = fresh_dir("supervisor_corrupt");
+  const auto r = run_trillion(
+      "launch -n 2 --max-restarts 1 --corrupt-checkpoint 8 --fail-at 9:0 "
+      "-- " +
+      train() + " --run-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_bitwise(clean, dir);
+  const std::string events = slurp(dir + "/events.log");
+  EXPECT_TRUE(has(events,
+                  "step_00000008 is corrupt (params.bin checksum mismatch); trying the "
+                  "previous one"))
+      << events;
+  EXPECT_TRUE(has(events, "resumed from " + dir + "/checkpoints/step_00000004 at step 4"))
+      << events;
+}
+
+TEST(Supervisor, RestartsRunOutAndUserErrorsAreNotRetried) {
+  const std::string dir = fresh_dir("supervisor_out");
+  const auto r = run_trillion("launch -n 2 --max-restarts 1 --fail-at 3:1 --fail-at 6:1 -- " +
+                              train() + " --run-dir " + dir);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "supervisor: restart 1 of 1 after")) << r.output;
+  EXPECT_TRUE(has(r.output, "trillion launch: rank 1 was killed by signal 9")) << r.output;
+  EXPECT_TRUE(has(slurp(dir + "/events.log"), "no restart left (--max-restarts 1)"));
+  // A config error fails the same way every time: one attempt, its message, no restart.
+  const auto bad = run_trillion("launch -n 2 --max-restarts 3 -- " + train() +
+                                " --set optim.lr=-1 --run-dir " + fresh_dir("supervisor_bad"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_FALSE(has(bad.output, "supervisor: restart")) << bad.output;
+  const auto no_dir = run_trillion("launch -n 2 --max-restarts 3 -- bench gemm");
+  EXPECT_EQ(no_dir.exit_code, 2) << no_dir.output;
+  EXPECT_TRUE(has(no_dir.output, "supervise `train ... --run-dir DIR`")) << no_dir.output;
+  const auto bad_flag = run_trillion("launch -n 2 --fail-at 5 -- " + train());
+  EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.output;
+  EXPECT_TRUE(has(bad_flag.output, "--fail-at 5: expected STEP:RANK")) << bad_flag.output;
+}
+
+// The usual scheduler warnings before a preemption checkpoint and stop, through launch too.
+TEST(Supervisor, PreemptionSignalsCheckpointAndStop) {
+  // mpirun passes SIGUSR1 on and the job ends with 0; a forwarded SIGHUP also stops the job
+  // cleanly, and launch then exits as a process the signal killed would (129).
+  for (const auto& [sig, code] : {std::pair<const char*, int>{"USR1", 0}, {"HUP", 129}}) {
+    const std::string dir = fresh_dir(std::string("preempt_") + sig);
+    const auto r = run_shell("timeout --preserve-status -s " + std::string(sig) + " 4 " +
+                             std::string(TRILLION_BINARY) + " launch -n 2 -- " +
+                             train(" --set train.steps=100000") + " --run-dir " + dir + " 2>&1");
+    EXPECT_EQ(r.exit_code, code) << sig << ": " << r.output;
+    const std::string events = slurp(dir + "/events.log");
+    EXPECT_TRUE(has(events, "(signal)")) << sig << ": " << events;
+    EXPECT_TRUE(has(events, "written")) << sig << ": " << events;
+  }
+}
+
+}  // namespace
+}  // namespace trillion
