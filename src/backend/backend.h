@@ -39,6 +39,11 @@ struct AdamWParams {
 //   gemm_batched  the same for a batch: A, B, C are 3-D [batch, rows, cols] views.
 //   embedding_forward          out[N, C] = table[tokens[n]]; tokens must be < V (checked).
 //   embedding_backward_weight  dtable[V, C] += scatter of dout[N, C] by tokens.
+//   vocab_embedding_forward    the vocabulary-parallel lookup: rows[V_r, C] holds vocabulary rows
+//                              [first, first + V_r); out[n] = rows[tokens[n] - first] for the
+//                              tokens in that range, 0 for the others (tokens must be >= 0).
+//   vocab_embedding_backward_weight  drows[V_r, C] += scatter of dout[N, C] by the tokens in
+//                              [first, first + V_r); the others are skipped.
 //   rmsnorm_forward            out[N, C] = x * rstd * w, rstd[N] = 1 / sqrt(mean(x^2) + eps).
 //   rmsnorm_backward_input     dx[N, C] += d(out)/dx . dout (accumulates: x is the residual
 //                              stream).
@@ -64,6 +69,14 @@ struct AdamWParams {
 //                           lse - logit[target].
 //   cross_entropy_backward  in place: logits[n, V] := scale * (softmax(logits) - onehot(target)),
 //                           using lse from forward.
+//   vocab_cross_entropy_forward   per row of a vocabulary shard logits[n, V_r] (columns = vocabulary
+//                           ids [first, first + V_r)): stats[n, 3] (f64) = the row's max m, sum of
+//                           exp(logit - m), and logit[target - first] if the target is in the
+//                           shard, else 0 (Megatron's vocab-parallel cross-entropy; the tensor
+//                           group reduces them).
+//   vocab_cross_entropy_backward  in place on a shard: logits := scale * (exp(logits - lse) -
+//                           onehot(target - first)), the onehot only where the target is in it;
+//                           lse[n] is the global log-sum-exp.
 //   adamw_update  AdamW with decoupled weight decay (Loshchilov & Hutter 1711.05101), one tensor.
 //   fill, copy (converts dtype if they differ), add (y += x), scale (x *= alpha),
 //   sum_squares (in double, deterministic).

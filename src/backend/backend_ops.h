@@ -18,6 +18,12 @@
     (Tensor out, const int32_t* tokens, const Tensor& table), (out, tokens, table))                \
   X(void, embedding_backward_weight, "embedding",                                                  \
     (Tensor dtable, const int32_t* tokens, const Tensor& dout), (dtable, tokens, dout))            \
+  X(void, vocab_embedding_forward, "embedding",                                                    \
+    (Tensor out, const int32_t* tokens, const Tensor& rows, int64_t first),                        \
+    (out, tokens, rows, first))                                                                    \
+  X(void, vocab_embedding_backward_weight, "embedding",                                            \
+    (Tensor drows, const int32_t* tokens, const Tensor& dout, int64_t first),                      \
+    (drows, tokens, dout, first))                                                                  \
   X(void, rmsnorm_forward, "rmsnorm",                                                              \
     (Tensor out, Tensor rstd, const Tensor& x, const Tensor& w, double eps),                       \
     (out, rstd, x, w, eps))                                                                        \
@@ -52,6 +58,12 @@
   X(void, cross_entropy_backward, "cross_entropy",                                                 \
     (Tensor logits, const Tensor& lse, const int32_t* targets, double scale),                      \
     (logits, lse, targets, scale))                                                                 \
+  X(void, vocab_cross_entropy_forward, "cross_entropy",                                            \
+    (Tensor stats, const Tensor& logits, const int32_t* targets, int64_t first),                   \
+    (stats, logits, targets, first))                                                               \
+  X(void, vocab_cross_entropy_backward, "cross_entropy",                                           \
+    (Tensor logits, const Tensor& lse, const int32_t* targets, int64_t first, double scale),       \
+    (logits, lse, targets, first, scale))                                                          \
   X(void, adamw_update, "adamw",                                                                   \
     (Tensor param, const Tensor& grad, Tensor m, Tensor v, const AdamWParams& p),                  \
     (param, grad, m, v, p))                                                                        \

@@ -12,14 +12,17 @@
 
 #include "backend/profiling_backend.h"
 #include "cli/bench_allreduce.h"
+#include "cli/bench_precision.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
+#include "comm/device_mesh.h"
+#include "comm/mpi_communicator.h"
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/activation_memory.h"
 #include "plan/model_spec.h"
-#include "cli/bench_precision.h"
 #include "train/gemm_peak.h"
+#include "train/mesh_options.h"
 #include "train/metrics.h"
 #include "train/step_runner.h"
 
@@ -59,17 +62,46 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   // can only lower a measurement, and a lowered peak would inflate MFU.
   GemmPeak peak = measure_gemm_peak(gemm_size, 3);
 
+  // Under `trillion launch` the ranks form the config's mesh (dp, pp, tp) and step together; rank
+  // 0 reports. Every rank draws the same tokens (tp ranks must; dp ranks may).
+  std::unique_ptr<comm::MpiRuntime> mpi;
+  std::unique_ptr<comm::DeviceMesh> mesh;
+  RankGroups groups;
+  if (comm::launch_environment().found) {
+    mpi = std::make_unique<comm::MpiRuntime>();
+    const ModelConfig& mc = cfg.model;
+    const ParallelConfig& pc = cfg.parallel;
+    mesh =
+        std::make_unique<comm::DeviceMesh>(mpi->world(),
+                                           comm::MeshShape{.pp = static_cast<int>(pc.pp),
+                                                           .dp = static_cast<int>(pc.dp),
+                                                           .cp = static_cast<int>(pc.cp),
+                                                           .tp = static_cast<int>(pc.tp),
+                                                           .ep = static_cast<int>(pc.ep)},
+                                           comm::MeshLimits{.n_heads = mc.n_heads,
+                                                            .n_kv_heads = mc.n_kv_heads,
+                                                            .n_layers = mc.n_layers,
+                                                            .micro_batch = cfg.train.micro_batch,
+                                                            .seq_len = mc.seq_len,
+                                                            .n_experts = mc.moe.n_routed_experts},
+                                           mesh_options(cfg, mpi->world().size()));
+    groups = {&mesh->group(comm::MeshGroup::dp), &mesh->group(comm::MeshGroup::pp),
+              &mesh->group(comm::MeshGroup::ep), &mesh->group(comm::MeshGroup::edp),
+              &mesh->group(comm::MeshGroup::tp)};
+  }
+  const bool lead = !mpi || mpi->world().rank() == 0;
+  json = json || !lead;  // only rank 0 prints; the others compute silently
   MemoryTracker tracker;
   auto cpu = make_cpu_backend(tracker);
   ProfilingBackend profiler(*cpu);
   Backend* be = profile ? static_cast<Backend*>(&profiler) : cpu.get();
-  StepRunner runner(cfg, *be, tracker);
+  StepRunner runner(cfg, *be, tracker, groups);
   runner.init_parameters(cfg.train.seed);
   const int64_t vocab = cfg.data.vocab;
   const Philox rng(cfg.train.seed, "bench:tokens");
   int64_t counter = 0;
   auto random_batch = [&](int64_t, int64_t, int32_t* tokens, int32_t* targets) {
-    const int64_t n = cfg.train.micro_batch * cfg.model.seq_len;
+    const int64_t n = runner.local_micro_batch() * cfg.model.seq_len;
     for (int64_t i = 0; i < n; ++i) {
       tokens[i] = static_cast<int32_t>(rng.below(counter++, vocab));
       targets[i] = static_cast<int32_t>(rng.below(counter++, vocab));
@@ -78,10 +110,11 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   runner.step(0, random_batch);  // warm-up: first touches, thread pools
   tracker.reset_peaks();
   profiler.reset();
-  double seconds = 0, loss = 0, best_step = 1e30;
+  double seconds = 0, loss = 0, best_step = 1e30, tp_seconds = 0;
   for (int s = 1; s <= steps; ++s) {
     const StepStats st = runner.step(s, random_batch);
     seconds += st.seconds;
+    tp_seconds += st.comm_tp.blocking_seconds;
     best_step = std::min(best_step, st.seconds);
     loss = st.loss;
     if (!json) {
@@ -90,6 +123,8 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   }
   const GemmPeak peak_after = measure_gemm_peak(gemm_size, 3);
   if (peak_after.gflops > peak.gflops) peak = peak_after;
+  // Under launch the job's peak is one process's times the processes (as `train` counts it).
+  if (mpi) peak.gflops *= mpi->world().size();
   const double tokens_per_s = static_cast<double>(runner.tokens_per_step()) * steps / seconds;
   const plan::ModelSpec spec = cfg.model.spec();
   const MfuConvention convention = mfu_convention(spec, cfg.model.seq_len);
@@ -105,10 +140,13 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak.gflops * 1e9);
   const int64_t elem = static_cast<int64_t>(dtype_size(cfg.model.dtype));
   const int64_t predicted_activations =
-      dense ? plan::engine_activation_bytes(spec, cfg.train.micro_batch, cfg.model.seq_len,
-                                            cfg.model.activation_policy(), elem, elem)
-                  .total()
-            : 0;
+      dense && runner.num_stages() == 1
+          ? plan::engine_activation_bytes(spec, runner.local_micro_batch(), cfg.model.seq_len,
+                                          cfg.model.activation_policy(), elem, elem,
+                                          runner.stage(0).extent(), runner.stage(0).slots(),
+                                          {cfg.parallel.tp, cfg.parallel.sp})
+                .total()
+          : 0;
   nlohmann::json j{{"config", config_path},
                    {"steps", steps},
                    {"tokens_per_step", runner.tokens_per_step()},
@@ -132,6 +170,13 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"params", params},
                    {"final_loss", loss},
                    {"memory", memory_json(tracker, true)}};
+  if (cfg.parallel.tp > 1) {
+    // Rank 0's seconds inside the tp group's collectives (transfer and waiting for its peers).
+    j["parallel"] = {{"tp", cfg.parallel.tp}, {"sp", cfg.parallel.sp}};
+    j["tp_comm_seconds_per_step"] = tp_seconds / steps;
+    j["tp_comm_fraction"] = tp_seconds / seconds;
+  }
+  if (!lead) return 0;
   if (profile) {
     nlohmann::json ops;
     for (const auto& [op, p] : profiler.profile()) {
@@ -159,6 +204,13 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
         flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu, 100 * hfu,
         cfg.model.recompute_string().c_str(), cfg.model.tiled_attention ? "tiled" : "materialized",
         100 * j["mfu_best_step"].get<double>(), convention.describe().c_str());
+    if (cfg.parallel.tp > 1) {
+      std::printf(
+          "  tensor parallelism tp %lld (sp %s): %.3f s/step inside tp collectives, "
+          "%.1f%% of the step (rank 0)\n",
+          static_cast<long long>(cfg.parallel.tp), cfg.parallel.sp ? "on" : "off",
+          tp_seconds / steps, 100 * tp_seconds / seconds);
+    }
     std::printf("  activations: %.2f MiB measured peak, %.2f MiB predicted by plan/\n",
                 tracker.peak(MemoryCategory::activations) / 1048576.0,
                 predicted_activations / 1048576.0);

@@ -89,14 +89,14 @@ int inspect_command(int argc, char** argv) {
   for (const StageInfo& s : stages) rank_params[s.pp_rank] += s.parameters;
 
   // Activation bytes per stage: the engine's formula, for the layouts whose layers it describes.
-  const bool activation_formula = pc.tp == 1 && pc.cp == 1 && !mc.moe.enabled();
+  const bool activation_formula = pc.cp == 1 && !mc.moe.enabled();
   const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
   auto activation_bytes = [&](const StageInfo& s) -> int64_t {
     const int64_t first = s.units.first_unit == 0 ? 0 : s.units.first_unit - 1;
     const int64_t last_layer = std::min<int64_t>(s.units.last_unit, mc.n_layers);  // exclusive
     const plan::StageExtent extent{first, last_layer - first, s.units.last_unit == mc.n_layers + 1};
     return plan::engine_activation_bytes(mc.spec(), local.batch, local.seq, mc.activation_policy(),
-                                         elem, elem, extent, s.slots)
+                                         elem, elem, extent, s.slots, {pc.tp, pc.sp})
         .total();
   };
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstring>
 #include <numeric>
 
@@ -53,6 +54,7 @@ CommCounters& CommCounters::operator+=(const CommCounters& o) {
     bytes_received[i] += o.bytes_received[i];
     calls[i] += o.calls[i];
   }
+  blocking_seconds += o.blocking_seconds;
   return *this;
 }
 
@@ -63,6 +65,7 @@ CommCounters operator-(const CommCounters& now, const CommCounters& earlier) {
     d.bytes_received[i] = now.bytes_received[i] - earlier.bytes_received[i];
     d.calls[i] = now.calls[i] - earlier.calls[i];
   }
+  d.blocking_seconds = now.blocking_seconds - earlier.blocking_seconds;
   return d;
 }
 
@@ -194,16 +197,31 @@ Handle Communicator::start_recv(const Tensor& data, int source, int tag) {
   return do_recv(data, source, tag);
 }
 
+namespace {
+// Adds the seconds since construction to `into` (the blocking collectives' time).
+struct BlockingTimer {
+  double& into;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~BlockingTimer() {
+    into += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+};
+}  // namespace
+
 void Communicator::all_reduce(const Tensor& data, ReduceOp op) {
+  BlockingTimer t{counters_.blocking_seconds};
   start_all_reduce(data, op)->wait();
 }
 void Communicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op) {
+  BlockingTimer t{counters_.blocking_seconds};
   start_reduce_scatter(input, output, op)->wait();
 }
 void Communicator::all_gather(const Tensor& input, const Tensor& output) {
+  BlockingTimer t{counters_.blocking_seconds};
   start_all_gather(input, output)->wait();
 }
 void Communicator::broadcast(const Tensor& data, int root) {
+  BlockingTimer t{counters_.blocking_seconds};
   start_broadcast(data, root)->wait();
 }
 void Communicator::all_to_all(const Tensor& input, const std::vector<int64_t>& send_counts,

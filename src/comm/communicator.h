@@ -53,6 +53,10 @@ struct CommCounters {
   std::array<uint64_t, kCollectiveKinds> bytes_sent{};
   std::array<uint64_t, kCollectiveKinds> bytes_received{};
   std::array<uint64_t, kCollectiveKinds> calls{};
+  // Wall seconds spent inside the blocking all_reduce, reduce_scatter, all_gather and broadcast:
+  // transfer plus waiting for the slowest peer (tensor parallelism's collectives are all of this
+  // kind). Non-blocking operations overlap compute and are not timed here.
+  double blocking_seconds = 0;
 
   uint64_t sent(Collective c) const { return bytes_sent[static_cast<int>(c)]; }
   uint64_t received(Collective c) const { return bytes_received[static_cast<int>(c)]; }

@@ -92,7 +92,10 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
 
   // Saved activations, per slot: the same carving code counts, then takes the views. Recomputed
   // tensors of every layer share one buffer sized for the largest layer.
-  const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
+  // Under sequence parallelism the residual stream (input, grad, the head's d_normed) holds this
+  // rank's Nr = N/tp token rows; the embedding and the head reduce-scatter from / gather into
+  // one shared [N, C] scratch (tp_full_).
+  const int64_t N = ctx_.shape.tokens(), Nr = ctx_.residual_tokens(), C = ctx_.shape.d_model;
   slots_.resize(options.slots);
   moe_states_.resize(options.slots);
   for (auto& per_slot : moe_states_) per_slot.resize(layer_specs_.size());
@@ -102,7 +105,7 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   auto carve_activations = [&](Carver& kept, const Buffer* shared_buffer) {
     for (size_t slot = 0; slot < slots_.size(); ++slot) {
       Slot& s = slots_[slot];
-      s.input = kept.take({N, C});
+      s.input = kept.take({Nr, C});
       s.layers.clear();
       Tensor x = s.input;
       for (size_t i = 0; i < layer_specs_.size(); ++i) {
@@ -135,18 +138,18 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
     if (!split) {
       for (size_t i = 0; i < std::min<size_t>(1, layer_specs_.size()); ++i)
         shared_stash.push_back(block_.carve_stash(c));
-      if (has_head()) shared_d_normed = c.take({N, C});
+      if (has_head()) shared_d_normed = c.take({Nr, C});
     }
     for (size_t slot = 0; slot < slots_.size(); ++slot) {
       Slot& s = slots_[slot];
       for (size_t i = 0; i < layer_specs_.size(); ++i) {
         if (layer_specs_[i].moe) moe_->carve_stash(c, moe_states_[slot][i]);
       }
-      s.grad = c.take({N, C});
+      s.grad = c.take({Nr, C});
       s.stash.clear();
       if (split) {
         for (size_t i = 0; i < layer_specs_.size(); ++i) s.stash.push_back(block_.carve_stash(c));
-        if (has_head()) s.d_normed = c.take({N, C});
+        if (has_head()) s.d_normed = c.take({Nr, C});
       } else {
         s.stash = shared_stash;
         s.d_normed = shared_d_normed;
@@ -155,13 +158,14 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
     scratch_ = block_.carve_scratch(c);
     cos_sin_ = c.take({ctx_.shape.seq, ctx_.shape.head_dim});
     if (has_head()) logits = head_.carve_logits(c);
+    if (ctx_.sequence_parallel() && (has_head() || has_embedding())) tp_full_ = c.take({N, C});
   };
   Carver count_ws;
   carve_workspace(count_ws);
   workspace_ = Buffer(tracker, MemoryCategory::workspace, dt, count_ws.used());
   Carver take_ws(workspace_);
   carve_workspace(take_ws);
-  if (has_head()) head_.set_logits_block(logits);
+  if (has_head()) head_.set_logits_block(logits, tp_full_);
 
   // RoPE table: angle(t, i) = t * theta^(-2i/HD), computed in double.
   const int64_t T = ctx_.shape.seq, HD = ctx_.shape.head_dim, half = HD / 2;
@@ -344,7 +348,7 @@ double StageModel::forward(int slot) {
   if (has_embedding()) {
     TRILLION_CHECK(!s.tokens.empty(), "forward of the first stage before set_tokens");
     enter(Pass::forward, v, k);
-    embedding_.forward(s.input, s.tokens.data(), params_.param(embed_spec_));
+    embedding_.forward(s.input, s.tokens.data(), params_.param(embed_spec_), tp_full_);
     leave(Pass::forward, v, k++);
   }
   for (size_t i = 0; i < layer_specs_.size(); ++i, ++k) {
@@ -394,7 +398,7 @@ void StageModel::backward(int slot, double grad_scale) {
   }
   if (has_embedding()) {
     enter(Pass::backward, v, k);
-    embedding_.backward_weight(params_.grad(embed_spec_), s.tokens.data(), s.grad);
+    embedding_.backward_weight(params_.grad(embed_spec_), s.tokens.data(), s.grad, tp_full_);
     leave(Pass::backward, v, k);
   }
 }
@@ -448,7 +452,7 @@ void StageModel::backward_weight(int slot) {
   }
   if (has_embedding()) {
     enter(Pass::backward_weight, v, k);
-    embedding_.backward_weight(params_.grad(embed_spec_), s.tokens.data(), s.grad);
+    embedding_.backward_weight(params_.grad(embed_spec_), s.tokens.data(), s.grad, tp_full_);
     leave(Pass::backward_weight, v, k);
   }
 }

@@ -4,6 +4,9 @@
 // flight (as many as the schedule's simulator says the rank holds at its peak); a slot is taken by
 // forward and stays until the micro-batch's backward (or backward_weight) is done.
 //
+// Under tensor parallelism (ctx.tp) every module runs its tp shard; with sequence parallelism
+// the [N, C] tensors below hold this rank's N/tp rows (ParallelContext::residual_tokens).
+//
 //   input(slot)        [N, C]  non-first stages: the executor writes the received activation here
 //   forward(slot)      returns the sum of the per-position losses on the head stage (0 elsewhere)
 //   output(slot)       [N, C]  non-last stages: the activation to send on
@@ -60,6 +63,9 @@ class StageModel {
   bool has_embedding() const { return range_.first_unit == 0; }
   bool has_head() const { return range_.last_unit == static_cast<int>(config_.n_layers) + 1; }
   int slots() const { return options_.slots; }
+  // Token rows of one micro-batch on this rank (N); input/output/grad hold N/tp of them under
+  // sequence parallelism.
+  int64_t tokens() const { return ctx_.shape.tokens(); }
   bool split_backward() const { return options_.split_backward; }
   // The layers of this stage, for the activation formula.
   plan::StageExtent extent() const;
@@ -144,6 +150,7 @@ class StageModel {
   void count_routing(int slot, size_t i);
   BlockScratch scratch_;
   Tensor cos_sin_;  // [T, HD]
+  Tensor tp_full_;  // [N, C] SP only: the embedding's and the head's gathered / partial rows
   int recomputed_slot_ = -1;
   int64_t recomputed_layer_ = -1;
 };

@@ -11,15 +11,22 @@ bool layer_is_full(const ActivationPolicy& p, int64_t layer) {
 
 ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t T,
                                         const ActivationPolicy& p, int64_t elem, int64_t stat,
-                                        const StageExtent& stage, int64_t slots) {
+                                        const StageExtent& stage, int64_t slots,
+                                        const TensorSplit& split) {
   require_engine_block(m);
-  const int64_t N = B * T, C = m.d_model, F = m.ffn_hidden, A = m.n_heads * m.head_dim;
-  const int64_t QKV = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim;
-  const int64_t attn_state =
-      p.tiled_attention ? B * m.n_heads * T * stat : B * m.n_heads * T * T * elem;
+  const int64_t t = split.tp;
+  const bool sp = split.sequence_parallel();
+  const int64_t N = B * T, C = m.d_model;
+  // Inside the tp regions: this rank's heads and hidden columns. Outside: its rows (SP) or all.
+  const int64_t F = m.ffn_hidden / t, A = m.n_heads * m.head_dim / t, heads = m.n_heads / t;
+  const int64_t QKV = (m.n_heads + 2 * m.n_kv_heads) * m.head_dim / t;
+  const int64_t Nr = sp ? N / t : N;
+  const int64_t gathered = sp ? N * C * elem : 0;  // one [N, C] gathered norm output / partial
+  const int64_t attn_state = p.tiled_attention ? B * heads * T * stat : B * heads * T * T * elem;
   // Every tensor of one layer (the table in the header).
-  const int64_t all = N * (C + QKV + A + C + C + 2 * F + F + C) * elem + 2 * N * stat + attn_state;
-  const int64_t out = N * C * elem;
+  const int64_t all = (Nr * (C + C + C + C) + N * (QKV + A + 2 * F + F)) * elem + 2 * Nr * stat +
+                      attn_state + 2 * gathered;
+  const int64_t out = Nr * C * elem;
   // Selective drops the attention core (state + output) and the SwiGLU output.
   const int64_t selective_dropped = N * (A + F) * elem + attn_state;
 
@@ -38,11 +45,15 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t T
       r.stored += all;
     }
   }
-  r.stored += N * C * elem;                                     // the stage's input
-  if (stage.has_head) r.stored += N * C * elem + 3 * N * stat;  // final norm out; rstd, lse, loss
+  r.stored += Nr * C * elem;  // the stage's input
+  // Final norm out (and, under SP, its gathered copy); rstd (Nr), lse and loss (N each).
+  if (stage.has_head) r.stored += Nr * C * elem + gathered + (Nr + 2 * N) * stat;
   r.stored *= slots;
-  if (any_full) r.scratch = all - out;
-  if (any_selective) r.scratch = selective_dropped;
+  // The shared buffer: one layer's recompute set, and under SP the reduce-scatter's partial.
+  const bool any_layer = last > first;
+  if (any_layer) r.scratch = sp ? N * C * elem : 0;
+  if (any_full) r.scratch += all - out;
+  if (any_selective) r.scratch += selective_dropped;
   return r;
 }
 

@@ -27,6 +27,17 @@
 // others) and, on the stage with the head, the final norm output N*C, its rstd N, the loss lse N
 // and the per-position losses N. A stage keeps one copy of everything but the recompute buffer
 // per activation slot (micro-batch in flight).
+//
+// Tensor parallelism over tp ranks (TensorSplit; Korthikanti 2205.05198 §4.2) divides what lives
+// inside the tp regions by tp: qkv, the attention state and output, gate_up and act (this rank's
+// heads and hidden columns). Without sequence parallelism the rest (norm outputs, rstd, mid, out,
+// the stage input, the head's final norm) is whole on every rank. With SP it holds the rank's
+// N/tp token rows, but each layer also keeps the two gathered norm outputs norm1_full and
+// norm2_full, N*C each (the column-parallel GEMMs' inputs, needed for their weight gradients:
+// 2*N*C per layer that Korthikanti's 34/t counts as sharded, because Megatron re-gathers them in
+// backward instead of keeping them), the head keeps its gathered input N*C, and the shared
+// buffer holds one [N, C] partial sum for the reduce-scatters (scratch, even without recompute).
+// lse and the losses stay [N] on every rank (the vocabulary-parallel loss reduces them).
 #pragma once
 
 #include <cstdint>
@@ -56,12 +67,20 @@ struct StageExtent {
   bool has_head = true;
 };
 
+// The tensor-parallel split of a layer: tp ranks, sequence parallelism on or off.
+struct TensorSplit {
+  int64_t tp = 1;
+  bool sp = false;
+  bool sequence_parallel() const { return sp && tp > 1; }
+};
+
 // Activation bytes of one stage with `slots` micro-batches in flight (the whole model, one slot,
-// by default). m must be the engine's block (require_engine_block).
+// by default), on one tp rank. m must be the engine's block (require_engine_block); tp must
+// divide the heads, kv heads and ffn width, and under SP the batch * seq_len rows.
 ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t batch, int64_t seq_len,
                                         const ActivationPolicy& policy, int64_t elem_bytes,
                                         int64_t stat_bytes, const StageExtent& stage = {},
-                                        int64_t slots = 1);
+                                        int64_t slots = 1, const TensorSplit& split = {});
 
 // Extra FLOPs per token that recomputation adds to a training step (count them for HFU, not
 // MFU), in the convention of model_flops_per_token with the same attention convention: matmul

@@ -112,6 +112,9 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
     t.push_back({"expert SwiGLU products", gi * (k + shared) * fe, true, false});
   }
   if (dropout) t.push_back({"MLP dropout mask", h, false, true});
+  if (o.keeps_sp_gathered_norms) {
+    t.push_back({"gathered norm 1 and 2 outputs (SP, kept)", 2 * gi * h, false, true, true});
+  }
   return t;
 }
 
@@ -121,6 +124,10 @@ double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bo
   double sum = 0;
   for (const ActivationTerm& term : terms) {
     if (recompute == Recompute::kSelective && !term.kept_selective) continue;
+    if (term.sp_gathered) {
+      if (sp) sum += term.bytes_per_token;
+      continue;
+    }
     sum += term.bytes_per_token / (term.tp_sharded || sp ? t : 1);
   }
   return sum;

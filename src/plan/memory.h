@@ -45,6 +45,9 @@ struct ActivationTerm {
   double bytes_per_token = 0;
   bool tp_sharded = true;      // false: replicated across TP unless sequence parallel
   bool kept_selective = true;  // still stored under selective recompute
+  // Counted only under sequence parallelism, whole (not divided by tp): the gathered norm
+  // outputs this engine keeps for the column-parallel GEMMs' weight gradients.
+  bool sp_gathered = false;
 };
 
 // Korthikanti §4.1's own list for the GPT block (16-bit, 1-byte masks), written out as in the
@@ -58,6 +61,10 @@ struct ActivationOptions {
   // dispatched expert inputs); 0: elem_bytes, or 1 under an FP8/FP4 layout, which caches them in
   // FP8 (DeepSeek-V3 §3.3.2).
   double gemm_input_bytes = 0;
+  // Under SP, keep the all-gathered norm outputs (2 h per token per layer, whole on every tp
+  // rank) as this engine does (model/block.h), instead of re-gathering them in backward as
+  // Megatron does (Korthikanti's 34 s b h / t): the engine's own layout.
+  bool keeps_sp_gathered_norms = false;
 };
 
 // Stored tensors of one layer of the spec (moe: a MoE layer) at sequence length s:

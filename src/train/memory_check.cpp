@@ -68,14 +68,15 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   p.weights = params * e / (pc.zero >= 3 ? dp : 1.0);
   p.gradients = params * e / (pc.zero >= 2 ? dp : 1.0);
   p.optimizer = 2 * params * e / (pc.zero >= 1 ? dp : 1.0);
-  // The engine's formula where it describes the layers (dense, no tp/cp): the first stage's
-  // layers, one micro-batch in flight (the schedule may hold more).
-  if (pc.tp == 1 && pc.cp == 1 && !mc.moe.enabled()) {
+  // The engine's formula where it describes the layers (dense, no cp; tp and sp split them):
+  // the first stage's layers, one micro-batch in flight (the schedule may hold more).
+  if (pc.cp == 1 && !mc.moe.enabled()) {
     const int64_t batch = std::max<int64_t>(1, config.train.micro_batch / pc.dp);
     const plan::StageExtent first{0, std::max<int64_t>(1, mc.n_layers / pc.pp), pc.pp == 1};
     p.activations = static_cast<double>(
         plan::engine_activation_bytes(mc.spec(), batch, mc.seq_len, mc.activation_policy(),
-                                      static_cast<int64_t>(e), static_cast<int64_t>(e), first)
+                                      static_cast<int64_t>(e), static_cast<int64_t>(e), first, 1,
+                                      {pc.tp, pc.sp})
             .total());
   }
   return p;

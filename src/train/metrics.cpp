@@ -31,24 +31,30 @@ nlohmann::json comm_json(const std::string& group, const comm::CommCounters& c) 
   return {{group, kinds}};
 }
 
-nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t) {
-  constexpr int K = kMemoryCategories;
-  std::vector<double> mine(2 * K), all(2 * K * world.size());
+nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t,
+                               double predicted_activations) {
+  constexpr int K = kMemoryCategories, W = 2 * K + 1;
+  std::vector<double> mine(W), all(W * world.size());
   for (int c = 0; c < K; ++c) {
     mine[c] = static_cast<double>(t.current(static_cast<MemoryCategory>(c)));
     mine[K + c] = static_cast<double>(t.peak(static_cast<MemoryCategory>(c)));
   }
-  world.all_gather(Tensor(mine.data(), DType::f64, {2 * K}),
-                   Tensor(all.data(), DType::f64, {2 * K * world.size()}));
+  mine[2 * K] = predicted_activations;
+  world.all_gather(Tensor(mine.data(), DType::f64, {W}),
+                   Tensor(all.data(), DType::f64, {W * world.size()}));
   nlohmann::json ranks = nlohmann::json::array();
   for (int r = 0; r < world.size(); ++r) {
     nlohmann::json current, peak;
     for (int c = 0; c < K; ++c) {
       const std::string name(memory_category_name(static_cast<MemoryCategory>(c)));
-      current[name] = static_cast<uint64_t>(all[2 * K * r + c]);
-      peak[name] = static_cast<uint64_t>(all[2 * K * r + K + c]);
+      current[name] = static_cast<uint64_t>(all[W * r + c]);
+      peak[name] = static_cast<uint64_t>(all[W * r + K + c]);
     }
-    ranks.push_back({{"rank", r}, {"current", current}, {"peak", peak}});
+    nlohmann::json rank{{"rank", r}, {"current", current}, {"peak", peak}};
+    if (all[W * r + 2 * K] >= 0) {
+      rank["predicted"] = {{"activations", static_cast<uint64_t>(all[W * r + 2 * K])}};
+    }
+    ranks.push_back(rank);
   }
   return ranks;
 }

@@ -17,8 +17,11 @@ namespace trillion {
 nlohmann::json memory_json(const MemoryTracker& tracker);
 // Bytes sent per collective kind, under the group's name (kinds with traffic only).
 nlohmann::json comm_json(const std::string& group, const comm::CommCounters& counters);
-// Every rank's current and peak bytes per category, gathered over the world (collective).
-nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& tracker);
+// Every rank's current and peak bytes per category, gathered over the world (collective), and,
+// when predicted_activations >= 0, the activation bytes plan/ predicts for the rank
+// ("predicted": {"activations": ...}) beside them.
+nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& tracker,
+                               double predicted_activations = -1);
 
 // "1h02m", "3m07s", "12s".
 std::string format_duration(double seconds);

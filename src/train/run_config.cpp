@@ -21,6 +21,37 @@ namespace trillion {
 
 namespace {
 
+// Tensor parallelism splits heads, kv heads, the MLP's hidden width and the vocabulary over tp
+// (model/local_shape.h); sequence parallelism splits each rank's B*T token rows. Each value tp
+// must divide is named with the fix.
+void check_tensor_parallel(const RunConfig& rc, const std::string& source) {
+  const int64_t tp = rc.parallel.tp;
+  if (tp == 1) return;
+  const ModelConfig& m = rc.model;
+  auto divides = [&](const char* key, int64_t v, const char* fix) {
+    if (v % tp != 0) {
+      throw Error(fmt::format("{}: parallel.tp = {} does not divide {} = {}; {}", source, tp, key,
+                              v, fix));
+    }
+  };
+  divides("model.n_heads", m.n_heads, "choose a tp that divides the attention heads");
+  divides("model.n_kv_heads", m.n_kv_heads,
+          "choose a tp that divides the key/value heads (kv heads are not replicated over tp)");
+  divides("model.ffn_hidden", m.ffn_hidden, "choose a tp that divides the MLP width");
+  divides("model.vocab_size", m.vocab_size,
+          "pad the vocabulary to a multiple of tp (the embedding and head are split by "
+          "vocabulary rows; the vocabulary is not padded for you)");
+  const int64_t dp = std::max<int64_t>(1, rc.parallel.dp);
+  const int64_t tokens = rc.train.micro_batch / dp * m.seq_len;
+  if (rc.parallel.sp && tokens % tp != 0) {
+    throw Error(fmt::format(
+        "{}: parallel.sp = true with parallel.tp = {}: sequence parallelism splits each rank's "
+        "train.micro_batch / dp x model.seq_len = {} token rows over tp, which {} does not "
+        "divide; change seq_len or micro_batch, or set parallel.sp = false",
+        source, tp, tokens, tp));
+  }
+}
+
 // Reads typed keys of one [section], remembering which were used so leftovers are reported.
 class SectionReader {
  public:
@@ -517,6 +548,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   p.read("schedule", pc.schedule);
   p.read("chunks", pc.chunks);
   p.read("split_backward", pc.split_backward);
+  p.read("sp", pc.sp);
   p.read("allreduce", pc.allreduce);
   p.read("ranks_per_node", pc.ranks_per_node);
   p.reject_unknown();
@@ -526,6 +558,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   at_least("parallel.cp", pc.cp, 1);
   at_least("parallel.ep", pc.ep, 1);
   at_least("parallel.chunks", pc.chunks, 1);
+  check_tensor_parallel(rc, source);
   try {
     schedule::parse_schedule_kind(pc.schedule);
   } catch (const Error& e) {
@@ -754,6 +787,7 @@ std::string to_toml(const RunConfig& c) {
                        {"schedule", p.schedule},
                        {"chunks", p.chunks},
                        {"split_backward", p.split_backward},
+                       {"sp", p.sp},
                        {"allreduce", p.allreduce},
                        {"ranks_per_node", p.ranks_per_node}};
   const EmulateConfig& e = c.emulate;

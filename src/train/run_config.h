@@ -56,8 +56,8 @@ struct DataConfig {
 // dp`), ZeRO stage 0-3 and the gradient bucket size; the pipeline schedule each rank runs
 // (`schedule`, with `chunks` model chunks per rank; with pp = 1 the chunks are stages of one
 // process) and whether backward passes are split into dgrad and wgrad. tp, pp, cp and ep are
-// read so `trillion inspect` can show any layout; training with them > 1 comes with their
-// parallelisms. train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp
+// read so `trillion inspect` can show any layout; tp trains (Megatron-style, with sp), cp does
+// not yet. train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp
 // sequences of it, so any dp trains the same run (docs/multiprocess.md).
 struct ParallelConfig {
   int64_t dp = 1;
@@ -68,6 +68,9 @@ struct ParallelConfig {
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | dualpipe
   int64_t chunks = 1;             // model chunks per rank (interleaved: >= 2)
   bool split_backward = false;    // run every backward as separate B (dgrad) and W (wgrad) passes
+  // Sequence parallelism with tp > 1 (Korthikanti et al. 2205.05198): norms and residual adds on
+  // the rank's N/tp token rows, all-gather / reduce-scatter instead of all-reduces.
+  bool sp = true;
   // How every group all-reduces (comm/algorithms): the MPI library's, an explicit ring, or
   // hierarchical over nodes of ranks_per_node consecutive world ranks (0: one node).
   std::string allreduce = "mpi";  // mpi | ring | hierarchical

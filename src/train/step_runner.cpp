@@ -55,7 +55,12 @@ const RunConfig& checked_layout(const RunConfig& c) {
                       key, v, what, key, v));
     }
   };
-  refuse("tp", c.parallel.tp, "tensor parallelism");
+  if (c.parallel.tp > 1 && c.model.moe.enabled()) {
+    throw Error(fmt::format(
+        "parallel.tp = {} with MoE layers (model.n_routed_experts = {}): tensor parallelism of "
+        "the experts is not in this build; use parallel.ep for the experts and tp = 1",
+        c.parallel.tp, c.model.moe.n_routed_experts));
+  }
   refuse("cp", c.parallel.cp, "context parallelism");
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
@@ -92,8 +97,15 @@ const RunConfig& checked_layout(const RunConfig& c) {
   return c;
 }
 
-ParallelContext context_of(const RunConfig& c, int dp) {
-  return {local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len), {}, {}};
+ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp) {
+  const ShardDegrees degrees{tp.size(), 1, 1};
+  ParallelContext ctx{local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len, degrees),
+                      degrees, ShardCoord{tp.size(), tp.rank(), 1, 0}};
+  if (tp.size() > 1) {
+    ctx.tp = &tp;
+    ctx.sp = c.parallel.sp;
+  }
+  return ctx;
 }
 
 schedule::Schedule schedule_of(const RunConfig& c) {
@@ -192,7 +204,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       pp_(checked_group(group_or(groups.pp, local_pp_, "pp"), config.parallel.pp, "pp")),
       ep_(checked_group(group_or(groups.ep, local_ep_, "ep"), config.parallel.ep, "ep")),
       edp_(group_or(groups.edp, local_edp_, "edp")),
-      ctx_(context_of(config, dp_.size())),
+      tp_(checked_group(group_or(groups.tp, local_tp_, "tp"), config.parallel.tp, "tp")),
+      ctx_(context_of(config, dp_.size(), tp_)),
       schedule_(schedule_of(config)),
       eval_schedule_(forward_only(schedule_)),
       global_table_(build_parameter_table(config.model)),
@@ -217,7 +230,7 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     return false;
   };
   // Expert parallelism: this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep).
-  const ShardCoord coord{1, 0, ep_.size(), ep_.rank()};
+  const ShardCoord coord{tp_.size(), tp_.rank(), ep_.size(), ep_.rank()};
   if (ep_.size() > 1) {
     experts_ = std::make_unique<parallel::AllToAllExchange>(ep_, backend, tracker,
                                                            mc.moe.n_routed_experts);
@@ -302,6 +315,10 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
 
   const AdamWConfig oc = adamw_config(config.optim);
   std::vector<OptimSegment> segments = parallel_->segments();
+  if (tp_.size() > 1) {
+    tensor_ = std::make_unique<parallel::TensorParallel>(tp_, ctx_.sequence_parallel(),
+                                                         params_->table(), segments, backend);
+  }
   int64_t state = parallel_->state_elements();
   SumAcrossRanks sums = parallel_->sum_across_ranks();
   if (expert_parallel_) {
@@ -321,6 +338,22 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       dense(d);
       experts(e);
       for (size_t i = 0; i < v.size(); ++i) v[i] = d[i] + e[i];
+    };
+  }
+  if (tensor_) {
+    // LAMB's per-tensor sums: a tp shard's partial sums add over tp; a replicated tensor's are
+    // the same on every tp rank (taken from tp rank 0).
+    const int n_specs = params_->table().size();
+    std::vector<char> sharded(n_specs);
+    for (int i = 0; i < n_specs; ++i) {
+      sharded[i] = params_->table().spec(i).shard.group == ShardGroup::tp;
+    }
+    sums = [this, sharded, n_specs, inner = sums](std::vector<double>& v) {
+      inner(v);
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!sharded[i % n_specs] && tp_.rank() != 0) v[i] = 0;
+      }
+      tp_.all_reduce(Tensor(v.data(), DType::f64, {static_cast<int64_t>(v.size())}));
     };
   }
   if (config.optim.name == "sgd") {
@@ -347,6 +380,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   const comm::CommCounters dp_before = dp_.counters(), pp_before = pp_.counters();
   const comm::CommCounters mirror_before = mirror_ ? mirror_->counters() : comm::CommCounters{};
   const comm::CommCounters ep_before = ep_.counters(), edp_before = edp_.counters();
+  const comm::CommCounters tp_before = tp_.counters();
   const int64_t accum = config_.train.grad_accum;
   // Every rank scales by the global token count, so the sum over ranks is the mean's gradient.
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
@@ -362,10 +396,11 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   if (pp_.size() > 1) pp_.all_reduce(Tensor(&st.loss, DType::f64, {1}));
   parallel_->finish_gradients();
   if (expert_parallel_) expert_parallel_->finish_gradients();
+  if (tensor_) tensor_->reduce_replicated_gradients(parallel_->optimizer_grads());
   // The noise scale's small-batch estimates (unreduced gradients) ride on the loss's all-reduce
   // over dp and the norm's over pp: no extra round trip.
   const int64_t estimates = dp_.size() * parallel_->local_estimates();
-  const bool noise = estimates > 1 && !mirror_ && !expert_parallel_;
+  const bool noise = estimates > 1 && !mirror_ && !expert_parallel_ && !tensor_;
   const int64_t scalars = noise ? 2 : 1;
   double dp_sums[2] = {st.loss, noise ? parallel_->local_sum_squares() : 0.0};
   if (dp_.size() > 1) dp_.all_reduce(Tensor(dp_sums, DType::f64, {scalars}));
@@ -379,6 +414,11 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   }
   // The global norm over every stage, each parameter once (one of the two DualPipe copies).
   double norm_sums[2] = {parallel_->gradient_sum_squares(), dp_sums[1]};
+  if (tensor_) {
+    std::vector<double> replicated{tensor_->replicated_sum_squares(parallel_->optimizer_grads())};
+    parallel_->sum_across_ranks()(replicated);  // over the dp shards, as the total is
+    norm_sums[0] = tensor_->global_sum_squares(norm_sums[0], replicated[0]);
+  }
   if (expert_parallel_) {
     // Dense tensors are replicated over ep (its ranks are dp ranks); experts differ per ep rank.
     double experts = expert_parallel_->gradient_sum_squares();
@@ -420,13 +460,14 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   if (mirror_) st.comm_mirror = mirror_->counters() - mirror_before;
   st.comm_ep = ep_.counters() - ep_before;
   st.comm_edp = edp_.counters() - edp_before;
+  st.comm_tp = tp_.counters() - tp_before;
   if (experts_) {
     const auto rows = experts_->take_row_counts();
     st.moe_rows_out = rows.out, st.moe_rows_in = rows.in, st.moe_rows_local = rows.local;
     st.moe_exchanges = rows.plans;
   }
   st.comm_bytes = st.comm.total_sent() + st.comm_pp.total_sent() + st.comm_mirror.total_sent() +
-                  st.comm_ep.total_sent() + st.comm_edp.total_sent();
+                  st.comm_ep.total_sent() + st.comm_edp.total_sent() + st.comm_tp.total_sent();
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;
@@ -497,9 +538,14 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
                             [&](int spec) {
                               const bool expert = params_->table().spec(spec).shard.group ==
                                                   ShardGroup::ep;
-                              return contributes && (expert || ep_.rank() == 0);
+                              // tp shards land apart; tp-replicated tensors come from tp rank 0.
+                              const bool tp_shard = params_->table().spec(spec).shard.group ==
+                                                    ShardGroup::tp;
+                              return contributes && (expert || ep_.rank() == 0) &&
+                                     (tp_shard || tp_.rank() == 0);
                             });
   if (ep_.size() > 1) ep_.all_reduce(global.flat());
+  if (tp_.size() > 1) tp_.all_reduce(global.flat());
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
 }
 

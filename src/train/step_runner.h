@@ -8,7 +8,10 @@
 // trains.
 //
 // train.micro_batch is the global micro-batch: this rank runs micro_batch / dp sequences of it.
-// With one process (no groups given) the step is exactly the one-process algorithm.
+// With one process (no groups given) the step is exactly the one-process algorithm. Under tensor
+// parallelism (groups.tp) every layer runs its tp shard (model/block.h), the norm weights'
+// gradients are summed over tp once per step (parallel/tensor.h) and the norm counts each
+// parameter once across tp, pp and dp.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "optim/noise_scale.h"
 #include "parallel/data.h"
 #include "parallel/expert_comm.h"
+#include "parallel/tensor.h"
 #include "parallel/pipeline/executor.h"
 #include "schedule/action.h"
 #include "train/run_config.h"
@@ -42,6 +46,8 @@ struct StepStats {
   comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
   comm::CommCounters comm_ep;        // expert parallelism: the all-to-alls and the experts' norm
   comm::CommCounters comm_edp;       // expert gradients over the ranks holding the same experts
+  comm::CommCounters comm_tp;        // tensor parallelism: the layers' all-reduces (SP: gathers
+                                     // and reduce-scatters), the loss's shard sums, norm grads
   // Expert parallelism: this rank's routed rows (parallel/expert_comm.h RowCounts).
   int64_t moe_rows_out = 0, moe_rows_in = 0, moe_rows_local = 0, moe_exchanges = 0;
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
@@ -70,6 +76,7 @@ struct RankGroups {
   comm::Communicator* pp = nullptr;
   comm::Communicator* ep = nullptr;   // expert parallelism (within dp)
   comm::Communicator* edp = nullptr;  // the ranks holding the same experts
+  comm::Communicator* tp = nullptr;   // tensor parallelism (within a pp stage and dp replica)
 };
 
 // Fills tokens and targets ([B_local*T] each) for this rank's part of micro-batch `micro` of
@@ -129,6 +136,9 @@ class StepRunner {
   std::unique_ptr<comm::Communicator> local_ep_, local_edp_;
   comm::Communicator& ep_;
   comm::Communicator& edp_;
+  std::unique_ptr<comm::Communicator> local_tp_;
+  comm::Communicator& tp_;
+  std::unique_ptr<parallel::TensorParallel> tensor_;  // tp > 1: replicated grads and the norm
   std::unique_ptr<parallel::AllToAllExchange> experts_;  // expert parallelism's all-to-all
   std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
                                                 // same stages of the other model copy

@@ -18,6 +18,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/timer.h"
 #include "data/file_io.h"
+#include "plan/activation_memory.h"
 #include "plan/stage_partition.h"
 #include "plan/units.h"
 #include "train/config_diff.h"
@@ -63,6 +64,7 @@ nlohmann::json comm_groups_json(const StepStats& st, const DilocoStep& outer) {
   if (st.comm_mirror.total_sent() > 0) j.update(comm_json("pp_mirror", st.comm_mirror));
   if (st.comm_ep.total_sent() > 0) j.update(comm_json("ep", st.comm_ep));
   if (st.comm_edp.total_sent() > 0) j.update(comm_json("edp", st.comm_edp));
+  if (st.comm_tp.total_sent() > 0) j.update(comm_json("tp", st.comm_tp));
   return j;
 }
 
@@ -157,7 +159,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   StepRunner runner(islands.runner_config(), *backend, tracker,
                     RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
                                &mesh.group(comm::MeshGroup::ep),
-                               &mesh.group(comm::MeshGroup::edp)});
+                               &mesh.group(comm::MeshGroup::edp),
+                               &mesh.group(comm::MeshGroup::tp)});
   const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
   std::unique_ptr<Diloco> diloco;
@@ -189,14 +192,17 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const MfuConvention mfu_flops = mfu_convention(mc.spec(), mc.seq_len);
   const plan::ModelCounts counts = plan::count_model(mc.spec());
   const int64_t params = counts.total;
-  const std::string experts =
+  std::string model_parallel =
       pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
+  if (pc.tp > 1) {
+    model_parallel += fmt::format(", tp {} (sequence parallelism {})", pc.tp, pc.sp ? "on" : "off");
+  }
   dir.event(fmt::format(
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
       "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
       "over pp {} ({} stage(s) on this rank); MFU counts {})",
       params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
-      backend->threads(), peak.gflops, world.size(), pc.dp, experts, pc.zero, config.optim.name,
+      backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero, config.optim.name,
       pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
   dir.event(fmt::format("memory plan per process: at least {}; {} available on this machine for "
@@ -265,6 +271,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"comm", comm_groups_json(st, outer)},
                         {"comm_wait_s", st.comm_wait_seconds},
                         {"memory", memory_json(tracker)}};
+    if (pc.tp > 1) line["comm_tp_s"] = st.comm_tp.blocking_seconds;  // inside tp collectives
     if (mc.moe.enabled()) {
       line["moe_max_load_ratio"] = st.moe_max_load_ratio;
       line["moe_layer_load_ratio"] = st.moe_layer_load_ratio;
@@ -412,7 +419,22 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
     val_loss = validate();
   }
-  const nlohmann::json per_rank = memory_per_rank(world, tracker);
+  // plan/'s activation bytes for this rank's stages (dense models: the engine block's formula),
+  // beside the measured ones; every buffer of the engine is in the model's dtype.
+  double predicted_activations = -1;
+  if (!mc.moe.enabled()) {
+    const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
+    predicted_activations = 0;
+    for (int c = 0; c < runner.num_stages(); ++c) {
+      const StageModel& stage = runner.stage(c);
+      predicted_activations += static_cast<double>(
+          plan::engine_activation_bytes(mc.spec(), runner.local_micro_batch(), mc.seq_len,
+                                        mc.activation_policy(), elem, elem, stage.extent(),
+                                        stage.slots(), {pc.tp, pc.sp})
+              .total());
+    }
+  }
+  const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
   nlohmann::json pipeline;
   if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {
@@ -440,6 +462,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"world_size", world.size()},
       {"parallel",
        {{"dp", pc.dp},
+        {"tp", pc.tp},
+        {"sp", pc.tp > 1 && pc.sp},
         {"zero", pc.zero},
         {"pp", pc.pp},
         {"schedule", pc.schedule},

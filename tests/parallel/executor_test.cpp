@@ -166,10 +166,10 @@ TEST(Executor, LayoutsThisBuildCannotTrainAreRefusedByName) {
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
   try {
-    StepRunner r(tiny({"parallel.tp=2"}), *be, tracker);
+    StepRunner r(tiny({"parallel.cp=2"}), *be, tracker);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("parallel.tp = 2: tensor parallelism"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("parallel.cp = 2: context parallelism"), std::string::npos)
         << e.what();
   }
   EXPECT_THROW(StepRunner(tiny({"parallel.chunks=2"}), *be, tracker), Error);  // 1f1b, 2 chunks

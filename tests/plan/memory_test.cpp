@@ -161,6 +161,41 @@ TEST(Activations, OurBlockTermsEqualTheEnginesAllocation) {
   }
 }
 
+// The same under tensor parallelism: per layer, the planner's terms with tp in {2, 4} and SP off
+// or on equal the engine's formula with TensorSplit (which the engine's runs match on every rank,
+// tests/parallel/tensor_train_test), once the planner keeps the gathered norm outputs under SP
+// as the engine does; without that option SP's terms are Megatron's, 2 h per token lower.
+TEST(Activations, OurBlockTermsEqualTheEnginesAllocationUnderTensorParallelism) {
+  const ModelSpec spec = dense_spec(1000, 64, 3, 4, 4, 16, 160, false);
+  const int64_t batch = 2, seq = 128, tokens = batch * seq;
+  for (int t : {2, 4}) {
+    for (bool sp : {false, true}) {
+      for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+        ActivationPolicy policy;
+        policy.recompute = r;
+        ModelSpec one = spec, two = spec;
+        one.n_layers = 1;
+        two.n_layers = 2;
+        const TensorSplit split{t, sp};
+        const double engine_layer = static_cast<double>(
+            engine_activation_bytes(two, batch, seq, policy, 4, 4, {}, 1, split).stored -
+            engine_activation_bytes(one, batch, seq, policy, 4, 4, {}, 1, split).stored);
+        ActivationOptions engine_layout{4.0, 4.0};
+        engine_layout.keeps_sp_gathered_norms = true;
+        auto planner = [&](const ActivationOptions& o) {
+          return tokens * layer_bytes_per_token(block_terms(spec, false, seq, o), t, sp, r,
+                                                4.0 * spec.d_model);
+        };
+        EXPECT_DOUBLE_EQ(planner(engine_layout), engine_layer)
+            << "tp " << t << " sp " << sp << " " << recompute_name(r);
+        const double megatron_gap = sp && r != Recompute::kFull ? 2.0 * 4 * spec.d_model : 0.0;
+        EXPECT_DOUBLE_EQ(planner({4.0, 4.0}), engine_layer - tokens * megatron_gap)
+            << "tp " << t << " sp " << sp << " " << recompute_name(r);
+      }
+    }
+  }
+}
+
 // The whole model on one stage: the planner's activations (layers + the head's tensors) equal
 // the engine's stored bytes for every policy and micro-batch size, fp32 as the engine runs.
 TEST(Activations, WholeModelEqualsTheEnginesAllocation) {

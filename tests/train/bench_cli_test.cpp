@@ -1,5 +1,6 @@
 // The benchmark commands' JSON interfaces (fields other tools and checks rely on), run on tiny
-// shapes: bench gemm, bench step (with measured == predicted activation bytes), bench attention.
+// shapes: bench gemm, bench step (with measured == predicted activation bytes, also under launch
+// with tp 2), bench attention.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -35,6 +36,26 @@ TEST(BenchCli, StepJsonHasThePromisedFields) {
     EXPECT_EQ(j["peak_activation_bytes"], j["predicted_activation_bytes"]) << policy;
     EXPECT_GT(j["hfu"].get<double>(), j["mfu"].get<double>());
     EXPECT_GT(j["profile"]["gemm"]["calls_per_step"].get<int>(), 0);
+  }
+}
+
+// Under launch on a tp 2 mesh: rank 0 alone prints, the time inside tp collectives is a part of
+// the step, and the activation bytes are the tp/sp formula's.
+TEST(BenchCli, StepUnderLaunchWithTensorParallelism) {
+  for (const char* sp : {"true", "false"}) {
+    const auto r = run_trillion("launch -n 2 -- bench step " + config_path("tiny.toml") +
+                                    " --steps 2 --gemm-size 256 --json --set parallel.tp=2 --set "
+                                    "parallel.sp=" +
+                                    sp,
+                                false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);  // one JSON object: rank 0's
+    EXPECT_EQ(j["parallel"]["tp"], 2);
+    EXPECT_EQ(j["parallel"]["sp"], std::string(sp) == "true");
+    EXPECT_GT(j["tp_comm_fraction"].get<double>(), 0.0);
+    EXPECT_LT(j["tp_comm_fraction"].get<double>(), 1.0);
+    EXPECT_EQ(j["peak_activation_bytes"], j["predicted_activation_bytes"]) << sp;
+    EXPECT_EQ(j["params"].get<int64_t>(), 22688);  // the whole model's count, not a shard's
   }
 }
 

@@ -1,6 +1,7 @@
 // CPU backend ops: GEMM in every transpose case against naive loops (f32 and f64, batched,
 // accumulate), and every layer op's backward against central finite differences in f64
-// (relative error < 1e-6). Scalar test loss: sum(R * out) for a fixed random R.
+// (relative error < 1e-6). Scalar test loss: sum(R * out) for a fixed random R. The
+// vocabulary-parallel ops against the whole-vocabulary ones on two shards.
 #include "backend/backend.h"
 
 #include <gtest/gtest.h>
@@ -201,6 +202,67 @@ TEST_F(BackendTest, CrossEntropyGradientAndValue) {
   std::vector<double> g = logits;
   be->cross_entropy_backward(host(g, {N, V}), host(lse, {N}), targets.data(), 1.0);
   EXPECT_LT(gradient_error(loss, logits.data(), N * V, g.data()), 1e-6);
+}
+
+// The vocabulary-parallel ops on shards [0, 3) and [3, 6) of a 6-row vocabulary: the shards'
+// lookups sum to the whole table's, their scatters are the whole scatter's rows.
+TEST_F(BackendTest, VocabShardEmbeddingSumsToTheWholeLookup) {
+  const int64_t V = 6, C = 4, N = 5, half = V / 2;
+  const std::vector<int32_t> tokens = {1, 3, 1, 0, 5};
+  auto table = random_vector(V * C, 52), dout = random_vector(N * C, 53);
+  std::vector<double> whole(N * C), sum(N * C, 0.0), part(N * C);
+  be->embedding_forward(host(whole, {N, C}), tokens.data(), host(table, {V, C}));
+  std::vector<double> dwhole(V * C, 0.0), dshards(V * C, 0.0);
+  be->embedding_backward_weight(host(dwhole, {V, C}), tokens.data(), host(dout, {N, C}));
+  for (int64_t first : {int64_t{0}, half}) {
+    be->vocab_embedding_forward(host(part, {N, C}), tokens.data(),
+                                Tensor(table.data() + first * C, DType::f64, {half, C}), first);
+    for (int64_t i = 0; i < N * C; ++i) sum[i] += part[i];
+    be->vocab_embedding_backward_weight(Tensor(dshards.data() + first * C, DType::f64, {half, C}),
+                                        tokens.data(), host(dout, {N, C}), first);
+  }
+  EXPECT_EQ(sum, whole);
+  EXPECT_EQ(dshards, dwhole);
+}
+
+// Shard statistics combined as the tensor group does (max, rescaled sum of exponentials, target
+// logit) give the whole row's lse and loss; the shards' backward is the whole backward's columns.
+TEST_F(BackendTest, VocabShardCrossEntropyCombinesToTheWholeLoss) {
+  const int64_t N = 3, V = 6, half = V / 2;
+  const std::vector<int32_t> targets = {0, 4, 2};
+  auto logits = random_vector(N * V, 61);
+  std::vector<double> losses(N), lse(N);
+  be->cross_entropy_forward(host(losses, {N}), host(lse, {N}), host(logits, {N, V}),
+                            targets.data());
+  std::vector<double> stats[2], shard[2];
+  for (int r = 0; r < 2; ++r) {
+    shard[r].resize(N * half);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t v = 0; v < half; ++v) shard[r][n * half + v] = logits[n * V + r * half + v];
+    }
+    stats[r].resize(3 * N);
+    be->vocab_cross_entropy_forward(host(stats[r], {N, 3}), host(shard[r], {N, half}),
+                                    targets.data(), r * half);
+  }
+  std::vector<double> whole_grad = logits, shard_lse(N);
+  be->cross_entropy_backward(host(whole_grad, {N, V}), host(lse, {N}), targets.data(), 0.5);
+  for (int64_t n = 0; n < N; ++n) {
+    const double m = std::max(stats[0][3 * n], stats[1][3 * n]);
+    const double s = stats[0][3 * n + 1] * std::exp(stats[0][3 * n] - m) +
+                     stats[1][3 * n + 1] * std::exp(stats[1][3 * n] - m);
+    shard_lse[n] = m + std::log(s);
+    EXPECT_NEAR(shard_lse[n], lse[n], 1e-12) << n;
+    EXPECT_NEAR(shard_lse[n] - (stats[0][3 * n + 2] + stats[1][3 * n + 2]), losses[n], 1e-12);
+  }
+  for (int r = 0; r < 2; ++r) {
+    be->vocab_cross_entropy_backward(host(shard[r], {N, half}), host(shard_lse, {N}),
+                                     targets.data(), r * half, 0.5);
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t v = 0; v < half; ++v) {
+        EXPECT_NEAR(shard[r][n * half + v], whole_grad[n * V + r * half + v], 1e-12) << r << n << v;
+      }
+    }
+  }
 }
 
 TEST_F(BackendTest, AdamWMatchesTheFormula) {

@@ -3,7 +3,9 @@
 // cpu_backend.h) so they are bitwise independent of the thread count.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_exp.h"
@@ -61,6 +63,49 @@ void CpuBackend::embedding_backward_weight(Tensor dtable, const int32_t* tokens,
       thread_range(mt.cols, c0, c1);
       for (int64_t n = 0; n < mo.rows; ++n) {
         T* row = dw + tokens[n] * mt.ld;
+        const T* gr = g + n * mo.ld;
+        for (int64_t c = c0; c < c1; ++c) row[c] += gr[c];
+      }
+    }
+  });
+}
+
+void CpuBackend::vocab_embedding_forward(Tensor out, const int32_t* tokens, const Tensor& rows,
+                                         int64_t first) {
+  check_same_dtype(out, rows, "vocab_embedding_forward");
+  const Matrix mo = as_matrix(out), mt = as_matrix(rows);
+  TRILLION_CHECK(mo.cols == mt.cols, "embedding width mismatch");
+  check_tokens(tokens, mo.rows, INT32_MAX, "token");
+  dispatch(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* o = out.data<T>();
+    const T* w = rows.data<T>();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < mo.rows; ++n) {
+      const int64_t r = tokens[n] - first;
+      const bool mine = r >= 0 && r < mt.rows;
+      for (int64_t c = 0; c < mo.cols; ++c) o[n * mo.ld + c] = mine ? w[r * mt.ld + c] : T(0);
+    }
+  });
+}
+
+void CpuBackend::vocab_embedding_backward_weight(Tensor drows, const int32_t* tokens,
+                                                 const Tensor& dout, int64_t first) {
+  check_same_dtype(drows, dout, "vocab_embedding_backward_weight");
+  const Matrix mt = as_matrix(drows), mo = as_matrix(dout);
+  TRILLION_CHECK(mo.cols == mt.cols, "embedding width mismatch");
+  dispatch(drows.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* dw = drows.data<T>();
+    const T* g = dout.data<T>();
+#pragma omp parallel
+    {
+      int64_t c0, c1;
+      thread_range(mt.cols, c0, c1);
+      for (int64_t n = 0; n < mo.rows; ++n) {
+        const int64_t r = tokens[n] - first;
+        if (r < 0 || r >= mt.rows) continue;
+        T* row = dw + r * mt.ld;
         const T* gr = g + n * mo.ld;
         for (int64_t c = c0; c < c1; ++c) row[c] += gr[c];
       }
@@ -289,6 +334,52 @@ void CpuBackend::cross_entropy_backward(Tensor logits, const Tensor& lse, const 
 #pragma omp simd
       for (int64_t v = 0; v < m.cols; ++v) row[v] = a * exp_any<T>(row[v] - l);
       row[targets[n]] -= a;
+    }
+  });
+}
+
+void CpuBackend::vocab_cross_entropy_forward(Tensor stats, const Tensor& logits,
+                                             const int32_t* targets, int64_t first) {
+  const Matrix m = as_matrix(logits);
+  TRILLION_CHECK(stats.dtype() == DType::f64 && stats.numel() == 3 * m.rows,
+                 "vocab_cross_entropy_forward: stats must be f64 [n, 3]");
+  dispatch(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pl = logits.data<T>();
+    double* ps = stats.data<double>();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < m.rows; ++n) {
+      const T* row = pl + n * m.ld;
+      double mx = static_cast<double>(row[0]);
+      for (int64_t v = 1; v < m.cols; ++v) mx = std::max(mx, static_cast<double>(row[v]));
+      double sum = 0;
+      for (int64_t v = 0; v < m.cols; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
+      const int64_t t = targets[n] - first;
+      ps[3 * n] = mx;
+      ps[3 * n + 1] = sum;
+      ps[3 * n + 2] = t >= 0 && t < m.cols ? static_cast<double>(row[t]) : 0.0;
+    }
+  });
+}
+
+void CpuBackend::vocab_cross_entropy_backward(Tensor logits, const Tensor& lse,
+                                              const int32_t* targets, int64_t first, double scale) {
+  check_same_dtype(logits, lse, "vocab_cross_entropy_backward");
+  const Matrix m = as_matrix(logits);
+  TRILLION_CHECK(lse.numel() == m.rows, "vocab_cross_entropy_backward shapes");
+  dispatch(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* pl = logits.data<T>();
+    const T* plse = lse.data<T>();
+    const T a = static_cast<T>(scale);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < m.rows; ++n) {
+      T* row = pl + n * m.ld;
+      const T l = plse[n];
+#pragma omp simd
+      for (int64_t v = 0; v < m.cols; ++v) row[v] = a * exp_any<T>(row[v] - l);
+      const int64_t t = targets[n] - first;
+      if (t >= 0 && t < m.cols) row[t] -= a;
     }
   });
 }

@@ -178,7 +178,7 @@ std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, doubl
 
   std::vector<double> losses(m, 0.0);
   std::vector<std::vector<int32_t>> tokens(m), targets(m);
-  const int64_t N = stages_[0]->input(0).size(0);
+  const int64_t N = stages_[0]->tokens();
   auto load = [&](int mb) {  // this step's micro-batch data, read once
     if (!tokens[mb].empty()) return;
     tokens[mb].resize(N);
