@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency from Debian packages. Idempotent: installs only
 # what is missing, so a second run is quick.
+#   scripts/setup.sh [--with-torch]   (--with-torch adds python3-torch, ~1 GB, for the PyTorch
+#                                      parity test of tests/interop; without it that test skips)
 set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
@@ -9,6 +11,12 @@ packages=(
   libopenmpi-dev openmpi-bin
   clang libclang-rt-dev
 )
+for arg in "$@"; do
+  case "$arg" in
+    --with-torch) packages+=(python3-torch) ;;
+    *) echo "setup.sh: unknown argument '$arg' (try --with-torch)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -404,6 +404,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   t.read("checkpoint_every", tc.checkpoint_every);
   t.read("keep_checkpoints", tc.keep_checkpoints);
   t.read("noise_scale_decay", tc.noise_scale_decay);
+  t.read("tensorboard", tc.tensorboard);
   t.reject_unknown();
   auto at_least = [&](const char* key, int64_t v, int64_t lo) {
     if (v < lo) throw Error(fmt::format("{}: {} = {} must be >= {}", source, key, v, lo));
@@ -753,7 +754,8 @@ std::string to_toml(const RunConfig& c) {
                     {"eval_batches", t.eval_batches},
                     {"checkpoint_every", t.checkpoint_every},
                     {"keep_checkpoints", t.keep_checkpoints},
-                    {"noise_scale_decay", t.noise_scale_decay}};
+                    {"noise_scale_decay", t.noise_scale_decay},
+                    {"tensorboard", t.tensorboard}};
   const OptimConfig& o = c.optim;
   toml::table optim{{"name", o.name},
                     {"lr", o.lr},

@@ -27,6 +27,8 @@ struct TrainConfig {
   // steps). Measured when a step has two or more gradient estimates (dp ranks, or micro-batches
   // under ZeRO-2/3).
   double noise_scale_decay = 0.99;
+  // Also write TensorBoard event files beside metrics.jsonl (train/tensorboard.h).
+  bool tensorboard = false;
 };
 
 struct OptimConfig {

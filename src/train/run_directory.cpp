@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "data/file_io.h"
 #include "train/checkpoint.h"
+#include "train/run_config.h"
 
 namespace fs = std::filesystem;
 
@@ -83,6 +84,11 @@ void RunDirectory::start(const std::string& config_toml, int64_t first_step) {
   truncate_metrics(metrics_path(), first_step);
   data::write_file_atomic(dir_ + "/config.toml", {config_toml});
   metrics_.open(metrics_path(), std::ios::app);
+  // The resolved config is the one place the run's settings reach the run directory, so the
+  // switch is read from it here (the trainer needs no TensorBoard code).
+  if (parse_run_config(config_toml, dir_ + "/config.toml", {}).train.tensorboard) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(dir_);
+  }
 }
 
 void RunDirectory::event(const std::string& line) {
@@ -99,6 +105,7 @@ void RunDirectory::metrics(const std::string& json_line) {
   if (!lead_) return;
   metrics_ << json_line << "\n";
   metrics_.flush();
+  if (tensorboard_) tensorboard_->metrics(json_line);
 }
 
 void RunDirectory::summary(const std::string& text) {

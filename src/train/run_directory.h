@@ -4,11 +4,15 @@
 // Invariants: a directory that already holds a run is never reused without --resume (nothing is
 // touched before that check); a resumed run's metrics.jsonl keeps only the steps up to the
 // checkpoint it resumed from (the later ones are written again); every file but the appended
-// logs is written atomically.
+// logs is written atomically. With train.tensorboard = true in the config start() is given,
+// every metrics line is also a TensorBoard event (events.out.tfevents.*).
 #pragma once
 
 #include <fstream>
+#include <memory>
 #include <string>
+
+#include "train/tensorboard.h"
 
 namespace trillion {
 
@@ -25,11 +29,13 @@ class RunDirectory {
   bool lead() const { return lead_; }
   std::string metrics_path() const { return dir_ + "/metrics.jsonl"; }
 
-  // Creates the directory and writes config.toml; keeps metrics of steps <= first_step.
+  // Creates the directory and writes config.toml; keeps metrics of steps <= first_step; opens
+  // a TensorBoard event file when the config says train.tensorboard = true.
   void start(const std::string& config_toml, int64_t first_step);
   // A timestamped line in events.log (and on stderr unless quiet).
   void event(const std::string& line);
-  // One line of metrics.jsonl, flushed (a killed run loses at most the line being written).
+  // One line of metrics.jsonl, flushed (a killed run loses at most the line being written), and
+  // its numbers as one TensorBoard event when enabled.
   void metrics(const std::string& json_line);
   void summary(const std::string& text);
 
@@ -38,6 +44,7 @@ class RunDirectory {
   bool lead_, echo_;
   int lock_fd_ = -1;
   std::ofstream events_, metrics_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace trillion

@@ -3,8 +3,8 @@
 # (RMSNorm, rotate_half RoPE with inv_freq = theta^(-2i/d), repeat_kv grouped-query attention,
 # SiLU-gated MLP) and the safetensors spec, in plain Python doubles (no trillion code): reads
 # DIR/config.json and DIR/model.safetensors and prints the next-token logits after the given ids
-# as JSON. With PyTorch installed (--torch), the same model is run with torch in float32 instead.
-#   hf_llama_reference.py DIR ID [ID ...] [--torch]
+# as JSON (tests/interop/torch_llama.py is the PyTorch version, run where PyTorch is installed).
+#   hf_llama_reference.py DIR ID [ID ...]
 import json, math, struct, sys
 
 
@@ -96,47 +96,12 @@ def plain_forward(cfg, W, ids):
     return matvec(head[1], head[0], h)
 
 
-def torch_forward(cfg, W, ids):
-    import torch
-
-    T = lambda n: torch.tensor(W[n][1], dtype=torch.float32).reshape(W[n][0])
-    C, NH = cfg["hidden_size"], cfg["num_attention_heads"]
-    KV = cfg.get("num_key_value_heads", NH)
-    HD = cfg.get("head_dim") or C // NH
-    eps, theta, n = cfg["rms_norm_eps"], cfg.get("rope_theta", 10000.0), len(ids)
-    inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
-    freqs = torch.outer(torch.arange(n, dtype=torch.float32), inv_freq)
-    cos, sin = torch.cat([freqs, freqs], -1).cos(), torch.cat([freqs, freqs], -1).sin()
-    rot = lambda x: torch.cat([-x[..., HD // 2 :], x[..., : HD // 2]], -1)
-    norm = lambda x, w: w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-    x = T("model.embed_tokens.weight")[torch.tensor(ids)]
-    mask = torch.full((n, n), float("-inf")).triu(1)
-    for l in range(cfg["num_hidden_layers"]):
-        p = "model.layers.%d." % l
-        h = norm(x, T(p + "input_layernorm.weight"))
-        q = (h @ T(p + "self_attn.q_proj.weight").T).view(n, NH, HD).transpose(0, 1)
-        k = (h @ T(p + "self_attn.k_proj.weight").T).view(n, KV, HD).transpose(0, 1)
-        v = (h @ T(p + "self_attn.v_proj.weight").T).view(n, KV, HD).transpose(0, 1)
-        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
-        k, v = k.repeat_interleave(NH // KV, 0), v.repeat_interleave(NH // KV, 0)
-        a = torch.softmax(q @ k.transpose(1, 2) / math.sqrt(HD) + mask, -1) @ v
-        x = x + a.transpose(0, 1).reshape(n, NH * HD) @ T(p + "self_attn.o_proj.weight").T
-        h = norm(x, T(p + "post_attention_layernorm.weight"))
-        g = torch.nn.functional.silu(h @ T(p + "mlp.gate_proj.weight").T)
-        x = x + (g * (h @ T(p + "mlp.up_proj.weight").T)) @ T(p + "mlp.down_proj.weight").T
-    h = norm(x, T("model.norm.weight"))
-    head = "model.embed_tokens.weight" if cfg.get("tie_word_embeddings") else "lm_head.weight"
-    return (h[-1] @ T(head).T).tolist()
-
-
 def main():
-    args = [a for a in sys.argv[1:] if a != "--torch"]
-    d, ids = args[0], [int(a) for a in args[1:]]
+    d, ids = sys.argv[1], [int(a) for a in sys.argv[2:]]
     with open(d + "/config.json") as f:
         cfg = json.load(f)
     W = read_safetensors(d + "/model.safetensors")
-    forward = torch_forward if "--torch" in sys.argv else plain_forward
-    print(json.dumps(forward(cfg, W, ids)))
+    print(json.dumps(plain_forward(cfg, W, ids)))
 
 
 if __name__ == "__main__":

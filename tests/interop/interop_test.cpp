@@ -1,13 +1,14 @@
 // Interop tests: the safetensors export read back by a reader written here from the format spec
 // (not the writer's code) gives bitwise the checkpoint's tensors under Hugging Face Llama names;
 // import round-trips bitwise; an independent Llama forward (tests/interop/hf_llama_reference.py,
-// plain Python from HF's formulas; with --torch where PyTorch is installed) gives trillion's
-// next-token logits; the KV-cached decoder gives the full-window logits at every position, and
+// plain Python from HF's formulas) gives trillion's next-token logits, and a PyTorch Llama
+// (tests/interop/torch_llama.py, where PyTorch is installed) its logits at every position; the KV-cached decoder gives the full-window logits at every position, and
 // `trillion generate` the same tokens with and without the cache; tokenizer.json's byte alphabet
 // and tables; clear errors for bad files.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -194,7 +195,7 @@ TEST(SafetensorsImport, RoundTripIsBitwiseAndGenerates) {
   EXPECT_EQ(a.output, b.output);
 }
 
-// Logits of the last position of `ids` from trillion's full forward.
+// Logits [n, V] (row-major) of every position of `ids` from trillion's full forward.
 std::vector<double> trillion_logits(const RunConfig& cfg, const std::string& ckpt,
                                     const std::vector<int32_t>& ids) {
   MemoryTracker tracker;
@@ -204,48 +205,87 @@ std::vector<double> trillion_logits(const RunConfig& cfg, const std::string& ckp
   load_checkpoint(ckpt, model.parameters(), nullptr, nullptr);
   std::vector<int32_t> targets(n, 0);
   model.forward(ids.data(), targets.data());
-  std::vector<double> logits(V);
-  Buffer row(tracker, MemoryCategory::workspace, cfg.model.dtype, V);
-  be->gemm(row.view(0, {1, V}), false, true, model.final_hidden().rows(n - 1, n),
+  std::vector<double> logits(n * V);
+  Buffer rows(tracker, MemoryCategory::workspace, cfg.model.dtype, n * V);
+  be->gemm(rows.view(0, {n, V}), false, true, model.final_hidden().rows(0, n),
            model.head_weight(), 1.0, 0.0);
-  be->copy(Tensor(logits.data(), DType::f64, {V}), row.flat());
+  be->copy(Tensor(logits.data(), DType::f64, {n * V}), rows.flat());
   return logits;
 }
 
-void compare_with_reference(bool torch) {
-  const std::string root = fresh_dir(torch ? "st_torch" : "st_reference");
-  const TinyRun run = make_tiny_run(root + "/run", {"model.init_std=0.2"});
-  ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf").exit_code, 0);
-  const std::vector<int32_t> ids = {3, 17, 42, 8, 63, 0, 29, 11, 5, 50};
-  std::string cmd = "python3 " + std::string(TRILLION_SOURCE_DIR) +
-                    "/tests/interop/hf_llama_reference.py " + root + "/hf";
-  for (int32_t id : ids) cmd += " " + std::to_string(id);
-  if (torch) cmd += " --torch";
-  const auto r = run_shell(cmd);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto ref = nlohmann::json::parse(r.output).get<std::vector<double>>();
-  const auto ours = trillion_logits(run.cfg, run.dir, ids);
-  ASSERT_EQ(ref.size(), ours.size());
+const std::vector<int32_t> kReferenceIds = {3, 17, 42, 8, 63, 0, 29, 11, 5, 50};
+
+// Largest |ref - ours| over the logits `ref` holds (the last position, or all of them) and the
+// largest |ref| (so a test sees the logits are not trivially zero).
+struct LogitDiff {
   double max_diff = 0, max_abs = 0;
+};
+LogitDiff compare_logits(const std::vector<double>& ref, const std::vector<double>& ours) {
+  LogitDiff d;
+  const size_t offset = ours.size() - ref.size();  // ref = the last ref.size() values of ours
   for (size_t i = 0; i < ref.size(); ++i) {
-    max_diff = std::max(max_diff, std::abs(ref[i] - ours[i]));
-    max_abs = std::max(max_abs, std::abs(ref[i]));
+    d.max_diff = std::max(d.max_diff, std::abs(ref[i] - ours[offset + i]));
+    d.max_abs = std::max(d.max_abs, std::abs(ref[i]));
   }
-  EXPECT_LT(max_diff, 1e-4) << "largest logit " << max_abs;
-  EXPECT_GT(max_abs, 0.1);  // the logits are not trivially zero
+  return d;
 }
 
 TEST(HfLlamaReference, PlainPythonLlamaGivesTheSameNextTokenLogits) {
   if (run_shell("python3 -c 'import json' 2>/dev/null").exit_code != 0) GTEST_SKIP() << "no python3";
-  compare_with_reference(false);
+  const std::string root = fresh_dir("st_reference");
+  const TinyRun run = make_tiny_run(root + "/run", {"model.init_std=0.2"});
+  ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf").exit_code, 0);
+  std::string cmd = "python3 " + std::string(TRILLION_SOURCE_DIR) +
+                    "/tests/interop/hf_llama_reference.py " + root + "/hf";
+  for (int32_t id : kReferenceIds) cmd += " " + std::to_string(id);
+  const auto r = run_shell(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto ref = nlohmann::json::parse(r.output).get<std::vector<double>>();
+  ASSERT_EQ(ref.size(), static_cast<size_t>(run.cfg.model.vocab_size));
+  const LogitDiff d = compare_logits(ref, trillion_logits(run.cfg, run.dir, kReferenceIds));
+  EXPECT_LT(d.max_diff, 1e-4) << "largest logit " << d.max_abs;
+  EXPECT_GT(d.max_abs, 0.1);
 }
 
+// The PyTorch Llama of tests/interop/torch_llama.py (nn.Modules built from config.json) on a
+// checkpoint trained for 20 steps by `trillion train` computes trillion's logits at every
+// position, in f32. Debian's python3-torch is installed for the system interpreter, so the test
+// runs /usr/bin/python3 (a python3 earlier on PATH may lack torch).
 TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
-  if (run_shell("python3 -c 'import torch' 2>/dev/null").exit_code != 0) {
-    GTEST_SKIP() << "PyTorch is not installed (Debian: apt-get install python3-torch); the plain "
-                    "Python reference above checks the same formulas";
+  const std::string python = "/usr/bin/python3";
+  if (run_shell(python + " -c 'import torch' 2>/dev/null").exit_code != 0) {
+    GTEST_SKIP() << "PyTorch is not installed for " << python
+                 << " (Debian: apt-get install python3-torch, or scripts/setup.sh --with-torch); "
+                    "the plain Python reference test checks the same formulas";
   }
-  compare_with_reference(true);
+  const std::string root = fresh_dir("st_torch");
+  const auto train = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " +
+                                  root + "/run --set model.n_layers=3 --set model.init_std=0.2");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const auto ex = run_trillion("export --checkpoint " + root + "/run --out " + root + "/hf");
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  const std::string ckpt = root + "/run/checkpoints/step_00000020";
+  const RunConfig cfg = parse_run_config(read_checkpoint_config(ckpt), ckpt, {});
+  ASSERT_EQ(cfg.model.dtype, DType::f32);
+  std::string cmd = python + " " + std::string(TRILLION_SOURCE_DIR) +
+                    "/tests/interop/torch_llama.py " + root + "/hf";
+  for (int32_t id : kReferenceIds) cmd += " " + std::to_string(id);
+  const auto r = run_shell(cmd + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto rows = nlohmann::json::parse(r.output).get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(rows.size(), kReferenceIds.size());
+  std::vector<double> ref;
+  for (const auto& row : rows) {
+    ASSERT_EQ(row.size(), static_cast<size_t>(cfg.model.vocab_size));
+    ref.insert(ref.end(), row.begin(), row.end());
+  }
+  const LogitDiff d = compare_logits(ref, trillion_logits(cfg, ckpt, kReferenceIds));
+  std::printf("PyTorch vs trillion, f32, %zu positions x %lld logits: max |diff| %.3g (largest "
+              "logit %.3g)\n",
+              rows.size(), static_cast<long long>(cfg.model.vocab_size), d.max_diff, d.max_abs);
+  RecordProperty("max_abs_diff", std::to_string(d.max_diff));
+  EXPECT_LT(d.max_diff, 1e-4) << "largest logit " << d.max_abs;
+  EXPECT_GT(d.max_abs, 0.1);
 }
 
 TEST(SafetensorsReader, BadFilesAreClearErrors) {

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+# A plain PyTorch Llama built from a Hugging Face config.json (no transformers, no trillion code):
+# token embedding, RMSNorm, RoPE with rotate_half (inv_freq = theta^(-2i/d)), grouped-query
+# attention (query head h reads kv head h // (NH/KV), HF's repeat_kv), SwiGLU MLP, final norm and
+# LM head (tied to the embedding when tie_word_embeddings). Weights come from model.safetensors,
+# read here from the format spec (8-byte LE header length, JSON header, raw LE data) with struct.
+# Prints the logits of every position for the given ids as JSON, computed in float32:
+#   /usr/bin/python3 torch_llama.py DIR ID [ID ...]
+import json, math, struct, sys
+
+import torch
+from torch import nn
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    data = bytearray(blob[8 + n :])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = t["data_offsets"]
+        raw = data[begin:end]
+        if t["dtype"] == "F32":
+            v = torch.frombuffer(raw, dtype=torch.float32)
+        elif t["dtype"] == "F64":
+            v = torch.frombuffer(raw, dtype=torch.float64).float()
+        elif t["dtype"] == "BF16":
+            v = torch.frombuffer(raw, dtype=torch.bfloat16).float()
+        else:
+            raise SystemExit("%s: tensor %s has dtype %s (F32, F64, BF16 expected)"
+                             % (path, name, t["dtype"]))
+        out[name] = v.reshape(t["shape"]).clone()
+    return out
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], -1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, self.NH = cfg["hidden_size"], cfg["num_attention_heads"]
+        self.KV = cfg.get("num_key_value_heads", self.NH)
+        self.HD = cfg.get("head_dim") or C // self.NH
+        self.q_proj = nn.Linear(C, self.NH * self.HD, bias=False)
+        self.k_proj = nn.Linear(C, self.KV * self.HD, bias=False)
+        self.v_proj = nn.Linear(C, self.KV * self.HD, bias=False)
+        self.o_proj = nn.Linear(self.NH * self.HD, C, bias=False)
+
+    def forward(self, x, cos, sin):  # x [T, C]
+        T = x.shape[0]
+        q = self.q_proj(x).view(T, self.NH, self.HD).transpose(0, 1)  # [NH, T, HD]
+        k = self.k_proj(x).view(T, self.KV, self.HD).transpose(0, 1)  # [KV, T, HD]
+        v = self.v_proj(x).view(T, self.KV, self.HD).transpose(0, 1)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        group = self.NH // self.KV
+        k, v = k.repeat_interleave(group, 0), v.repeat_interleave(group, 0)
+        scores = q @ k.transpose(1, 2) / math.sqrt(self.HD)
+        scores = scores + torch.full((T, T), float("-inf")).triu(1)  # causal
+        out = torch.softmax(scores, -1) @ v  # [NH, T, HD]
+        return self.o_proj(out.transpose(0, 1).reshape(T, self.NH * self.HD))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, F = cfg["hidden_size"], cfg["intermediate_size"]
+        self.gate_proj = nn.Linear(C, F, bias=False)
+        self.up_proj = nn.Linear(C, F, bias=False)
+        self.down_proj = nn.Linear(F, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        eps = cfg["rms_norm_eps"]
+        self.input_layernorm = RMSNorm(cfg["hidden_size"], eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Model(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
+        self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg["num_hidden_layers"])])
+        self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Model(cfg)
+        self.lm_head = nn.Linear(cfg["hidden_size"], cfg["vocab_size"], bias=False)
+        if cfg.get("tie_word_embeddings"):
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, ids):  # ids [T] -> logits [T, V]
+        cfg, T = self.cfg, ids.shape[0]
+        HD = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        theta = cfg.get("rope_theta", 10000.0)
+        inv_freq = 1.0 / (theta ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
+        freqs = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)
+        angles = torch.cat([freqs, freqs], -1)  # [T, HD]
+        cos, sin = angles.cos(), angles.sin()
+        x = self.model.embed_tokens(ids)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        return self.lm_head(self.model.norm(x))
+
+
+def main():
+    d, ids = sys.argv[1], [int(a) for a in sys.argv[2:]]
+    with open(d + "/config.json") as f:
+        cfg = json.load(f)
+    if cfg.get("rope_scaling"):
+        raise SystemExit("%s/config.json: rope_scaling is not supported by this reference" % d)
+    model = LlamaForCausalLM(cfg)
+    weights = load_safetensors(d + "/model.safetensors")
+    if cfg.get("tie_word_embeddings"):
+        weights.setdefault("lm_head.weight", weights["model.embed_tokens.weight"])
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise SystemExit("tensor names: missing %s, unexpected %s" % (missing, unexpected))
+    with torch.no_grad():
+        logits = model(torch.tensor(ids, dtype=torch.long))
+    print(json.dumps(logits.tolist()))
+
+
+if __name__ == "__main__":
+    main()
