@@ -52,6 +52,8 @@ const Exclusion kExcluded[] = {
     {"data inspect mk/train.bin", "needs the crafted header the page describes in prose"},
     {"model.d_model=256 --set model.n_layers=8", "a 2-rank timing experiment"},
     {"runs/ov_", "reads the 2-rank timing experiment's runs"},
+    {"runs/tp_ref8", "documents a 20-step fp32 drift (compare exits 1, DIFFER, by design)"},
+    {"runs/tp_8", "the 8-rank half of that drift experiment"},
 };
 
 const char* excluded(const std::string& cmd) {
