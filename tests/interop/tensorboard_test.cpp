@@ -136,12 +136,13 @@ Event decode_event(const std::string& record) {
   return e;
 }
 
+// Every number of a metrics line but its step and wall-clock time (the event's own fields).
 void expected_scalars(const nlohmann::json& j, const std::string& prefix,
                       std::map<std::string, float>& out) {
   for (const auto& [k, v] : j.items()) {
     const std::string tag = prefix.empty() ? k : prefix + "/" + k;
     if (v.is_object()) expected_scalars(v, tag, out);
-    else if (v.is_number() && !(prefix.empty() && k == "step")) out[tag] = v.get<float>();
+    else if (v.is_number() && !(prefix.empty() && (k == "step" || k == "time"))) out[tag] = v.get<float>();
   }
 }
 
