@@ -32,11 +32,10 @@ using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
 
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 // moe-tiny: 4 sequences of 32 tokens per micro-batch, 4 micro-batches (DualPipe needs >= 2 pp).
 constexpr int kMicro = 4, kBatch = 4, kSeq = 32, kWidth = 32, kExperts = 8, kTopK = 2;
@@ -45,14 +44,6 @@ std::string flags() {
   return "train " + config_path("moe-tiny.toml") +
          " --quiet --set train.steps=3 --set train.log_every=1 --set train.grad_accum=" +
          std::to_string(kMicro);
-}
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
 }
 
 struct Layout {
@@ -111,7 +102,7 @@ TEST_P(ExpertParallel, SameRunModelStatesAndAllToAllBytes) {
   // forward, input gradient backward), C fp32 values each; each exchange first sends its
   // E/ep counts (f64) to each of the ep - 1 peers.
   const int64_t rows_per_micro = kBatch / l.dp * kSeq * kTopK;  // dropless: tokens x top-k
-  for (const auto& m : metrics(run)) {
+  for (const auto& m : read_metrics(run)) {
     const auto& rows = m["moe_rows"];
     const int64_t out = rows["out"], in = rows["in"], local = rows["local"],
                   exchanges = rows["exchanges"];
@@ -183,7 +174,7 @@ std::vector<double> load_ratios(const std::string& router_sets, const std::strin
       router_sets);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::vector<double> ratios;
-  for (const auto& m : metrics(run)) ratios.push_back(m["moe_max_load_ratio"].get<double>());
+  for (const auto& m : read_metrics(run)) ratios.push_back(m["moe_max_load_ratio"].get<double>());
   EXPECT_EQ(ratios.size(), 60u);
   return ratios;
 }

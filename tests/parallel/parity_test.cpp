@@ -24,24 +24,15 @@ using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
 
 constexpr int64_t kParams = 22688;    // configs/tiny.toml
 constexpr int64_t kEmbedding = 2048;  // its 64 x 32 embedding (the lm_head when untied)
 constexpr int64_t kHeadNorm = 32;     // the final norm
 // Child processes (trillion, mpirun and the ranks) inherit this: one OpenMP thread per rank,
 // since ranks already outnumber the 2 cores.
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
+const std::string kEnv = one_thread_per_rank();
 
 std::string train_flags(const std::string& optimizer) {
   return "train " + config_path("tiny.toml") +
@@ -80,7 +71,7 @@ TEST_P(Parity, SameRunSameMemoryFormulaSameBytes) {
 
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
-  const auto ma = metrics(ref), mb = metrics(run);
+  const auto ma = read_metrics(ref), mb = read_metrics(run);
   ASSERT_EQ(ma.size(), 4u);
   ASSERT_EQ(mb.size(), 4u);
   const double n = l.dp;
@@ -174,7 +165,7 @@ TEST_P(ParityVariant, SameRun) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
-  const auto ma = metrics(ref), mb = metrics(run);
+  const auto ma = read_metrics(ref), mb = read_metrics(run);
   ASSERT_EQ(mb.size(), 4u);
   const double n = v.dp, pass = kParams * (n - 1) / n * 4;
   for (size_t s = 0; s < ma.size(); ++s) {
@@ -224,7 +215,7 @@ TEST(Launch, TheDocumentedInterfaceTrainsTinyWithZero3) {
   const auto summary = read_json(dir + "/summary.json");
   EXPECT_EQ(summary["world_size"], 4);
   EXPECT_EQ(summary["steps"], 20);
-  const auto a = metrics(ref), b = metrics(dir);
+  const auto a = read_metrics(ref), b = read_metrics(dir);
   ASSERT_EQ(b.size(), 20u);
   for (size_t s = 0; s < a.size(); ++s) {
     const double la = a[s]["loss"], lb = b[s]["loss"];

@@ -28,11 +28,10 @@ using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
 
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 constexpr int kLayers = 8, kMicro = 8, kBatch = 4, kSeq = 32, kWidth = 32;
 
@@ -40,14 +39,6 @@ std::string flags() {
   return "train " + config_path("tiny.toml") +
          " --quiet --set train.steps=2 --set model.n_layers=" + std::to_string(kLayers) +
          " --set train.grad_accum=" + std::to_string(kMicro);
-}
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
 }
 
 struct Layout {
@@ -143,7 +134,7 @@ TEST_P(Pipeline, SameRunSlotsBytesAndMemory) {
     EXPECT_EQ(pipe["pp_sent_bytes"][p].get<int64_t>(), rank_sends * N * kWidth * 4)
         << "pipeline rank " << p;
   }
-  for (const auto& m : metrics(run)) {
+  for (const auto& m : read_metrics(run)) {
     const auto& pp = m["comm"]["pp"];
     EXPECT_EQ(pp["send"].get<double>(), static_cast<double>(sends * N * kWidth * 4)) << m.dump();
     EXPECT_EQ(pp["all_reduce"].get<double>(), scalars) << m.dump();
@@ -189,7 +180,7 @@ TEST(PipelineLayout, UnevenSplitAndClippingOverAllStagesMatchOneProcess) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
-  const auto ref_lines = metrics(ref), run_lines = metrics(run);
+  const auto ref_lines = read_metrics(ref), run_lines = read_metrics(run);
   ASSERT_EQ(ref_lines.size(), 2u);
   ASSERT_EQ(run_lines.size(), ref_lines.size());
   for (size_t i = 0; i < ref_lines.size(); ++i) {

@@ -16,11 +16,9 @@ using testing::run_shell;
 using testing::run_trillion;
 using testing::shared_run;
 using testing::has;
+using testing::one_thread_per_rank;
 
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 std::string flags(int dp) {
   return "train " + config_path("tiny.toml") + " --quiet --set train.steps=6" +

@@ -26,22 +26,13 @@ using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
 
 constexpr int64_t kParams = 22688;  // configs/tiny.toml
 // Strided over 2 fragments: layer 0 with the embedding, layer 1 with the head (norm + lm_head).
 constexpr int64_t kFragment0 = 2048 + 9280, kFragment1 = 9280 + 32 + 2048;
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);  // ranks outnumber the 2 cores
-  return std::string();
-}();
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
+const std::string kEnv = one_thread_per_rank();
 
 double bytes(const nlohmann::json& line, const char* group, const char* kind) {
   const auto& c = line["comm"];
@@ -88,7 +79,7 @@ TEST_P(DilocoParity, OneInnerStepUnitOuterLrNoMomentumIsSynchronousDp) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --metric val_loss --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
-  const auto ma = metrics(ref), mb = metrics(run);
+  const auto ma = read_metrics(ref), mb = read_metrics(run);
   ASSERT_EQ(mb.size(), 6u);
   for (size_t s = 0; s < ma.size(); ++s) {
     const double a = ma[s]["val_loss"], b = mb[s]["val_loss"];
@@ -137,7 +128,7 @@ TEST(Diloco, TwentyInnerStepsSendOneTwentiethOfSynchronousDpBytesBetweenIslands)
   const auto r =
       run_trillion(launch(2, common + " --set diloco.islands=2 --set diloco.inner_steps=20", dl));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const auto ms = metrics(sync), md = metrics(dl);
+  const auto ms = read_metrics(sync), md = read_metrics(dl);
   ASSERT_EQ(md.size(), 40u);
   double sync_gradient = 0, sync_total = 0, diloco_total = 0;
   for (size_t s = 0; s < 40; ++s) {
@@ -204,7 +195,7 @@ TEST_P(StreamingDiloco, ResumesBitwiseWithAnExchangeInFlight) {
     EXPECT_EQ(cmp_noise.exit_code, 0) << cmp_noise.output;
   }
 
-  const auto m = metrics(whole);
+  const auto m = read_metrics(whole);
   ASSERT_EQ(m.size(), 12u);
   for (int s = 1; s <= 12; ++s) {
     const auto& d = m[s - 1]["diloco"];
@@ -280,7 +271,7 @@ TEST(NoiseScale, RanksOrMicroBatchesGiveTheSameEstimate) {
                 .exit_code,
             0);
   ASSERT_EQ(run_trillion(kEnv + common + " --run-dir " + d).exit_code, 0);
-  const auto ma = metrics(a), mb = metrics(b), mc = metrics(c), md = metrics(d);
+  const auto ma = read_metrics(a), mb = read_metrics(b), mc = read_metrics(c), md = read_metrics(d);
   ASSERT_EQ(ma.size(), 8u);
   ASSERT_TRUE(ma.back().contains("gradient_noise_scale"));
   for (size_t s = 0; s < ma.size(); ++s) {

@@ -18,11 +18,9 @@ using testing::run_trillion;
 using testing::shared_run;
 using testing::has;
 using testing::slurp;
+using testing::one_thread_per_rank;
 
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 std::string train(const std::string& extra = "") {
   return "train " + testing::config_path("tiny.toml") +

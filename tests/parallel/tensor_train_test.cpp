@@ -30,11 +30,10 @@ using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
 
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 constexpr int kLayers = 2, kMicro = 2, kBatch = 4, kSeq = 32, kWidth = 32;
 constexpr double kClip = 0.5;  // the first step's norm is ~0.52: the clip binds
@@ -44,14 +43,6 @@ std::string flags(const std::string& shared) {
   return "train " + config_path("tiny.toml") +
          " --quiet --set train.steps=2 --set model.n_kv_heads=4 --set train.grad_accum=" +
          std::to_string(kMicro) + " --set optim.grad_clip=0.5" + shared;
-}
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
 }
 
 double sent(const nlohmann::json& group, const char* kind) {
@@ -96,7 +87,7 @@ TEST_P(TensorParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const auto summary = read_json(run + "/summary.json");
   EXPECT_EQ(summary["parallel"]["tp"], l.tp);
   EXPECT_EQ(summary["parallel"]["sp"], l.sp);
-  const auto ref_lines = metrics(ref), run_lines = metrics(run);
+  const auto ref_lines = read_metrics(ref), run_lines = read_metrics(run);
   ASSERT_EQ(run_lines.size(), 2u);
   ASSERT_EQ(ref_lines.size(), run_lines.size());
   EXPECT_GT(ref_lines[0]["grad_norm"].get<double>(), kClip);
@@ -217,7 +208,7 @@ TEST(TensorParallelLayout, ACheckpointOfOneTpLayoutResumesUnderAnother) {
   const auto first = run_trillion(kEnv + "launch -n 2 -- " + args + " --run-dir " + run +
                                   " --set parallel.tp=2 --stop-after 2");
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  EXPECT_EQ(metrics(run).size(), 2u);
+  EXPECT_EQ(read_metrics(run).size(), 2u);
   const auto second = run_trillion(kEnv + "launch -n 4 -- " + args + " --run-dir " + run +
                                    " --set parallel.tp=4 --set parallel.sp=false --resume");
   ASSERT_EQ(second.exit_code, 0) << second.output;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace trillion::testing {
 
@@ -85,6 +86,23 @@ inline std::string slurp(const std::string& path) {
 inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
+}
+
+// metrics.jsonl of a run directory, one JSON object per line.
+inline std::vector<nlohmann::json> read_metrics(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// Multi-rank tests start more ranks than this machine has cores: one OpenMP thread per rank, set
+// before the first command runs (as `const std::string kEnv = one_thread_per_rank();`; the empty
+// string it returns is prefixed to command lines).
+inline std::string one_thread_per_rank() {
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  return std::string();
 }
 
 }  // namespace trillion::testing

@@ -22,14 +22,8 @@ using testing::config_path;
 using testing::fresh_dir;
 using testing::run_trillion;
 using testing::has;
+using testing::read_metrics;
 namespace fs = std::filesystem;
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 std::vector<std::string> checkpoints(const std::string& dir) {
   std::vector<std::string> names;
@@ -121,7 +115,7 @@ TEST(StepGuard, Lr1e30StopsTheRunAndKeepsTheLastGoodCheckpoint) {
       << r.output;
   EXPECT_TRUE(has(r.output, "guard.on_divergence = \"stop\"")) << r.output;
   EXPECT_EQ(checkpoints(dir), before);
-  const auto lines = metrics(dir);
+  const auto lines = read_metrics(dir);
   ASSERT_EQ(lines.size(), 10u);
   EXPECT_FALSE(lines[4].contains("update_skipped"));  // step 5: finite, applied
   for (size_t i = 5; i < 10; ++i) {
