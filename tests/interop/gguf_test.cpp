@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -227,6 +228,23 @@ TEST(GgufExport, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(interop::half_to_float(0x3555), 0.333251953125f);
   EXPECT_EQ(run_trillion("export --checkpoint /nonexistent --format gguf --out x.gguf").exit_code,
             2);
+}
+
+// A MoE checkpoint is refused with one message naming the reason and the alternative, and no
+// file is written.
+TEST(GgufExport, MoeIsRefusedWithTheSafetensorsAlternative) {
+  const std::string root = testing::fresh_dir("gguf_moe");
+  const auto train = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " +
+                                  root + "/run --set train.steps=2 --set model.n_routed_experts=4"
+                                  " --set model.top_k=2 --set model.expert_ffn=16");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const auto r = run_trillion("export --checkpoint " + root + "/run --format gguf --out " + root +
+                              "/m.gguf");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a MoE model: GGUF export is dense only"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--format safetensors"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(root + "/m.gguf"));
 }
 
 }  // namespace
