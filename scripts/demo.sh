@@ -5,7 +5,8 @@
 #   scripts/demo.sh [--minutes M] [--run-dir DIR] [--config FILE]
 #   (defaults: 10 minutes, runs/brown-demo, configs/demo.toml)
 # Invariants: train.steps is sized from a measured step so the cosine schedule completes within
-# the budget, and the warm-up never exceeds a tenth of those steps.
+# the budget (but is at least 600: a busy machine takes longer, and says so), and the warm-up
+# never exceeds a tenth of those steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=10
@@ -56,7 +57,16 @@ fi
 # Size the run to the time budget so the learning-rate schedule completes: measure a step first.
 echo "== measuring step time"
 step_s=$($bin bench step "$config" --steps 3 --json | sed -E 's/.*"seconds_per_step":([0-9.eE+-]+).*/\1/')
-steps=$(awk -v m="$minutes" -v s="$step_s" 'BEGIN { n = int(m * 60 * 0.85 / s); print (n < 10 ? 10 : n) }')
+# At least 600 steps (~1.2M tokens, about 3/4 of an epoch): fewer print word salad, so a busy
+# machine trains longer than asked rather than print nothing recognisable.
+min_steps=600
+steps=$(awk -v m="$minutes" -v s="$step_s" -v f="$min_steps" \
+  'BEGIN { n = int(m * 60 * 0.85 / s); print (n < f ? f : n) }')
+expected_min=$(awk -v n="$steps" -v s="$step_s" 'BEGIN { printf "%.1f", n * s / 60 }')
+if awk -v e="$expected_min" -v m="$minutes" 'BEGIN { exit !(e > m * 1.05) }'; then
+  echo "== this machine is busy (${step_s}s/step): $min_steps steps will take ~$expected_min min," \
+       "longer than --minutes $minutes"
+fi
 # The config's warm-up, capped to a tenth of the chosen steps (a short run is not stuck in it).
 config_warmup=$(sed -nE 's/^warmup_steps *= *([0-9]+).*/\1/p' "$config")
 warmup=$(( ${config_warmup:-0} < steps / 10 ? ${config_warmup:-0} : steps / 10 ))
@@ -66,7 +76,7 @@ rm -rf "$run_dir"
 $bin train "$config" --run-dir "$run_dir" --set train.steps="$steps" \
   --set optim.warmup_steps="$warmup" \
   --set train.eval_every=$(( steps / 4 > 0 ? steps / 4 : 1 )) --set train.checkpoint_every=0 \
-  --max-minutes "$(awk -v m="$minutes" 'BEGIN { print m * 1.5 }')"
+  --max-minutes "$(awk -v m="$minutes" -v e="$expected_min" 'BEGIN { print (m > e ? m : e) * 1.5 }')"
 
 echo "== result"
 cat "$run_dir/summary.json"
