@@ -70,7 +70,7 @@ fi
 # The config's warm-up, capped to a tenth of the chosen steps (a short run is not stuck in it).
 config_warmup=$(sed -nE 's/^warmup_steps *= *([0-9]+).*/\1/p' "$config")
 warmup=$(( ${config_warmup:-0} < steps / 10 ? ${config_warmup:-0} : steps / 10 ))
-echo "== training $config for $steps steps (~$minutes min at ${step_s}s/step," \
+echo "== training $config for $steps steps (~$expected_min min at ${step_s}s/step," \
      "warm-up $warmup steps) in $run_dir"
 rm -rf "$run_dir"
 $bin train "$config" --run-dir "$run_dir" --set train.steps="$steps" \
