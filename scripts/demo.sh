@@ -2,8 +2,8 @@
 # The demo: set up, build only build/trillion (no tests or benchmarks), prepare the bundled Brown
 # corpus (BPE tokenizer + token shards), train the demo model (configs/demo.toml) for a bounded
 # time, then print the validation loss and generated samples.
-#   scripts/demo.sh [--minutes M] [--run-dir DIR] [--config FILE]
-#   (defaults: 10 minutes, runs/brown-demo, configs/demo.toml)
+#   scripts/demo.sh [--minutes M] [--run-dir DIR] [--config FILE] [--min-steps N]
+#   (defaults: 10 minutes, runs/brown-demo, configs/demo.toml, 600)
 # Invariants: train.steps is sized from a measured step so the cosine schedule completes within
 # the budget (but is at least 600: a busy machine takes longer, and says so), and the warm-up
 # never exceeds a tenth of those steps.
@@ -12,18 +12,25 @@ cd "$(dirname "$0")/.."
 minutes=10
 run_dir=runs/brown-demo
 config=configs/demo.toml
+min_steps=600
 while (($#)); do
   case "$1" in
     --minutes) minutes="$2"; shift 2 ;;
     --run-dir) run_dir="$2"; shift 2 ;;
     --config) config="$2"; shift 2 ;;
+    --min-steps) min_steps="$2"; shift 2 ;;
     -h|--help) sed -n 2,6p "$0"; exit 0 ;;
-    *) echo "demo.sh: unknown argument '$1' (try --minutes M, --run-dir DIR, --config FILE)" >&2
+    *) echo "demo.sh: unknown argument '$1' (try --minutes M, --run-dir DIR, --config FILE," \
+            "--min-steps N)" >&2
        exit 2 ;;
   esac
 done
 if ! awk -v m="$minutes" 'BEGIN { exit !(m + 0 > 0) }'; then
   echo "demo.sh: --minutes '$minutes' must be a number > 0" >&2
+  exit 2
+fi
+if ! [[ $min_steps =~ ^[0-9]+$ ]] || ((min_steps < 1)); then
+  echo "demo.sh: --min-steps '$min_steps' must be a whole number >= 1" >&2
   exit 2
 fi
 
@@ -57,14 +64,13 @@ fi
 # Size the run to the time budget so the learning-rate schedule completes: measure a step first.
 echo "== measuring step time"
 step_s=$($bin bench step "$config" --steps 3 --json | sed -E 's/.*"seconds_per_step":([0-9.eE+-]+).*/\1/')
-# At least 600 steps (~1.2M tokens, about 3/4 of an epoch): fewer print word salad, so a busy
+# At least --min-steps (600: ~1.2M tokens, 3/4 of an epoch): fewer print word salad, so a busy
 # machine trains longer than asked rather than print nothing recognisable.
-min_steps=600
 steps=$(awk -v m="$minutes" -v s="$step_s" -v f="$min_steps" \
   'BEGIN { n = int(m * 60 * 0.85 / s); print (n < f ? f : n) }')
 expected_min=$(awk -v n="$steps" -v s="$step_s" 'BEGIN { printf "%.1f", n * s / 60 }')
 if awk -v e="$expected_min" -v m="$minutes" 'BEGIN { exit !(e > m * 1.05) }'; then
-  echo "== this machine is busy (${step_s}s/step): $min_steps steps will take ~$expected_min min," \
+  echo "== this machine is busy (${step_s}s/step): $steps steps will take ~$expected_min min," \
        "longer than --minutes $minutes"
 fi
 # The config's warm-up, capped to a tenth of the chosen steps (a short run is not stuck in it).
