@@ -174,8 +174,8 @@ int64_t truncate_tensorboard_events(const std::string& dir, int64_t last_step) {
       uint32_t length_crc, data_crc;
       std::memcpy(&length, bytes.data() + at, 8);
       std::memcpy(&length_crc, bytes.data() + at + 8, 4);
-      if (length_crc != masked_crc32c(bytes.data() + at, 8) ||
-          length > bytes.size() - at - 12 || bytes.size() - at - 12 - length < 4)
+      if (length_crc != masked_crc32c(bytes.data() + at, 8) || length > bytes.size() - at - 12 ||
+          bytes.size() - at - 12 - length < 4)
         break;  // a torn record from a killed run: it and anything after it go
       std::memcpy(&data_crc, bytes.data() + at + 12 + length, 4);
       const std::string record = bytes.substr(at + 12, length);

@@ -2,6 +2,8 @@
 // docs/gguf.md), not from the writer: header, every metadata value, the tensor table (names,
 // dims fastest-first, types, 32-byte aligned offsets) and the data: f32 bitwise the checkpoint
 // (q/k rows moved from rotate-half to interleaved pairs), f16 and Q8_0 within their rounding.
+#include "interop/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,7 +16,6 @@
 
 #include "../train/cli_util.h"
 #include "data/tokenizer.h"
-#include "interop/gguf.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/run_config.h"
@@ -234,12 +235,13 @@ TEST(GgufExport, HalfConversionRoundsToNearestEven) {
 // file is written.
 TEST(GgufExport, MoeIsRefusedWithTheSafetensorsAlternative) {
   const std::string root = testing::fresh_dir("gguf_moe");
-  const auto train = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " +
-                                  root + "/run --set train.steps=2 --set model.n_routed_experts=4"
-                                  " --set model.top_k=2 --set model.expert_ffn=16");
+  const auto train =
+      run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " + root +
+                   "/run --set train.steps=2 --set model.n_routed_experts=4"
+                   " --set model.top_k=2 --set model.expert_ffn=16");
   ASSERT_EQ(train.exit_code, 0) << train.output;
-  const auto r = run_trillion("export --checkpoint " + root + "/run --format gguf --out " + root +
-                              "/m.gguf");
+  const auto r =
+      run_trillion("export --checkpoint " + root + "/run --format gguf --out " + root + "/m.gguf");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("is a MoE model: GGUF export is dense only"), std::string::npos)
       << r.output;

@@ -325,7 +325,8 @@ TEST(SafetensorsExport, MoeHasDeepSeekV3NamesAndTheCheckpointBitwise) {
       {"model.layers.0.mlp.up_proj.weight", {offset("layers.0.mlp.w_up"), {64, C}}},
       {"model.layers.0.mlp.down_proj.weight", {offset("layers.0.mlp.w_down"), {C, 64}}},
       {"model.layers.1.mlp.gate.weight", {offset("layers.1.moe.router"), {E, C}}},
-      {"model.layers.1.mlp.gate.e_score_correction_bias", {offset("layers.1.moe.router_bias"), {E}}},
+      {"model.layers.1.mlp.gate.e_score_correction_bias",
+       {offset("layers.1.moe.router_bias"), {E}}},
       {"model.layers.1.mlp.shared_experts.gate_proj.weight",
        {offset("layers.1.moe.shared.w_gate"), {FE, C}}},
       {"model.layers.1.mlp.shared_experts.up_proj.weight",
@@ -361,7 +362,8 @@ TEST(SafetensorsExport, MoeHasDeepSeekV3NamesAndTheCheckpointBitwise) {
     if (!want.count(name)) covered += t.end - t.begin;
     EXPECT_EQ(name.find("moe"), std::string::npos) << name;
   }
-  EXPECT_EQ(s.tensors.size(), want.size() + 2 * 6 + 3);  // 2 x (attention, 2 norms); embed, norm, head
+  EXPECT_EQ(s.tensors.size(),
+            want.size() + 2 * 6 + 3);  // 2 x (attention, 2 norms); embed, norm, head
   EXPECT_EQ(covered, s.data.size());
   EXPECT_EQ(covered, params.size());
 
@@ -380,7 +382,8 @@ TEST(SafetensorsExport, MoeHasDeepSeekV3NamesAndTheCheckpointBitwise) {
   EXPECT_EQ(j["routed_scaling_factor"], 1.0);
 
   // Import gives the checkpoint back bitwise, with the same MoE config.
-  const auto im = run_trillion("import --format safetensors " + root + "/hf --out " + root + "/back");
+  const auto im =
+      run_trillion("import --format safetensors " + root + "/hf --out " + root + "/back");
   ASSERT_EQ(im.exit_code, 0) << im.output;
   const std::string back = root + "/back/checkpoints/step_00000000";
   EXPECT_EQ(read_bytes(back + "/params.bin"), params);
