@@ -473,6 +473,29 @@ TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
   EXPECT_EQ(interop::hf_llama_name("layers.3.moe.router"), "model.layers.3.mlp.gate.weight");
   EXPECT_THROW(interop::hf_llama_name("layers.0.moe.experts.w_up"), Error);  // split per expert
   EXPECT_THROW(interop::hf_llama_name("layers.0.attn.bq"), Error);
+  // A MoE config.json: its MoE fields by name, and what trillion cannot run refused by name.
+  std::string moe = interop::hf_llama_config_json(m, "float32", 1, 2);
+  moe = moe.substr(0, moe.rfind('}')) + R"(, "model_type": "trillion_moe", "n_routed_experts": 4})";
+  auto error_of = [&](const std::string& text) -> std::string {
+    try {
+      interop::parse_hf_llama_config(text, "c.json", back);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto parsed = nlohmann::json::parse(moe);  // duplicate keys: the last wins
+  EXPECT_EQ(error_of(parsed.dump()), "c.json: field 'num_experts_per_tok' is missing");
+  parsed["num_experts_per_tok"] = 2;
+  parsed["moe_intermediate_size"] = 16;
+  EXPECT_EQ(error_of(parsed.dump()), "");
+  EXPECT_EQ(back.moe.n_routed_experts, 4);
+  EXPECT_EQ(back.moe.router, "sigmoid_bias");
+  parsed["n_group"] = 2;
+  EXPECT_NE(error_of(parsed.dump()).find("n_group = 2 is not supported"), std::string::npos);
+  parsed["n_group"] = 1;
+  parsed["scoring_func"] = "tanh";
+  EXPECT_NE(error_of(parsed.dump()).find("scoring_func \"tanh\""), std::string::npos);
 }
 
 // The cached decoder's logits at every position equal the full forward's at that position.
