@@ -122,8 +122,12 @@ uint64_t export_gguf(const GgufOptions& o) {
                                          o.checkpoint_dir + "/config.toml", {});
   const ModelConfig& m = cfg.model;
   if (m.moe.enabled())
-    throw Error(fmt::format("checkpoint '{}' is a MoE model: GGUF export is dense only",
-                            o.checkpoint_dir));
+    throw Error(
+        fmt::format("checkpoint '{}' is a MoE model: GGUF export is dense only (llama.cpp's "
+                    "Mixtral-style MoE has no shared experts or sigmoid router bias, its "
+                    "deepseek2 needs MLA attention); "
+                    "export it with --format safetensors (DeepSeek-V3 names) instead",
+                    o.checkpoint_dir));
   const TensorTable table = build_parameter_table(m);
   const CheckpointWeights w = read_checkpoint_weights(o.checkpoint_dir);
   auto value = [&](int64_t i) {

@@ -20,24 +20,34 @@ namespace trillion::interop {
 
 namespace {
 
+constexpr const char* kMoeArchitecture = "TrillionMoeForCausalLM";
+constexpr const char* kMoeModelType = "trillion_moe";
+
 // trillion name suffix of a layer tensor -> HF suffix.
 constexpr std::pair<const char*, const char*> kLayerNames[] = {
-    {"attn_norm", "input_layernorm.weight"},
-    {"attn.wq", "self_attn.q_proj.weight"},
-    {"attn.wk", "self_attn.k_proj.weight"},
-    {"attn.wv", "self_attn.v_proj.weight"},
-    {"attn.wo", "self_attn.o_proj.weight"},
-    {"mlp_norm", "post_attention_layernorm.weight"},
-    {"mlp.w_gate", "mlp.gate_proj.weight"},
-    {"mlp.w_up", "mlp.up_proj.weight"},
+    {"attn_norm", "input_layernorm.weight"}, {"attn.wq", "self_attn.q_proj.weight"},
+    {"attn.wk", "self_attn.k_proj.weight"},  {"attn.wv", "self_attn.v_proj.weight"},
+    {"attn.wo", "self_attn.o_proj.weight"},  {"mlp_norm", "post_attention_layernorm.weight"},
+    {"mlp.w_gate", "mlp.gate_proj.weight"},  {"mlp.w_up", "mlp.up_proj.weight"},
     {"mlp.w_down", "mlp.down_proj.weight"},
+};
+// MoE layer tensors with one DeepSeek-V3 name each (routed experts are split by hf_tensors).
+constexpr std::pair<const char*, const char*> kMoeNames[] = {
+    {"moe.router", "mlp.gate.weight"},
+    {"moe.router_bias", "mlp.gate.e_score_correction_bias"},
+    {"moe.shared.w_gate", "mlp.shared_experts.gate_proj.weight"},
+    {"moe.shared.w_up", "mlp.shared_experts.up_proj.weight"},
+    {"moe.shared.w_down", "mlp.shared_experts.down_proj.weight"},
 };
 
 std::string safetensors_code(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::f64: return "F64";
-    case DType::bf16: return "BF16";
+    case DType::f32:
+      return "F32";
+    case DType::f64:
+      return "F64";
+    case DType::bf16:
+      return "BF16";
   }
   return "?";
 }
@@ -113,19 +123,47 @@ std::string hf_llama_name(const std::string& name) {
       for (const auto& [ours, theirs] : kLayerNames) {
         if (rest == ours) return fmt::format("model.layers.{}.{}", layer, theirs);
       }
+      for (const auto& [ours, theirs] : kMoeNames) {
+        if (rest == ours) return fmt::format("model.layers.{}.{}", layer, theirs);
+      }
     }
   }
   throw Error(fmt::format(
-      "tensor '{}' has no Hugging Face Llama name (MoE and bias tensors are not exported yet); "
-      "export a dense Llama-style checkpoint",
+      "tensor '{}' has no Hugging Face name (bias tensors and stacked routed experts have none; "
+      "the experts are exported one per expert by hf_tensors); export a bias-free checkpoint",
       name));
+}
+
+std::vector<HfTensor> hf_tensors(const TensorSpec& s) {
+  const std::string experts = ".moe.experts.w_";
+  const size_t at = s.name.find(experts);
+  if (at == std::string::npos || s.name.rfind("layers.", 0) != 0)
+    return {{hf_llama_name(s.name), s.shape, s.offset}};
+  // layers.{l}.moe.experts.w_{gate,up,down} [E, r, c] -> one [r, c] tensor per expert.
+  const std::string layer = s.name.substr(7, at - 7), which = s.name.substr(at + experts.size());
+  if (s.shape.size() != 3 || (which != "gate" && which != "up" && which != "down"))
+    throw Error(fmt::format("tensor '{}' has no Hugging Face name", s.name));
+  std::vector<HfTensor> out;
+  const int64_t per_expert = s.shape[1] * s.shape[2];
+  for (int64_t e = 0; e < s.shape[0]; ++e) {
+    out.push_back({fmt::format("model.layers.{}.mlp.experts.{}.{}_proj.weight", layer, e, which),
+                   {s.shape[1], s.shape[2]},
+                   s.offset + e * per_expert});
+  }
+  return out;
+}
+
+int64_t HfTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
 }
 
 std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_dtype,
                                  std::optional<int> bos_id, std::optional<int> eos_id) {
   nlohmann::ordered_json j;
-  j["architectures"] = {"LlamaForCausalLM"};
-  j["model_type"] = "llama";
+  j["architectures"] = {m.moe.enabled() ? kMoeArchitecture : "LlamaForCausalLM"};
+  j["model_type"] = m.moe.enabled() ? kMoeModelType : "llama";
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.d_model;
   j["intermediate_size"] = m.ffn_hidden;
@@ -143,6 +181,31 @@ std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_
   j["tie_word_embeddings"] = m.tied_embeddings;
   j["initializer_range"] = m.init_std;
   j["torch_dtype"] = torch_dtype;
+  if (m.moe.enabled()) {
+    // DeepSeek-V3's MoE fields (HF DeepseekV3Config): layers from first_k_dense_replace on are
+    // MoE (moe_layer_freq 1); gates are the chosen affinities normalised (norm_topk_prob) and
+    // not rescaled (routed_scaling_factor 1); one group (trillion groups experts only by
+    // expert-parallel rank, which is one rank at inference).
+    const MoeConfig& e = m.moe;
+    const bool sigmoid = e.router == "sigmoid_bias";
+    j["n_routed_experts"] = e.n_routed_experts;
+    j["n_shared_experts"] = e.n_shared_experts;
+    j["num_experts_per_tok"] = e.top_k;
+    j["moe_intermediate_size"] = e.expert_ffn;
+    j["first_k_dense_replace"] = e.n_dense_layers;
+    j["moe_layer_freq"] = 1;
+    j["routed_scaling_factor"] = 1.0;
+    j["norm_topk_prob"] = true;
+    j["scoring_func"] = sigmoid ? "sigmoid" : "softmax";
+    j["topk_method"] = sigmoid ? "noaux_tc" : "greedy";
+    j["n_group"] = 1;
+    j["topk_group"] = 1;
+    j["aux_loss_alpha"] = e.balance_loss_alpha;
+    j["seq_aux"] = true;
+    // trillion's own training settings, so an import resumes the same router.
+    j["bias_update_speed"] = e.bias_update_rate;
+    j["capacity_factor"] = e.capacity_factor;
+  }
   if (bos_id) j["bos_token_id"] = *bos_id;
   if (eos_id) j["eos_token_id"] = *eos_id;
   return j.dump(2) + "\n";
@@ -156,9 +219,12 @@ void parse_hf_llama_config(const std::string& text, const std::string& origin, M
     throw Error(fmt::format("{} is not JSON: {}", origin, e.what()));
   }
   if (!j.is_object()) throw Error(fmt::format("{} is not a JSON object", origin));
-  if (j.contains("model_type") && j["model_type"] != "llama")
-    throw Error(fmt::format("{}: model_type {} is not supported: only \"llama\" checkpoints import",
-                            origin, j["model_type"].dump()));
+  const bool moe = j.contains("model_type") && j["model_type"] == kMoeModelType;
+  if (j.contains("model_type") && j["model_type"] != "llama" && !moe)
+    throw Error(
+        fmt::format("{}: model_type {} is not supported: \"llama\" and \"{}\" (trillion's "
+                    "MoE export) checkpoints import",
+                    origin, j["model_type"].dump(), kMoeModelType));
   for (const char* flag : {"attention_bias", "mlp_bias"}) {
     if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
       throw Error(fmt::format("{}: {} = true is not supported (trillion's Llama has no biases)",
@@ -174,11 +240,10 @@ void parse_hf_llama_config(const std::string& text, const std::string& origin, M
   m.ffn_hidden = int_field(j, "intermediate_size", origin);
   m.n_layers = int_field(j, "num_hidden_layers", origin);
   m.n_heads = int_field(j, "num_attention_heads", origin);
-  m.n_kv_heads = j.contains("num_key_value_heads") ? int_field(j, "num_key_value_heads", origin)
-                                                   : m.n_heads;
-  m.head_dim = j.contains("head_dim") && !j["head_dim"].is_null()
-                   ? int_field(j, "head_dim", origin)
-                   : m.d_model / m.n_heads;
+  m.n_kv_heads =
+      j.contains("num_key_value_heads") ? int_field(j, "num_key_value_heads", origin) : m.n_heads;
+  m.head_dim = j.contains("head_dim") && !j["head_dim"].is_null() ? int_field(j, "head_dim", origin)
+                                                                  : m.d_model / m.n_heads;
   m.seq_len = int_field(j, "max_position_embeddings", origin);
   m.rope_theta = j.contains("rope_theta") ? real_field(j, "rope_theta", origin) : 10000.0;
   m.norm_eps = j.contains("rms_norm_eps") ? real_field(j, "rms_norm_eps", origin) : 1e-6;
@@ -186,17 +251,44 @@ void parse_hf_llama_config(const std::string& text, const std::string& origin, M
   m.tied_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
                       j["tie_word_embeddings"].get<bool>();
   m.moe = {};
+  if (!moe) return;
+  MoeConfig& e = m.moe;
+  e.n_routed_experts = int_field(j, "n_routed_experts", origin);
+  e.n_shared_experts = j.contains("n_shared_experts") ? j["n_shared_experts"].get<int64_t>() : 0;
+  e.top_k = int_field(j, "num_experts_per_tok", origin);
+  e.expert_ffn = int_field(j, "moe_intermediate_size", origin);
+  e.n_dense_layers =
+      j.contains("first_k_dense_replace") ? j["first_k_dense_replace"].get<int64_t>() : 0;
+  const std::string scoring =
+      j.contains("scoring_func") ? j["scoring_func"].get<std::string>() : "sigmoid";
+  if (scoring != "sigmoid" && scoring != "softmax")
+    throw Error(fmt::format("{}: scoring_func \"{}\" is not supported (sigmoid or softmax)", origin,
+                            scoring));
+  e.router = scoring == "sigmoid" ? "sigmoid_bias" : "softmax_aux";
+  for (const char* key : {"moe_layer_freq", "n_group", "topk_group"}) {
+    if (j.contains(key) && j[key] != 1)
+      throw Error(fmt::format("{}: {} = {} is not supported (trillion reads 1)", origin, key,
+                              j[key].dump()));
+  }
+  if (j.contains("routed_scaling_factor") && real_field(j, "routed_scaling_factor", origin) != 1.0)
+    throw Error(
+        fmt::format("{}: routed_scaling_factor must be 1.0 (trillion does not rescale "
+                    "the gates)",
+                    origin));
+  if (j.contains("norm_topk_prob") && j["norm_topk_prob"] != true)
+    throw Error(
+        fmt::format("{}: norm_topk_prob must be true (trillion normalises the gates)", origin));
+  if (j.contains("aux_loss_alpha")) e.balance_loss_alpha = real_field(j, "aux_loss_alpha", origin);
+  if (j.contains("bias_update_speed"))
+    e.bias_update_rate = real_field(j, "bias_update_speed", origin);
+  if (j.contains("capacity_factor")) e.capacity_factor = real_field(j, "capacity_factor", origin);
 }
 
 uint64_t export_hf_llama(const ExportOptions& o) {
   if (o.dtype != "f32" && o.dtype != "bf16")
     throw Error(fmt::format("--dtype {}: expected f32 or bf16", o.dtype));
-  const RunConfig cfg =
-      parse_run_config(read_checkpoint_config(o.checkpoint_dir), o.checkpoint_dir + "/config.toml", {});
-  if (cfg.model.moe.enabled())
-    throw Error(fmt::format("checkpoint '{}' is a MoE model: safetensors export of MoE "
-                            "(DeepSeek-V3 names) is not implemented yet",
-                            o.checkpoint_dir));
+  const RunConfig cfg = parse_run_config(read_checkpoint_config(o.checkpoint_dir),
+                                         o.checkpoint_dir + "/config.toml", {});
   const TensorTable table = build_parameter_table(cfg.model);
   const CheckpointWeights w = read_checkpoint_weights(o.checkpoint_dir);
   TRILLION_CHECK(static_cast<int64_t>(w.bytes.size()) == table.total_elements() * w.dtype_bytes,
@@ -204,9 +296,11 @@ uint64_t export_hf_llama(const ExportOptions& o) {
   const std::string code = o.dtype == "bf16" ? "BF16" : "F32";
   std::vector<StoredTensor> tensors;
   for (const TensorSpec& s : table.specs()) {
-    tensors.push_back({hf_llama_name(s.name), code, s.shape,
-                       convert(w.bytes.data() + s.offset * w.dtype_bytes, s.numel(),
-                               w.dtype_bytes, code)});
+    for (const HfTensor& t : hf_tensors(s)) {
+      tensors.push_back(
+          {t.name, code, t.shape,
+           convert(w.bytes.data() + t.offset * w.dtype_bytes, t.numel(), w.dtype_bytes, code)});
+    }
   }
   std::filesystem::create_directories(o.out_dir);
   const std::string torch_dtype = o.dtype == "bf16" ? "bfloat16" : "float32";
@@ -216,9 +310,10 @@ uint64_t export_hf_llama(const ExportOptions& o) {
   if (!o.tokenizer_path.empty()) {
     const data::Tokenizer tok = data::Tokenizer::load(o.tokenizer_path);
     if (tok.vocab_size() > cfg.model.vocab_size)
-      throw Error(fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}; "
-                              "pass the tokenizer the run was trained with",
-                              o.tokenizer_path, tok.vocab_size(), cfg.model.vocab_size));
+      throw Error(
+          fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}; "
+                      "pass the tokenizer the run was trained with",
+                      o.tokenizer_path, tok.vocab_size(), cfg.model.vocab_size));
     bos = tok.bos_id();
     eos = tok.eos_id();
     data::write_file_atomic(o.out_dir + "/tokenizer.json", {hf_tokenizer_json(tok)});
@@ -249,44 +344,47 @@ std::string import_hf_llama(const std::string& in_dir, const std::string& run_di
   MemoryTracker tracker;
   Buffer params(tracker, MemoryCategory::parameters, cfg.model.dtype, table.total_elements());
   const int esize = static_cast<int>(dtype_size(cfg.model.dtype));
-  for (const TensorSpec& s : table.specs()) {
-    const std::string name = hf_llama_name(s.name);
-    const StoredTensor* t = st.find(name);
-    if (t == nullptr)
-      throw Error(fmt::format("{}: tensor '{}' is missing (config.json describes a model that "
-                              "has it)",
-                              st_path, name));
-    if (t->shape != s.shape)
-      throw Error(fmt::format("{}: tensor '{}' has shape {}, config.json implies {}", st_path,
-                              name, shape_text(t->shape), shape_text(s.shape)));
-    char* dst = static_cast<char*>(params.raw()) + s.offset * esize;
-    if (t->dtype == safetensors_code(cfg.model.dtype)) {
-      std::memcpy(dst, t->bytes.data(), t->bytes.size());
-      continue;
-    }
-    for (int64_t i = 0; i < s.numel(); ++i) {
-      double v = 0;
-      if (t->dtype == "F32" || t->dtype == "F64") {
-        if (t->dtype == "F32") {
-          float f;
-          std::memcpy(&f, t->bytes.data() + i * 4, 4);
-          v = f;
-        } else {
-          std::memcpy(&v, t->bytes.data() + i * 8, 8);
-        }
-      } else if (t->dtype == "BF16") {
-        bf16 b;
-        std::memcpy(&b, t->bytes.data() + i * 2, 2);
-        v = bf16_to_float(b);
-      } else {
-        throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16",
-                                st_path, name, t->dtype));
+  for (const TensorSpec& spec : table.specs()) {
+    for (const HfTensor& s : hf_tensors(spec)) {
+      const std::string& name = s.name;
+      const StoredTensor* t = st.find(name);
+      if (t == nullptr)
+        throw Error(
+            fmt::format("{}: tensor '{}' is missing (config.json describes a model that "
+                        "has it)",
+                        st_path, name));
+      if (t->shape != s.shape)
+        throw Error(fmt::format("{}: tensor '{}' has shape {}, config.json implies {}", st_path,
+                                name, shape_text(t->shape), shape_text(s.shape)));
+      char* dst = static_cast<char*>(params.raw()) + s.offset * esize;
+      if (t->dtype == safetensors_code(cfg.model.dtype)) {
+        std::memcpy(dst, t->bytes.data(), t->bytes.size());
+        continue;
       }
-      if (esize == 8) {
-        std::memcpy(dst + i * 8, &v, 8);
-      } else {
-        const float f = static_cast<float>(v);
-        std::memcpy(dst + i * 4, &f, 4);
+      for (int64_t i = 0; i < s.numel(); ++i) {
+        double v = 0;
+        if (t->dtype == "F32" || t->dtype == "F64") {
+          if (t->dtype == "F32") {
+            float f;
+            std::memcpy(&f, t->bytes.data() + i * 4, 4);
+            v = f;
+          } else {
+            std::memcpy(&v, t->bytes.data() + i * 8, 8);
+          }
+        } else if (t->dtype == "BF16") {
+          bf16 b;
+          std::memcpy(&b, t->bytes.data() + i * 2, 2);
+          v = bf16_to_float(b);
+        } else {
+          throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16",
+                                  st_path, name, t->dtype));
+        }
+        if (esize == 8) {
+          std::memcpy(dst + i * 8, &v, 8);
+        } else {
+          const float f = static_cast<float>(v);
+          std::memcpy(dst + i * 4, &f, 4);
+        }
       }
     }
   }

@@ -4,7 +4,12 @@
 // layers.{l}.attn_norm -> model.layers.{l}.input_layernorm.weight, attn.w{q,k,v,o} ->
 // self_attn.{q,k,v,o}_proj.weight, mlp_norm -> post_attention_layernorm.weight,
 // mlp.w_{gate,up,down} -> mlp.{gate,up,down}_proj.weight, final_norm -> model.norm.weight,
-// lm_head -> lm_head.weight. Our weights are [out, in] like torch.nn.Linear's, and our RoPE already
+// lm_head -> lm_head.weight. MoE layers take DeepSeek-V3's names: moe.router -> mlp.gate.weight,
+// moe.router_bias -> mlp.gate.e_score_correction_bias, moe.shared.w_* ->
+// mlp.shared_experts.*_proj.weight, and the stacked moe.experts.w_* [E, r, c] become one
+// mlp.experts.{e}.*_proj.weight [r, c] per expert; config.json is then model_type "trillion_moe"
+// (Llama attention + DeepSeek-V3's MoE fields: HF's DeepseekV3 itself expects MLA attention).
+// Our weights are [out, in] like torch.nn.Linear's, and our RoPE already
 // rotates halves (x[i] with x[i + HD/2], HF's rotate_half; the frequencies theta^(-2i/HD) are HF's
 // inv_freq) with query head h reading kv head h / (NH/KV) (HF's repeat_kv), so q/k rows need no
 // permutation. Invariant: export then import of an f32 checkpoint gives bitwise its parameters.
@@ -12,14 +17,25 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "core/tensor_table.h"
 #include "model/config.h"
 
 namespace trillion::interop {
 
-// The HF name of a trillion parameter; throws Error naming the tensor when it has no Llama
-// equivalent (MoE experts, biases).
+// The HF name of a trillion parameter; throws Error naming the tensor when it has no single HF
+// equivalent (biases, the stacked routed experts: see hf_tensors).
 std::string hf_llama_name(const std::string& trillion_name);
+
+// The HF tensors a trillion parameter is stored as: itself, or one per routed expert.
+struct HfTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;  // first element in the parameter table
+  int64_t numel() const;
+};
+std::vector<HfTensor> hf_tensors(const TensorSpec& spec);
 
 // config.json text of LlamaForCausalLM for a model; bos/eos ids when a tokenizer is known.
 std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_dtype,

@@ -82,6 +82,7 @@ RunDirectory::~RunDirectory() {
 void RunDirectory::start(const std::string& config_toml, int64_t first_step) {
   if (!lead_) return;
   truncate_metrics(metrics_path(), first_step);
+  truncate_tensorboard_events(dir_, first_step);  // also when a resumed run turned them off
   data::write_file_atomic(dir_ + "/config.toml", {config_toml});
   metrics_.open(metrics_path(), std::ios::app);
   // The resolved config is the one place the run's settings reach the run directory, so the

@@ -2,9 +2,9 @@
 // object per step), events.log, summary.json, checkpoints/. Only the lead rank (world rank 0)
 // writes; on the others every write is a no-op, so the trainer calls them unconditionally.
 // Invariants: a directory that already holds a run is never reused without --resume (nothing is
-// touched before that check); a resumed run's metrics.jsonl keeps only the steps up to the
-// checkpoint it resumed from (the later ones are written again); every file but the appended
-// logs is written atomically. With train.tensorboard = true in the config start() is given,
+// touched before that check); a resumed run's metrics.jsonl and TensorBoard event files keep only
+// the steps up to the checkpoint it resumed from (the later ones are written again); every file
+// but the appended logs is written atomically. With train.tensorboard = true in the config start() is given,
 // every metrics line is also a TensorBoard event (events.out.tfevents.*).
 #pragma once
 

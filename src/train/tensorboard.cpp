@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/file_io.h"
 
 namespace trillion {
 
@@ -71,6 +72,40 @@ void flatten(const nlohmann::json& j, const std::string& prefix,
   }
 }
 
+// The step of a serialized Event (field 2, varint), or -1 when it has none (the file_version
+// event) or cannot be read.
+int64_t event_step(const std::string& m) {
+  size_t at = 0;
+  auto varint = [&](uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (at >= m.size()) return false;
+      const auto b = static_cast<unsigned char>(m[at++]);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  };
+  uint64_t key = 0, v = 0;
+  while (at < m.size() && varint(key)) {
+    const uint64_t wire = key & 7;
+    if (wire == 0) {
+      if (!varint(v)) return -1;
+      if (key >> 3 == 2) return static_cast<int64_t>(v);
+    } else if (wire == 1) {
+      at += 8;
+    } else if (wire == 5) {
+      at += 4;
+    } else if (wire == 2) {
+      if (!varint(v)) return -1;
+      at += v;
+    } else {
+      return -1;
+    }
+  }
+  return -1;
+}
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t size) {
@@ -123,19 +158,60 @@ std::string tfrecord(const std::string& data) {
   return r;
 }
 
+int64_t truncate_tensorboard_events(const std::string& dir, int64_t last_step) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) return 0;
+  int64_t dropped = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("events.out.tfevents.", 0) != 0 || !entry.is_regular_file()) continue;
+    const std::string bytes = data::read_file_raw(entry.path().string());
+    std::string kept;
+    size_t at = 0;
+    int64_t removed = 0;
+    while (at + 12 <= bytes.size()) {
+      uint64_t length;
+      uint32_t length_crc, data_crc;
+      std::memcpy(&length, bytes.data() + at, 8);
+      std::memcpy(&length_crc, bytes.data() + at + 8, 4);
+      if (length_crc != masked_crc32c(bytes.data() + at, 8) || length > bytes.size() - at - 12 ||
+          bytes.size() - at - 12 - length < 4)
+        break;  // a torn record from a killed run: it and anything after it go
+      std::memcpy(&data_crc, bytes.data() + at + 12 + length, 4);
+      const std::string record = bytes.substr(at + 12, length);
+      if (data_crc != masked_crc32c(record.data(), record.size())) break;
+      if (event_step(record) <= last_step) {
+        kept.append(bytes, at, 12 + length + 4);
+      } else {
+        ++removed;
+      }
+      at += 12 + length + 4;
+    }
+    if (kept.size() == bytes.size()) continue;
+    if (at < bytes.size()) ++removed;  // the torn tail
+    data::write_file_atomic(entry.path().string(), {kept});
+    dropped += removed;
+  }
+  return dropped;
+}
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   char host[256] = "localhost";
   ::gethostname(host, sizeof host - 1);
   const double now = now_seconds();
-  path_ = fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), host);
-  const bool fresh = !std::filesystem::exists(path_);
+  // A new file per writer (a resumed run within the same second gets a suffix): TensorBoard
+  // reads a directory's files in name order, so later names hold later events.
+  const std::string base =
+      fmt::format("{}/events.out.tfevents.{}.{}", dir, static_cast<int64_t>(now), host);
+  path_ = base;
+  for (int n = 1; std::filesystem::exists(path_); ++n) path_ = fmt::format("{}.{}", base, n);
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) {
     throw Error(fmt::format("cannot write the TensorBoard event file '{}' (train.tensorboard = "
                             "true): check the run directory is writable",
                             path_));
   }
-  if (fresh) out_ << tfrecord(tensorboard_version_event(now));
+  out_ << tfrecord(tensorboard_version_event(now));
   out_.flush();
 }
 

@@ -25,8 +25,14 @@ std::string tensorboard_scalar_event(double wall_time, int64_t step,
 // One TFRecord: the framing around `data`.
 std::string tfrecord(const std::string& data);
 
-// Appends events to DIR/events.out.tfevents.<unix time>.<host> (the name TensorBoard globs for);
-// the file_version event is written when the file is created.
+// A resumed run (from the checkpoint of step last_step) drops, from every event file in `dir`,
+// the scalar events of steps > last_step and a torn last record, as metrics.jsonl drops those
+// lines: the resumed run writes those steps again into its own new file, so the directory holds
+// each step once (one curve in TensorBoard). Returns the number of records dropped.
+int64_t truncate_tensorboard_events(const std::string& dir, int64_t last_step);
+
+// Writes events to a new DIR/events.out.tfevents.<unix time>.<host>[.n] (the name TensorBoard
+// globs for), starting with the file_version event.
 class TensorBoardWriter {
  public:
   explicit TensorBoardWriter(const std::string& dir);

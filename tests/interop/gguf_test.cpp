@@ -2,10 +2,13 @@
 // docs/gguf.md), not from the writer: header, every metadata value, the tensor table (names,
 // dims fastest-first, types, 32-byte aligned offsets) and the data: f32 bitwise the checkpoint
 // (q/k rows moved from rotate-half to interleaved pairs), f16 and Q8_0 within their rounding.
+#include "interop/gguf.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -13,7 +16,6 @@
 
 #include "../train/cli_util.h"
 #include "data/tokenizer.h"
-#include "interop/gguf.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 #include "train/run_config.h"
@@ -227,6 +229,24 @@ TEST(GgufExport, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(interop::half_to_float(0x3555), 0.333251953125f);
   EXPECT_EQ(run_trillion("export --checkpoint /nonexistent --format gguf --out x.gguf").exit_code,
             2);
+}
+
+// A MoE checkpoint is refused with one message naming the reason and the alternative, and no
+// file is written.
+TEST(GgufExport, MoeIsRefusedWithTheSafetensorsAlternative) {
+  const std::string root = testing::fresh_dir("gguf_moe");
+  const auto train =
+      run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " + root +
+                   "/run --set train.steps=2 --set model.n_routed_experts=4"
+                   " --set model.top_k=2 --set model.expert_ffn=16");
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  const auto r =
+      run_trillion("export --checkpoint " + root + "/run --format gguf --out " + root + "/m.gguf");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("is a MoE model: GGUF export is dense only"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("--format safetensors"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(root + "/m.gguf"));
 }
 
 }  // namespace

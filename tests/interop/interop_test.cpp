@@ -5,6 +5,7 @@
 // (tests/interop/torch_llama.py, where PyTorch is installed) its logits at every position; the KV-cached decoder gives the full-window logits at every position, and
 // `trillion generate` the same tokens with and without the cache; tokenizer.json's byte alphabet
 // and tables; clear errors for bad files.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -237,7 +238,7 @@ TEST(HfLlamaReference, PlainPythonLlamaGivesTheSameNextTokenLogits) {
   ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf").exit_code, 0);
   std::string cmd = "python3 " + std::string(TRILLION_SOURCE_DIR) +
                     "/tests/interop/hf_llama_reference.py " + root + "/hf";
-  for (int32_t id : kReferenceIds) cmd += " " + std::to_string(id);
+  for (int32_t id : kReferenceIds) cmd += fmt::format(" {}", id);
   const auto r = run_shell(cmd);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto ref = nlohmann::json::parse(r.output).get<std::vector<double>>();
@@ -269,7 +270,7 @@ TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
   ASSERT_EQ(cfg.model.dtype, DType::f32);
   std::string cmd = python + " " + std::string(TRILLION_SOURCE_DIR) +
                     "/tests/interop/torch_llama.py " + root + "/hf";
-  for (int32_t id : kReferenceIds) cmd += " " + std::to_string(id);
+  for (int32_t id : kReferenceIds) cmd += fmt::format(" {}", id);
   const auto r = run_shell(cmd + " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto rows = nlohmann::json::parse(r.output).get<std::vector<std::vector<double>>>();
@@ -283,6 +284,139 @@ TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
   std::printf("PyTorch vs trillion, f32, %zu positions x %lld logits: max |diff| %.3g (largest "
               "logit %.3g)\n",
               rows.size(), static_cast<long long>(cfg.model.vocab_size), d.max_diff, d.max_abs);
+  RecordProperty("max_abs_diff", std::to_string(d.max_diff));
+  EXPECT_LT(d.max_diff, 1e-4) << "largest logit " << d.max_abs;
+  EXPECT_GT(d.max_abs, 0.1);
+}
+
+// ---- MoE: DeepSeek-V3 names. A tiny MoE (layer 0 dense, layer 1: 1 shared + 4 routed experts,
+// top-2, sigmoid router with its correction bias) trained 20 steps, so the router bias has moved.
+const char* kMoeTrain =
+    " --set model.n_dense_layers=1 --set model.n_routed_experts=4 --set model.n_shared_experts=1"
+    " --set model.top_k=2 --set model.expert_ffn=16 --set model.init_std=0.2"
+    " --set model.bias_update_rate=0.01";
+
+std::string train_tiny_moe(const std::string& run_dir) {
+  const auto r = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " +
+                              run_dir + kMoeTrain);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return run_dir + "/checkpoints/step_00000020";
+}
+
+// The bytes of elements [first, first + count) of params.bin (f32).
+std::string f32_range(const std::string& params, int64_t first, int64_t count) {
+  return params.substr(first * 4, count * 4);
+}
+
+TEST(SafetensorsExport, MoeHasDeepSeekV3NamesAndTheCheckpointBitwise) {
+  const std::string root = fresh_dir("st_moe");
+  const std::string ckpt = train_tiny_moe(root + "/run");
+  const auto ex = run_trillion("export --checkpoint " + ckpt + " --out " + root + "/hf");
+  ASSERT_EQ(ex.exit_code, 0) << ex.output;
+  const SpecFile s = spec_read(root + "/hf/model.safetensors");
+  const std::string params = read_bytes(ckpt + "/params.bin");
+  const RunConfig cfg = parse_run_config(read_checkpoint_config(ckpt), ckpt, {});
+  const TensorTable table = build_parameter_table(cfg.model);
+  auto offset = [&](const std::string& n) { return table.spec(table.index(n)).offset; };
+  const int64_t C = 32, FE = 16, E = 4;
+  // Expected name -> (first element in params.bin, shape), written out from the table's layout.
+  std::map<std::string, std::pair<int64_t, std::vector<int64_t>>> want = {
+      {"model.layers.0.mlp.gate_proj.weight", {offset("layers.0.mlp.w_gate"), {64, C}}},
+      {"model.layers.0.mlp.up_proj.weight", {offset("layers.0.mlp.w_up"), {64, C}}},
+      {"model.layers.0.mlp.down_proj.weight", {offset("layers.0.mlp.w_down"), {C, 64}}},
+      {"model.layers.1.mlp.gate.weight", {offset("layers.1.moe.router"), {E, C}}},
+      {"model.layers.1.mlp.gate.e_score_correction_bias",
+       {offset("layers.1.moe.router_bias"), {E}}},
+      {"model.layers.1.mlp.shared_experts.gate_proj.weight",
+       {offset("layers.1.moe.shared.w_gate"), {FE, C}}},
+      {"model.layers.1.mlp.shared_experts.up_proj.weight",
+       {offset("layers.1.moe.shared.w_up"), {FE, C}}},
+      {"model.layers.1.mlp.shared_experts.down_proj.weight",
+       {offset("layers.1.moe.shared.w_down"), {C, FE}}},
+  };
+  for (int64_t e = 0; e < E; ++e) {
+    auto name = [&](const char* proj) {
+      return fmt::format("model.layers.1.mlp.experts.{}.{}_proj.weight", e, proj);
+    };
+    want[name("gate")] = {offset("layers.1.moe.experts.w_gate") + e * FE * C, {FE, C}};
+    want[name("up")] = {offset("layers.1.moe.experts.w_up") + e * FE * C, {FE, C}};
+    want[name("down")] = {offset("layers.1.moe.experts.w_down") + e * C * FE, {C, FE}};
+  }
+  uint64_t covered = 0;
+  for (const auto& [name, where] : want) {
+    ASSERT_TRUE(s.tensors.count(name)) << name;
+    const SpecTensor& t = s.tensors.at(name);
+    EXPECT_EQ(t.dtype, "F32") << name;
+    EXPECT_EQ(t.shape, where.second) << name;
+    int64_t n = 1;
+    for (int64_t d : where.second) n *= d;
+    ASSERT_EQ(t.end - t.begin, uint64_t(n) * 4) << name;
+    EXPECT_EQ(s.data.substr(t.begin, t.end - t.begin), f32_range(params, where.first, n)) << name;
+    covered += t.end - t.begin;
+  }
+  // The router bias moved during training (so the bitwise check above is not of zeros).
+  const std::string bias = f32_range(params, offset("layers.1.moe.router_bias"), E);
+  EXPECT_NE(bias, std::string(static_cast<size_t>(E) * 4, '\0'));
+  // Every other tensor is a dense Llama name; all bytes accounted for, none twice.
+  for (const auto& [name, t] : s.tensors) {
+    if (!want.count(name)) covered += t.end - t.begin;
+    EXPECT_EQ(name.find("moe"), std::string::npos) << name;
+  }
+  EXPECT_EQ(s.tensors.size(),
+            want.size() + 2 * 6 + 3);  // 2 x (attention, 2 norms); embed, norm, head
+  EXPECT_EQ(covered, s.data.size());
+  EXPECT_EQ(covered, params.size());
+
+  const auto j = nlohmann::json::parse(read_bytes(root + "/hf/config.json"));
+  EXPECT_EQ(j["architectures"][0], "TrillionMoeForCausalLM");
+  EXPECT_EQ(j["model_type"], "trillion_moe");
+  EXPECT_EQ(j["n_routed_experts"], 4);
+  EXPECT_EQ(j["n_shared_experts"], 1);
+  EXPECT_EQ(j["num_experts_per_tok"], 2);
+  EXPECT_EQ(j["moe_intermediate_size"], 16);
+  EXPECT_EQ(j["first_k_dense_replace"], 1);
+  EXPECT_EQ(j["intermediate_size"], 64);
+  EXPECT_EQ(j["scoring_func"], "sigmoid");
+  EXPECT_EQ(j["topk_method"], "noaux_tc");
+  EXPECT_EQ(j["norm_topk_prob"], true);
+  EXPECT_EQ(j["routed_scaling_factor"], 1.0);
+
+  // Import gives the checkpoint back bitwise, with the same MoE config.
+  const auto im =
+      run_trillion("import --format safetensors " + root + "/hf --out " + root + "/back");
+  ASSERT_EQ(im.exit_code, 0) << im.output;
+  const std::string back = root + "/back/checkpoints/step_00000000";
+  EXPECT_EQ(read_bytes(back + "/params.bin"), params);
+  const RunConfig bc = parse_run_config(read_checkpoint_config(back), back, {});
+  EXPECT_EQ(bc.model.moe.n_routed_experts, 4);
+  EXPECT_EQ(bc.model.moe.n_dense_layers, 1);
+  EXPECT_EQ(bc.model.moe.router, "sigmoid_bias");
+  EXPECT_EQ(bc.model.moe.bias_update_rate, 0.01);
+}
+
+// The PyTorch model of torch_llama.py with DeepSeek-V3's MoE layer computes trillion's logits
+// at every position of the tiny trained MoE.
+TEST(HfLlamaReference, PyTorchDeepSeekMoeGivesTheSameLogits) {
+  const std::string python = "/usr/bin/python3";
+  if (run_shell(python + " -c 'import torch' 2>/dev/null").exit_code != 0)
+    GTEST_SKIP() << "PyTorch is not installed for " << python
+                 << " (scripts/setup.sh --with-torch installs python3-torch)";
+  const std::string root = fresh_dir("st_moe_torch");
+  const std::string ckpt = train_tiny_moe(root + "/run");
+  ASSERT_EQ(run_trillion("export --checkpoint " + ckpt + " --out " + root + "/hf").exit_code, 0);
+  const RunConfig cfg = parse_run_config(read_checkpoint_config(ckpt), ckpt, {});
+  std::string cmd = python + " " + std::string(TRILLION_SOURCE_DIR) +
+                    "/tests/interop/torch_llama.py " + root + "/hf";
+  for (int32_t id : kReferenceIds) cmd += fmt::format(" {}", id);
+  const auto r = run_shell(cmd + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<double> ref;
+  for (const auto& row : nlohmann::json::parse(r.output).get<std::vector<std::vector<double>>>())
+    ref.insert(ref.end(), row.begin(), row.end());
+  ASSERT_EQ(ref.size(), kReferenceIds.size() * cfg.model.vocab_size);
+  const LogitDiff d = compare_logits(ref, trillion_logits(cfg, ckpt, kReferenceIds));
+  std::printf("PyTorch DeepSeek-V3 MoE vs trillion, f32: max |diff| %.3g (largest logit %.3g)\n",
+              d.max_diff, d.max_abs);
   RecordProperty("max_abs_diff", std::to_string(d.max_diff));
   EXPECT_LT(d.max_diff, 1e-4) << "largest logit " << d.max_abs;
   EXPECT_GT(d.max_abs, 0.1);
@@ -336,7 +470,32 @@ TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
     EXPECT_STREQ(e.what(), "c.json: field 'vocab_size' is missing");
   }
   EXPECT_THROW(interop::parse_hf_llama_config(R"({"model_type":"gpt2"})", "c.json", back), Error);
-  EXPECT_THROW(interop::hf_llama_name("layers.0.moe.router"), Error);
+  EXPECT_EQ(interop::hf_llama_name("layers.3.moe.router"), "model.layers.3.mlp.gate.weight");
+  EXPECT_THROW(interop::hf_llama_name("layers.0.moe.experts.w_up"), Error);  // split per expert
+  EXPECT_THROW(interop::hf_llama_name("layers.0.attn.bq"), Error);
+  // A MoE config.json: its MoE fields by name, and what trillion cannot run refused by name.
+  std::string moe = interop::hf_llama_config_json(m, "float32", 1, 2);
+  moe = moe.substr(0, moe.rfind('}')) + R"(, "model_type": "trillion_moe", "n_routed_experts": 4})";
+  auto error_of = [&](const std::string& text) -> std::string {
+    try {
+      interop::parse_hf_llama_config(text, "c.json", back);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto parsed = nlohmann::json::parse(moe);  // duplicate keys: the last wins
+  EXPECT_EQ(error_of(parsed.dump()), "c.json: field 'num_experts_per_tok' is missing");
+  parsed["num_experts_per_tok"] = 2;
+  parsed["moe_intermediate_size"] = 16;
+  EXPECT_EQ(error_of(parsed.dump()), "");
+  EXPECT_EQ(back.moe.n_routed_experts, 4);
+  EXPECT_EQ(back.moe.router, "sigmoid_bias");
+  parsed["n_group"] = 2;
+  EXPECT_NE(error_of(parsed.dump()).find("n_group = 2 is not supported"), std::string::npos);
+  parsed["n_group"] = 1;
+  parsed["scoring_func"] = "tanh";
+  EXPECT_NE(error_of(parsed.dump()).find("scoring_func \"tanh\""), std::string::npos);
 }
 
 // The cached decoder's logits at every position equal the full forward's at that position.

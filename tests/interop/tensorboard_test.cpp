@@ -215,6 +215,65 @@ TEST(TensorBoard, TrainingWritesOneEventPerMetricsLine) {
   EXPECT_THROW(read_records(bytes), std::runtime_error);
 }
 
+// A run resumed from an earlier checkpoint than its last metrics (as after a crash): the event
+// files together hold every step once, the resumed steps' events in a new file equal the resumed
+// metrics.jsonl, and the old file keeps only the steps up to the checkpoint.
+TEST(TensorBoard, ResumeWritesEachStepOnce) {
+  const std::string root = fresh_dir("tensorboard_resume");
+  const std::string args = "train " + testing::config_path("tiny.toml") + " --run-dir " + root +
+                           " --set train.tensorboard=true --set train.checkpoint_every=5";
+  ASSERT_EQ(run_trillion(args).exit_code, 0);
+  const auto first_files = event_files(root);
+  ASSERT_EQ(first_files.size(), 1u);
+  const std::string first_bytes = read_all(first_files[0]);
+  ASSERT_EQ(read_records(first_bytes).size(), 21u);  // version + steps 1..20
+  // The checkpoint of step 20 is lost (the newest left is step 15's), and the last record was
+  // torn by the crash.
+  std::filesystem::remove_all(root + "/checkpoints/step_00000020");
+  ASSERT_TRUE(std::filesystem::exists(root + "/checkpoints/step_00000015"));
+  {
+    std::ofstream torn(first_files[0], std::ios::binary | std::ios::app);
+    torn << tfrecord(tensorboard_scalar_event(1.0, 21, {{"loss", 1.0f}})).substr(0, 15);
+  }
+  const auto r = run_trillion(args + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  auto files = event_files(root);
+  std::sort(files.begin(), files.end());
+  ASSERT_EQ(files.size(), 2u);  // a new file, after the old one in name order
+  EXPECT_EQ(files[0], first_files[0]);
+  std::map<int64_t, int> seen;
+  std::map<int64_t, Event> by_step;
+  for (size_t f = 0; f < files.size(); ++f) {
+    const auto records = read_records(read_all(files[f]));  // throws on a torn record
+    EXPECT_EQ(decode_event(records[0]).file_version, "brain.Event:2");
+    for (size_t i = 1; i < records.size(); ++i) {
+      const Event e = decode_event(records[i]);
+      ++seen[e.step];
+      by_step[e.step] = e;
+      EXPECT_EQ(e.step <= 15, f == 0) << "step " << e.step << " in file " << f;
+    }
+  }
+  ASSERT_EQ(seen.size(), 20u);
+  for (const auto& [step, count] : seen) EXPECT_EQ(count, 1) << "step " << step;
+  EXPECT_EQ(seen.begin()->first, 1);
+  EXPECT_EQ(seen.rbegin()->first, 20);
+  EXPECT_NE(r.output.find("step 15"), std::string::npos) << r.output;  // resumed there
+  // The old file's steps 1..15 are its original bytes (a prefix of what it held).
+  const std::string old_now = read_all(files[0]);
+  EXPECT_EQ(first_bytes.substr(0, old_now.size()), old_now);
+  // Every event equals its metrics.jsonl line (steps 16..20 being the resumed run's).
+  std::ifstream metrics(root + "/metrics.jsonl");
+  int lines = 0;
+  for (std::string line; std::getline(metrics, line); ++lines) {
+    const auto j = nlohmann::json::parse(line);
+    std::map<std::string, float> want;
+    expected_scalars(j, "", want);
+    EXPECT_EQ(by_step[j["step"].get<int64_t>()].scalars, want) << line;
+  }
+  EXPECT_EQ(lines, 20);
+}
+
 TEST(TensorBoard, OffByDefault) {
   const std::string root = fresh_dir("tensorboard_off");
   const auto r = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " + root +

@@ -4,6 +4,11 @@
 # attention (query head h reads kv head h // (NH/KV), HF's repeat_kv), SwiGLU MLP, final norm and
 # LM head (tied to the embedding when tie_word_embeddings). Weights come from model.safetensors,
 # read here from the format spec (8-byte LE header length, JSON header, raw LE data) with struct.
+# MoE configs (model_type "trillion_moe": Llama attention + DeepSeek-V3's MoE fields and names)
+# replace the MLP of layers >= first_k_dense_replace by DeepSeek-V3's MoE: affinities
+# sigmoid(x Wg^T) (or softmax), the top num_experts_per_tok of affinity + e_score_correction_bias
+# chosen, gates = chosen affinities / their sum (norm_topk_prob), times routed_scaling_factor,
+# plus the shared experts (one MLP of width n_shared_experts * moe_intermediate_size).
 # Prints the logits of every position for the given ids as JSON, computed in float32:
 #   /usr/bin/python3 torch_llama.py DIR ID [ID ...]
 import json, math, struct, sys
@@ -77,9 +82,9 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, width=None):
         super().__init__()
-        C, F = cfg["hidden_size"], cfg["intermediate_size"]
+        C, F = cfg["hidden_size"], width or cfg["intermediate_size"]
         self.gate_proj = nn.Linear(C, F, bias=False)
         self.up_proj = nn.Linear(C, F, bias=False)
         self.down_proj = nn.Linear(F, C, bias=False)
@@ -88,14 +93,55 @@ class MLP(nn.Module):
         return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class Layer(nn.Module):
+class Gate(nn.Module):
     def __init__(self, cfg):
+        super().__init__()
+        E = cfg["n_routed_experts"]
+        self.weight = nn.Parameter(torch.zeros(E, cfg["hidden_size"]))
+        self.sigmoid = cfg.get("scoring_func", "sigmoid") == "sigmoid"
+        if self.sigmoid:
+            self.e_score_correction_bias = nn.Parameter(torch.zeros(E))
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        FE, self.K = cfg["moe_intermediate_size"], cfg["num_experts_per_tok"]
+        self.scale = cfg.get("routed_scaling_factor", 1.0)
+        self.gate = Gate(cfg)
+        self.experts = nn.ModuleList([MLP(cfg, FE) for _ in range(cfg["n_routed_experts"])])
+        shared = cfg.get("n_shared_experts", 0)
+        self.shared_experts = MLP(cfg, shared * FE) if shared else None
+
+    def forward(self, x):  # x [T, C]
+        logits = x @ self.gate.weight.t()
+        if self.gate.sigmoid:
+            scores = torch.sigmoid(logits)
+            key = scores + self.gate.e_score_correction_bias
+        else:
+            scores = torch.softmax(logits, -1)
+            key = scores
+        chosen = torch.topk(key, self.K, -1).indices  # [T, K]
+        gates = scores.gather(-1, chosen)
+        gates = gates / gates.sum(-1, keepdim=True) * self.scale
+        out = torch.zeros_like(x)
+        for t in range(x.shape[0]):
+            for k in range(self.K):
+                out[t] += gates[t, k] * self.experts[int(chosen[t, k])](x[t : t + 1])[0]
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out
+
+
+class Layer(nn.Module):
+    def __init__(self, cfg, index):
         super().__init__()
         eps = cfg["rms_norm_eps"]
         self.input_layernorm = RMSNorm(cfg["hidden_size"], eps)
         self.self_attn = Attention(cfg)
         self.post_attention_layernorm = RMSNorm(cfg["hidden_size"], eps)
-        self.mlp = MLP(cfg)
+        moe = "n_routed_experts" in cfg and index >= cfg.get("first_k_dense_replace", 0)
+        self.mlp = MoE(cfg) if moe else MLP(cfg)
 
     def forward(self, x, cos, sin):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin)
@@ -106,7 +152,7 @@ class Model(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg["vocab_size"], cfg["hidden_size"])
-        self.layers = nn.ModuleList([Layer(cfg) for _ in range(cfg["num_hidden_layers"])])
+        self.layers = nn.ModuleList([Layer(cfg, l) for l in range(cfg["num_hidden_layers"])])
         self.norm = RMSNorm(cfg["hidden_size"], cfg["rms_norm_eps"])
 
 
