@@ -66,6 +66,11 @@ const RunConfig& checked_layout(const RunConfig& c) {
                             "context parallelism of MoE models is not in this build; use cp = 1",
                             c.parallel.cp, c.model.moe.n_routed_experts));
   }
+  if (c.parallel.cp > 1 && c.diloco.islands > 1) {
+    throw Error(fmt::format("parallel.cp = {} with diloco.islands = {}: DiLoCo islands of "
+                            "context-parallel ranks are not in this build; use cp = 1",
+                            c.parallel.cp, c.diloco.islands));
+  }
   if (c.parallel.cp > 1 && c.parallel.pp > 1) {
     refuse("pp", c.parallel.pp, "pipeline parallelism together with context parallelism");
   }
