@@ -96,7 +96,7 @@ int inspect_command(int argc, char** argv) {
     const int64_t last_layer = std::min<int64_t>(s.units.last_unit, mc.n_layers);  // exclusive
     const plan::StageExtent extent{first, last_layer - first, s.units.last_unit == mc.n_layers + 1};
     return plan::engine_activation_bytes(mc.spec(), local.batch, local.seq, mc.activation_policy(),
-                                         elem, elem, extent, s.slots, {pc.tp, pc.sp})
+                                         elem, elem, extent, s.slots, {pc.tp, pc.sp, pc.cp})
         .total();
   };
 

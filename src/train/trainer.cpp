@@ -437,7 +437,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       predicted_activations += static_cast<double>(
           plan::engine_activation_bytes(mc.spec(), runner.local_micro_batch(), mc.seq_len,
                                         mc.activation_policy(), elem, elem, stage.extent(),
-                                        stage.slots(), {pc.tp, pc.sp})
+                                        stage.slots(), {pc.tp, pc.sp, pc.cp})
               .total());
     }
   }
