@@ -62,6 +62,7 @@ void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv) {
       be_.flash_attention_block_forward(out, lse, qkv, cur, shape_, q, k, blocks_);
       counters_.visible_pairs += visible_pairs(q, k);
       ++computed;
+      ring_.progress();
     });
     counters_.compute_seconds += t.seconds();
     counters_.blocks_computed += computed;
@@ -88,6 +89,7 @@ void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
     for_pairs(ring_.source_after(step), [&](const AttentionSpan& q, const AttentionSpan& k) {
       be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape_, q, k,
                                          blocks_);
+      ring_.progress();
     });
     counters_.compute_seconds += t.seconds();
     // Both the next K/V block and the accumulator of this step's block (from the previous rank,

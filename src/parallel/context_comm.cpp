@@ -14,6 +14,10 @@ void CpRing::start(const Tensor& send, const Tensor& recv, RingStream stream) {
   in_flight_.push_back(cp_.start_send(send, next(), tag));
 }
 
+void CpRing::progress() {
+  for (comm::Handle& h : in_flight_) h->test();
+}
+
 double CpRing::wait() {
   Timer t;
   comm::wait_all(in_flight_);

@@ -31,6 +31,9 @@ class CpRing {
 
   // Starts sending `send` to next() and receiving `recv` from prev() (same size).
   void start(const Tensor& send, const Tensor& recv, RingStream stream);
+  // Lets the transport move data of what is in flight without blocking (MPI progresses
+  // non-blocking transfers only inside MPI calls): called between block kernels.
+  void progress();
   // Waits for everything started since the last wait; returns the seconds spent blocked.
   double wait();
 
