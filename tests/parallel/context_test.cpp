@@ -15,6 +15,7 @@
 #include "../comm/mpi_env.h"
 #include "core/philox.h"
 #include "parallel/context.h"
+#include "plan/activation_memory.h"
 
 namespace trillion {
 namespace {
@@ -162,7 +163,13 @@ void run_ring(CpSplit kind) {
   }
   LocalShape ls;
   ls.batch = kB, ls.seq = Tl, ls.heads = kNH, ls.kv_heads = kKV, ls.head_dim = kHD;
+  const size_t workspace_before = tracker.current(MemoryCategory::workspace);
   parallel::RingAttention ring(*be, tracker, world, split, ls, kT, DType::f64, kTiles);
+  // The ring's buffers (2 K/V + 3 dK/dV blocks) are what plan/ says.
+  plan::ModelSpec spec;
+  spec.n_heads = kNH, spec.n_kv_heads = kKV, spec.head_dim = kHD;
+  EXPECT_EQ(tracker.current(MemoryCategory::workspace) - workspace_before,
+            static_cast<size_t>(plan::context_ring_buffer_bytes(spec, kB, kT, 8, {1, false, cp})));
   const comm::CommCounters before = world.counters();
   ring.forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N));
   const comm::CommCounters after_forward = world.counters();
