@@ -1,5 +1,5 @@
-// Context parallelism's algorithm: causal ring attention (Liu et al. 2310.01889; Brandon et al.
-// "Striped Attention" / the zigzag split of Megatron-Core CP). Each rank keeps its T/cp query rows
+// Context parallelism's algorithm: causal ring attention (Liu et al. 2310.01889) over the zigzag
+// or contiguous split of model/sequence_split.h. Each rank keeps its T/cp query rows
 // (its spans of model/sequence_split.h) and the K/V blocks of all cp ranks visit it around the
 // ring (parallel/context_comm.h), one per step, the next one travelling while the current one is
 // computed:
