@@ -28,6 +28,15 @@ struct AttentionBlocks {
   int64_t q = 0, kv = 0;
 };
 
+// A run of consecutive positions of every sequence in an attention buffer: rows [row, row + len)
+// of each sequence's T rows hold global positions [position, position + len). Context
+// parallelism holds a sequence as such runs (zigzag: two per rank); the causal mask compares
+// global positions, so the same block kernel serves any split (and any future sliding-window or
+// document mask that needs query and key offsets).
+struct AttentionSpan {
+  int64_t row = 0, len = 0, position = 0;
+};
+
 struct AdamWParams {
   double lr = 0, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0;
   int64_t step = 1;  // 1-based, for bias correction
@@ -63,6 +72,20 @@ struct AdamWParams {
 //                        diagonal are skipped. Same result as attention_forward up to rounding.
 //   flash_attention_backward  dqkv[N, QKV] (written) from dout and the forward's out and lse;
 //                        probabilities are recomputed block by block.
+//   flash_attention_block_forward  one (query span, key span) block of causal attention, merged
+//                        into (out, lse): queries are the first NH*HD columns of q[B*T, >= NH*HD]
+//                        (a qkv buffer), keys and values kv[B*T, 2*KV*HD] = K | V; key position
+//                        <= query position is visible. For each query row of the span with a
+//                        visible key, (out, lse) := the exact merge of the old (out, lse) with
+//                        this block's (softmax-weighted output, log-sum-exp):
+//                        lse' = log(e^lse + e^lse_b), out' = e^(lse - lse') out +
+//                        e^(lse_b - lse') out_b. Start from out = 0, lse = -inf; rows with no
+//                        visible key are left as they are; key tiles wholly above the diagonal
+//                        are skipped.
+//   flash_attention_block_backward  the same block's gradient from the merged (final) out and
+//                        lse: dq[B*T, >= NH*HD] (first NH*HD columns) += for the query span's
+//                        rows, dkv[B*T, 2*KV*HD] += for the key span's rows (both accumulate, so
+//                        the blocks of a ring add up).
 //   swiglu_forward   out[N, F] = silu(gate) * up, gate_up[N, 2F] = [gate | up].
 //   swiglu_backward  dgate_up[N, 2F] from dout[N, F] (written).
 //   cross_entropy_forward   row-wise log-sum-exp and loss of logits[n, V]: lse[n], losses[n] =

@@ -49,6 +49,15 @@
     (Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& lse,     \
      const AttentionShape& s, AttentionBlocks blocks),                                             \
     (dqkv, dout, out, qkv, lse, s, blocks))                                                        \
+  X(void, flash_attention_block_forward, "attention",                                              \
+    (Tensor out, Tensor lse, const Tensor& q, const Tensor& kv, const AttentionShape& s,           \
+     AttentionSpan queries, AttentionSpan keys, AttentionBlocks blocks),                           \
+    (out, lse, q, kv, s, queries, keys, blocks))                                                   \
+  X(void, flash_attention_block_backward, "attention",                                             \
+    (Tensor dq, Tensor dkv, const Tensor& dout, const Tensor& out, const Tensor& q,                \
+     const Tensor& kv, const Tensor& lse, const AttentionShape& s, AttentionSpan queries,          \
+     AttentionSpan keys, AttentionBlocks blocks),                                                  \
+    (dq, dkv, dout, out, q, kv, lse, s, queries, keys, blocks))                                    \
   X(void, swiglu_forward, "swiglu", (Tensor out, const Tensor& gate_up), (out, gate_up))           \
   X(void, swiglu_backward, "swiglu", (Tensor dgate_up, const Tensor& dout, const Tensor& gate_up), \
     (dgate_up, dout, gate_up))                                                                     \

@@ -61,6 +61,17 @@ struct OpFlops {
                                   const Tensor&, const AttentionShape& s, AttentionBlocks) const {
     return attention_flops(s, 4);
   }
+  double flash_attention_block_forward(Tensor, Tensor, const Tensor&, const Tensor&,
+                                       const AttentionShape& s, AttentionSpan q, AttentionSpan k,
+                                       AttentionBlocks) const {
+    return 2.0 * 2.0 * s.B * s.NH * static_cast<double>(q.len) * k.len * s.HD;
+  }
+  double flash_attention_block_backward(Tensor, Tensor, const Tensor&, const Tensor&,
+                                        const Tensor&, const Tensor&, const Tensor&,
+                                        const AttentionShape& s, AttentionSpan q, AttentionSpan k,
+                                        AttentionBlocks) const {
+    return 4.0 * 2.0 * s.B * s.NH * static_cast<double>(q.len) * k.len * s.HD;
+  }
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include "backend/profiling_backend.h"
 #include "cli/bench_allreduce.h"
+#include "cli/bench_context.h"
 #include "cli/bench_precision.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
@@ -345,6 +346,12 @@ int bench_command(int argc, char** argv) {
   attention->add_option("--reps", ao.reps, "timed repetitions (best is reported)")
       ->check(CLI::Range(1, 100));
   attention->add_flag("--json", json, "print one JSON object");
+  int cp = 1;
+  std::string cp_split = "zigzag";
+  attention->add_option("--cp", cp,
+                        "context-parallel ranks: ring attention under trillion launch -n CP")
+      ->check(CLI::Range(1, 4096));
+  attention->add_option("--split", cp_split, "with --cp: zigzag or contiguous");
 
   AllReduceBenchOptions aro;
   auto* allreduce =
@@ -372,6 +379,11 @@ int bench_command(int argc, char** argv) {
                                 : bench_precision_gemm(gemm_dtype, size, reps, json);
   }
   if (allreduce->parsed()) return bench_allreduce(aro, json);
+  if (attention->parsed() && cp > 1) {
+    return bench_ring_attention({cp, ao.seq, ao.batch, ao.heads, ao.kv_heads, ao.head_dim,
+                                 ao.block, cp_split, ao.reps},
+                                json);
+  }
   if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json, profile);
 }

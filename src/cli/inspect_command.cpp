@@ -89,14 +89,14 @@ int inspect_command(int argc, char** argv) {
   for (const StageInfo& s : stages) rank_params[s.pp_rank] += s.parameters;
 
   // Activation bytes per stage: the engine's formula, for the layouts whose layers it describes.
-  const bool activation_formula = pc.cp == 1 && !mc.moe.enabled();
+  const bool activation_formula = !mc.moe.enabled();  // tp, sp and cp are in the formula
   const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
   auto activation_bytes = [&](const StageInfo& s) -> int64_t {
     const int64_t first = s.units.first_unit == 0 ? 0 : s.units.first_unit - 1;
     const int64_t last_layer = std::min<int64_t>(s.units.last_unit, mc.n_layers);  // exclusive
     const plan::StageExtent extent{first, last_layer - first, s.units.last_unit == mc.n_layers + 1};
     return plan::engine_activation_bytes(mc.spec(), local.batch, local.seq, mc.activation_policy(),
-                                         elem, elem, extent, s.slots, {pc.tp, pc.sp})
+                                         elem, elem, extent, s.slots, {pc.tp, pc.sp, pc.cp})
         .total();
   };
 
@@ -209,8 +209,8 @@ int inspect_command(int argc, char** argv) {
       "tp/ep shard%s\n",
       static_cast<long long>(mc.n_layers), static_cast<long long>(mc.n_layers + 1),
       activation_formula ? ""
-                         : "; activation bytes for tp/cp layouts and MoE layers (whose "
-                           "expert buffers follow the routing): not modelled");
+                         : "; activation bytes for MoE layers (whose expert buffers follow the "
+                           "routing): not modelled");
   return 0;
 }
 

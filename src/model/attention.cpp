@@ -24,7 +24,9 @@ Tensor Attention::carve_scratch(Carver& c) const {
 
 void Attention::recompute_core(const AttentionActivations& a) {
   const AttentionShape s = ctx_.shape.attention();
-  if (tiled_) {
+  if (ctx_.context_attention != nullptr) {
+    ctx_.context_attention->forward(a.heads, a.state, a.qkv);
+  } else if (tiled_) {
     be_.flash_attention_forward(a.heads, a.state, a.qkv, s, blocks_);
   } else {
     be_.attention_forward(a.heads, a.state, a.qkv, s);
@@ -44,7 +46,9 @@ void Attention::backward_input(Tensor dx, const Tensor& dout, const AttentionWei
                                const Tensor& d_heads, const Tensor& cos_sin) {
   const AttentionShape s = ctx_.shape.attention();
   be_.gemm(d_heads, false, false, dout, w.wo, 1.0, 0.0);
-  if (tiled_) {
+  if (ctx_.context_attention != nullptr) {
+    ctx_.context_attention->backward(g.d_qkv, d_heads, a.heads, a.qkv, a.state);
+  } else if (tiled_) {
     be_.flash_attention_backward(g.d_qkv, d_heads, a.heads, a.qkv, a.state, s, blocks_);
   } else {
     be_.attention_backward(g.d_qkv, d_heads, a.qkv, a.state, s);

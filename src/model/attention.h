@@ -10,6 +10,18 @@
 
 namespace trillion {
 
+// The attention core when the sequence is split over context-parallel ranks (implemented by
+// parallel/context.h's ring attention): the same contract as the backend's tiled attention on
+// this rank's rows — out [N, NH*HD] and lse [B, NH, T_local] from qkv [N, QKV] (after RoPE), and
+// dqkv [N, QKV] (written) — but each query attends to the keys of the whole sequence before it.
+class ContextAttention {
+ public:
+  virtual ~ContextAttention() = default;
+  virtual void forward(Tensor out, Tensor lse, const Tensor& qkv) = 0;
+  virtual void backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
+                        const Tensor& lse) = 0;
+};
+
 struct AttentionWeights {  // parameters or their gradients (same layout)
   Tensor wqkv;             // [QKV, C]: wq | wk | wv stored back to back
   Tensor wo;               // [C, NH*HD]

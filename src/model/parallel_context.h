@@ -8,10 +8,12 @@
 #include "comm/communicator.h"
 #include "core/tensor_table.h"
 #include "model/local_shape.h"
+#include "model/sequence_split.h"
 
 namespace trillion {
 
-class ExpertExchange;  // model/moe.h
+class ExpertExchange;     // model/moe.h
+class ContextAttention;  // model/attention.h
 
 struct ParallelContext {
   LocalShape shape;
@@ -23,6 +25,11 @@ struct ParallelContext {
   // this rank's N/tp token rows (parallel/tensor_comm.h).
   bool sp = false;
   comm::Communicator* cp = nullptr;
+  // Context parallelism: this rank's rows of each sequence (RoPE angles use their global
+  // positions) and the attention core over the whole sequence (nullptr: it is all here).
+  SequenceSplit sequence;
+  int cp_rank = 0;
+  ContextAttention* context_attention = nullptr;
   comm::Communicator* ep = nullptr;
   // Moves MoE rows to the ranks holding their experts (nullptr: every expert on this rank).
   ExpertExchange* experts = nullptr;

@@ -167,14 +167,17 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   carve_workspace(take_ws);
   if (has_head()) head_.set_logits_block(logits, tp_full_);
 
-  // RoPE table: angle(t, i) = t * theta^(-2i/HD), computed in double.
+  // RoPE table: angle(t, i) = p(t) * theta^(-2i/HD), computed in double, at the global position
+  // p(t) of local row t (context parallelism holds chunks of the sequence, sequence_split.h).
   const int64_t T = ctx_.shape.seq, HD = ctx_.shape.head_dim, half = HD / 2;
+  const std::vector<int64_t> positions = ctx_.sequence.positions(T * ctx_.sequence.cp, ctx_.cp_rank);
   std::vector<double> cs(T * HD);
-  for (int64_t pos = 0; pos < T; ++pos) {
+  for (int64_t t = 0; t < T; ++t) {
+    const double pos = static_cast<double>(positions[t]);
     for (int64_t i = 0; i < half; ++i) {
       const double angle = pos * std::pow(config.rope_theta, -2.0 * static_cast<double>(i) / HD);
-      cs[pos * HD + i] = std::cos(angle);
-      cs[pos * HD + half + i] = std::sin(angle);
+      cs[t * HD + i] = std::cos(angle);
+      cs[t * HD + half + i] = std::sin(angle);
     }
   }
   be_.copy(cos_sin_, Tensor(cs.data(), DType::f64, {T, HD}));

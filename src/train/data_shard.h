@@ -3,22 +3,26 @@
 // data-parallel group reads the d-th B_local = micro_batch / dp of each micro-batch. The shard is
 // keyed by the dp coordinate, never the world rank, so ranks of other groups (tensor, pipeline,
 // context) that share a dp coordinate read the same samples, and the global order never depends
-// on the layout (a resumed or re-laid-out run reads exactly the same tokens).
+// on the layout (a resumed or re-laid-out run reads exactly the same tokens). Under context
+// parallelism a rank keeps, of each of those sequences, the rows of its cp coordinate
+// (model/sequence_split.h): [B_local, T/cp] tokens and their targets.
 #pragma once
 
 #include <cstdint>
 
 #include "data/loader.h"
+#include "model/sequence_split.h"
 #include "train/datasets.h"
 
 namespace trillion {
 
 class DataShard {
  public:
-  DataShard(const RunConfig& config, const RunDatasets& datasets, int dp_rank, int dp_size);
+  DataShard(const RunConfig& config, const RunDatasets& datasets, int dp_rank, int dp_size,
+            SequenceSplit split = {}, int cp_rank = 0);
 
   int64_t local_batch() const { return local_batch_; }
-  // This rank's part of micro-batch `micro` of step `step` ([B_local, T] each).
+  // This rank's part of micro-batch `micro` of step `step` ([B_local, T/cp] each).
   void train_batch(int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) const;
   // This rank's part of validation micro-batch `i`.
   void validation_batch(int64_t i, int32_t* tokens, int32_t* targets) const;
@@ -29,6 +33,12 @@ class DataShard {
   data::DataLoader train_, validation_;
   int64_t micro_batch_, grad_accum_, local_batch_;
   int dp_rank_;
+  std::vector<int64_t> positions_;  // this cp rank's positions of a sequence (all T: cp = 1)
+  int64_t seq_len_;
+  // Keeps this cp rank's rows of [B_local, T] tokens and targets read into the scratch.
+  void keep_own_rows(const int32_t* tokens_in, const int32_t* targets_in, int32_t* tokens,
+                     int32_t* targets) const;
+  mutable std::vector<int32_t> full_tokens_, full_targets_;
 };
 
 }  // namespace trillion

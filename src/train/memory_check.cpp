@@ -76,7 +76,7 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
     p.activations = static_cast<double>(
         plan::engine_activation_bytes(mc.spec(), batch, mc.seq_len, mc.activation_policy(),
                                       static_cast<int64_t>(e), static_cast<int64_t>(e), first, 1,
-                                      {pc.tp, pc.sp})
+                                      {pc.tp, pc.sp, pc.cp})
             .total());
   }
   return p;

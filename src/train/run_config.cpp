@@ -12,6 +12,7 @@
 
 #include "comm/algorithms/algorithm_kind.h"
 #include "core/error.h"
+#include "model/sequence_split.h"
 #include "optim/outer_nesterov.h"
 #include "optim/outer_quantize.h"
 #include "optim/streaming_schedule.h"
@@ -24,6 +25,35 @@ namespace {
 // Tensor parallelism splits heads, kv heads, the MLP's hidden width and the vocabulary over tp
 // (model/local_shape.h); sequence parallelism splits each rank's B*T token rows. Each value tp
 // must divide is named with the fix.
+// Context parallelism: the split must cut every sequence into equal chunks, and the attention
+// core must be the tiled one (ring attention merges (out, lse) blocks; the materialised core keeps
+// a T x T matrix a rank never has).
+void check_context_parallel(const RunConfig& rc, const std::string& source) {
+  const ParallelConfig& p = rc.parallel;
+  CpSplit kind;
+  try {
+    kind = parse_cp_split(p.cp_split, "parallel.cp_split");
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
+  if (p.cp == 1) return;
+  const SequenceSplit split{static_cast<int>(p.cp), kind};
+  if (rc.model.seq_len % split.chunks() != 0) {
+    throw Error(fmt::format(
+        "{}: parallel.cp = {} with parallel.cp_split = \"{}\" cuts each sequence into {} equal "
+        "chunks, but model.seq_len = {} is not a multiple of {}; choose a seq_len divisible by "
+        "{} (or another cp)",
+        source, p.cp, p.cp_split, split.chunks(), rc.model.seq_len, split.chunks(),
+        split.chunks()));
+  }
+  if (!rc.model.tiled_attention) {
+    throw Error(fmt::format(
+        "{}: parallel.cp = {} needs model.tiled_attention = true (ring attention merges "
+        "FlashAttention blocks; the materialised attention keeps the whole T x T matrix)",
+        source, p.cp));
+  }
+}
+
 void check_tensor_parallel(const RunConfig& rc, const std::string& source) {
   const int64_t tp = rc.parallel.tp;
   if (tp == 1) return;
@@ -42,11 +72,12 @@ void check_tensor_parallel(const RunConfig& rc, const std::string& source) {
           "pad the vocabulary to a multiple of tp (the embedding and head are split by "
           "vocabulary rows; the vocabulary is not padded for you)");
   const int64_t dp = std::max<int64_t>(1, rc.parallel.dp);
-  const int64_t tokens = rc.train.micro_batch / dp * m.seq_len;
+  const int64_t cp = std::max<int64_t>(1, rc.parallel.cp);
+  const int64_t tokens = rc.train.micro_batch / dp * m.seq_len / cp;
   if (rc.parallel.sp && tokens % tp != 0) {
     throw Error(fmt::format(
         "{}: parallel.sp = true with parallel.tp = {}: sequence parallelism splits each rank's "
-        "train.micro_batch / dp x model.seq_len = {} token rows over tp, which {} does not "
+        "train.micro_batch / dp x model.seq_len / cp = {} token rows over tp, which {} does not "
         "divide; change seq_len or micro_batch, or set parallel.sp = false",
         source, tp, tokens, tp));
   }
@@ -542,6 +573,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   p.read("tp", pc.tp);
   p.read("pp", pc.pp);
   p.read("cp", pc.cp);
+  p.read("cp_split", pc.cp_split);
   p.read("ep", pc.ep);
   p.read("zero", pc.zero);
   p.read("bucket_mb", pc.bucket_mb);
@@ -560,6 +592,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   at_least("parallel.ep", pc.ep, 1);
   at_least("parallel.chunks", pc.chunks, 1);
   check_tensor_parallel(rc, source);
+  check_context_parallel(rc, source);
   try {
     schedule::parse_schedule_kind(pc.schedule);
   } catch (const Error& e) {
@@ -782,6 +815,7 @@ std::string to_toml(const RunConfig& c) {
                        {"tp", p.tp},
                        {"pp", p.pp},
                        {"cp", p.cp},
+                       {"cp_split", p.cp_split},
                        {"ep", p.ep},
                        {"zero", p.zero},
                        {"bucket_mb", p.bucket_mb},

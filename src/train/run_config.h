@@ -58,12 +58,13 @@ struct DataConfig {
 // dp`), ZeRO stage 0-3 and the gradient bucket size; the pipeline schedule each rank runs
 // (`schedule`, with `chunks` model chunks per rank; with pp = 1 the chunks are stages of one
 // process) and whether backward passes are split into dgrad and wgrad. tp, pp, cp and ep are
-// read so `trillion inspect` can show any layout; tp trains (Megatron-style, with sp), cp does
-// not yet. train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp
+// read so `trillion inspect` can show any layout; tp trains (Megatron-style, with sp), cp trains
+// with ring attention over the `cp_split` of each sequence (docs/context-parallel.md). train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp
 // sequences of it, so any dp trains the same run (docs/multiprocess.md).
 struct ParallelConfig {
   int64_t dp = 1;
   int64_t tp = 1, pp = 1, cp = 1, ep = 1;
+  std::string cp_split = "zigzag";  // zigzag (load-balanced) | contiguous (model/sequence_split.h)
   int64_t zero = 0;         // 0: all-reduce; 1: optimizer state; 2: + gradients; 3: + parameters
   double bucket_mb = 25.0;  // gradient bucket size in MB (1e6 bytes), stages 0-2
   bool overlap = true;      // false: wait for each bucket at once (to measure what overlap hides)

@@ -61,7 +61,19 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "the experts is not in this build; use parallel.ep for the experts and tp = 1",
         c.parallel.tp, c.model.moe.n_routed_experts));
   }
-  refuse("cp", c.parallel.cp, "context parallelism");
+  if (c.parallel.cp > 1 && c.model.moe.enabled()) {
+    throw Error(fmt::format("parallel.cp = {} with MoE layers (model.n_routed_experts = {}): "
+                            "context parallelism of MoE models is not in this build; use cp = 1",
+                            c.parallel.cp, c.model.moe.n_routed_experts));
+  }
+  if (c.parallel.cp > 1 && c.diloco.islands > 1) {
+    throw Error(fmt::format("parallel.cp = {} with diloco.islands = {}: DiLoCo islands of "
+                            "context-parallel ranks are not in this build; use cp = 1",
+                            c.parallel.cp, c.diloco.islands));
+  }
+  if (c.parallel.cp > 1 && c.parallel.pp > 1) {
+    refuse("pp", c.parallel.pp, "pipeline parallelism together with context parallelism");
+  }
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
                             "(model.n_routed_experts > 0)",
@@ -97,14 +109,20 @@ const RunConfig& checked_layout(const RunConfig& c) {
   return c;
 }
 
-ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp) {
-  const ShardDegrees degrees{tp.size(), 1, 1};
-  ParallelContext ctx{local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len, degrees),
-                      degrees, ShardCoord{tp.size(), tp.rank(), 1, 0}};
+ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp,
+                           comm::Communicator& cp) {
+  const ShardDegrees degrees{tp.size(), cp.size(), 1};
+  ParallelContext ctx;
+  ctx.shape = local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len, degrees);
+  ctx.degrees = degrees;
+  ctx.shard = ShardCoord{tp.size(), tp.rank(), 1, 0};
   if (tp.size() > 1) {
     ctx.tp = &tp;
     ctx.sp = c.parallel.sp;
   }
+  ctx.sequence = {cp.size(), parse_cp_split(c.parallel.cp_split, "parallel.cp_split")};
+  ctx.cp_rank = cp.rank();
+  if (cp.size() > 1) ctx.cp = &cp;
   return ctx;
 }
 
@@ -205,7 +223,12 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       ep_(checked_group(group_or(groups.ep, local_ep_, "ep"), config.parallel.ep, "ep")),
       edp_(group_or(groups.edp, local_edp_, "edp")),
       tp_(checked_group(group_or(groups.tp, local_tp_, "tp"), config.parallel.tp, "tp")),
-      ctx_(context_of(config, dp_.size(), tp_)),
+      cp_(checked_group(group_or(groups.cp, local_cp_, "cp"), config.parallel.cp, "cp")),
+      reduce_(config.parallel.cp > 1
+                  ? checked_group(group_or(groups.dp_cp, local_dp_cp_, "dp_cp"),
+                                  config.parallel.dp * config.parallel.cp, "dp_cp")
+                  : dp_),
+      ctx_(context_of(config, dp_.size(), tp_, cp_)),
       schedule_(schedule_of(config)),
       eval_schedule_(forward_only(schedule_)),
       global_table_(build_parameter_table(config.model)),
@@ -214,6 +237,12 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   const ModelConfig& mc = config.model;
   const int zero = static_cast<int>(config.parallel.zero);
   const int rank = pp_.rank();
+  if (cp_.size() > 1) {
+    ring_ = std::make_unique<parallel::RingAttention>(backend, tracker, cp_, ctx_.sequence,
+                                                      ctx_.shape, mc.seq_len, mc.dtype,
+                                                      AttentionBlocks{mc.attention_block, mc.attention_block});
+    ctx_.context_attention = ring_.get();
+  }
   // The stages this pipeline rank runs, one per chunk, where the schedule's paths place them.
   const std::vector<plan::StageUnits> partition =
       plan::partition_stages(mc.n_layers, schedule_.num_stages(0));
@@ -299,7 +328,7 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
         std::make_unique<parallel::DataParallel>(*params_, edp_, backend, tracker, expert_options);
   } else {
     parallel_ =
-        std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker, dp_options);
+        std::make_unique<parallel::DataParallel>(*params_, reduce_, backend, tracker, dp_options);
   }
   std::vector<StageModel*> chunks;
   for (auto& s : stages_) chunks.push_back(s.get());
@@ -380,7 +409,8 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   const comm::CommCounters dp_before = dp_.counters(), pp_before = pp_.counters();
   const comm::CommCounters mirror_before = mirror_ ? mirror_->counters() : comm::CommCounters{};
   const comm::CommCounters ep_before = ep_.counters(), edp_before = edp_.counters();
-  const comm::CommCounters tp_before = tp_.counters();
+  const comm::CommCounters tp_before = tp_.counters(), cp_before = cp_.counters();
+  const comm::CommCounters reduce_before = reduce_.counters();
   const int64_t accum = config_.train.grad_accum;
   // Every rank scales by the global token count, so the sum over ranks is the mean's gradient.
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
@@ -400,11 +430,12 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   // The noise scale's small-batch estimates (unreduced gradients) ride on the loss's all-reduce
   // over dp and the norm's over pp: no extra round trip.
   const int64_t estimates = dp_.size() * parallel_->local_estimates();
-  const bool noise = estimates > 1 && !mirror_ && !expert_parallel_ && !tensor_;
+  const bool noise = estimates > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_;
   const int64_t scalars = noise ? 2 : 1;
+  // Every rank's loss is the mean over its tokens, and every rank of dp x cp holds as many.
   double dp_sums[2] = {st.loss, noise ? parallel_->local_sum_squares() : 0.0};
-  if (dp_.size() > 1) dp_.all_reduce(Tensor(dp_sums, DType::f64, {scalars}));
-  st.loss = dp_sums[0] / dp_.size();
+  if (reduce_.size() > 1) reduce_.all_reduce(Tensor(dp_sums, DType::f64, {scalars}));
+  st.loss = dp_sums[0] / reduce_.size();
   // DualPipe: the gradient of a stage is the sum over the two model copies that hold it.
   if (mirror_) {
     for (const Tensor& g : parallel_->reduced_gradients()) mirror_->all_reduce(g);
@@ -455,7 +486,8 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   if (config_.model.moe.enabled()) finish_moe_step(st);
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
-  st.comm = dp_.counters() - dp_before;
+  st.comm = ring_ ? reduce_.counters() - reduce_before : dp_.counters() - dp_before;
+  if (ring_) st.comm_cp = cp_.counters() - cp_before;
   st.comm_pp = pp_.counters() - pp_before;
   if (mirror_) st.comm_mirror = mirror_->counters() - mirror_before;
   st.comm_ep = ep_.counters() - ep_before;
@@ -467,7 +499,8 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
     st.moe_exchanges = rows.plans;
   }
   st.comm_bytes = st.comm.total_sent() + st.comm_pp.total_sent() + st.comm_mirror.total_sent() +
-                  st.comm_ep.total_sent() + st.comm_edp.total_sent() + st.comm_tp.total_sent();
+                  st.comm_ep.total_sent() + st.comm_edp.total_sent() + st.comm_tp.total_sent() +
+                  st.comm_cp.total_sent();
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
   return st;

@@ -11,7 +11,10 @@
 // With one process (no groups given) the step is exactly the one-process algorithm. Under tensor
 // parallelism (groups.tp) every layer runs its tp shard (model/block.h), the norm weights'
 // gradients are summed over tp once per step (parallel/tensor.h) and the norm counts each
-// parameter once across tp, pp and dp.
+// parameter once across tp, pp and dp. Under context parallelism (groups.cp) every rank holds
+// T/cp rows of each sequence (parallel.cp_split), attention runs as ring attention over cp
+// (parallel/context.h) and gradients reduce over dp x cp (groups.dp_cp): each rank scales by the
+// global token count, so the sum is the mean's gradient.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,7 @@
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/noise_scale.h"
+#include "parallel/context.h"
 #include "parallel/data.h"
 #include "parallel/expert_comm.h"
 #include "parallel/tensor.h"
@@ -48,6 +52,7 @@ struct StepStats {
   comm::CommCounters comm_edp;       // expert gradients over the ranks holding the same experts
   comm::CommCounters comm_tp;        // tensor parallelism: the layers' all-reduces (SP: gathers
                                      // and reduce-scatters), the loss's shard sums, norm grads
+  comm::CommCounters comm_cp;        // context parallelism: ring attention's K/V and dK/dV
   // Expert parallelism: this rank's routed rows (parallel/expert_comm.h RowCounts).
   int64_t moe_rows_out = 0, moe_rows_in = 0, moe_rows_local = 0, moe_exchanges = 0;
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
@@ -77,6 +82,8 @@ struct RankGroups {
   comm::Communicator* ep = nullptr;   // expert parallelism (within dp)
   comm::Communicator* edp = nullptr;  // the ranks holding the same experts
   comm::Communicator* tp = nullptr;   // tensor parallelism (within a pp stage and dp replica)
+  comm::Communicator* cp = nullptr;     // context parallelism (ring attention)
+  comm::Communicator* dp_cp = nullptr;  // gradient reduction when cp > 1 (dp x cp)
 };
 
 // Fills tokens and targets ([B_local*T] each) for this rank's part of micro-batch `micro` of
@@ -126,6 +133,8 @@ class StepRunner {
   int64_t tokens_per_step() const;  // global
   int64_t local_micro_batch() const { return config_.train.micro_batch / dp_.size(); }
   const ParallelContext& context() const { return ctx_; }
+  // Context parallelism's ring attention (nullptr with cp = 1): its counters.
+  const parallel::RingAttention* ring_attention() const { return ring_.get(); }
 
  private:
   RunConfig config_;
@@ -138,6 +147,9 @@ class StepRunner {
   comm::Communicator& edp_;
   std::unique_ptr<comm::Communicator> local_tp_;
   comm::Communicator& tp_;
+  std::unique_ptr<comm::Communicator> local_cp_, local_dp_cp_;
+  comm::Communicator& cp_;
+  comm::Communicator& reduce_;  // where gradients and the loss reduce: dp, or dp x cp
   std::unique_ptr<parallel::TensorParallel> tensor_;  // tp > 1: replicated grads and the norm
   std::unique_ptr<parallel::AllToAllExchange> experts_;  // expert parallelism's all-to-all
   std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
@@ -146,6 +158,7 @@ class StepRunner {
   schedule::Schedule schedule_, eval_schedule_;
   TensorTable global_table_;
   MemoryTracker& tracker_;
+  std::unique_ptr<parallel::RingAttention> ring_;  // cp > 1; the stages' contexts point at it
   std::unique_ptr<ParameterSet> params_;
   std::vector<std::unique_ptr<StageModel>> stages_;  // per chunk of this rank
   std::unique_ptr<parallel::DataParallel> parallel_;

@@ -65,6 +65,7 @@ nlohmann::json comm_groups_json(const StepStats& st, const DilocoStep& outer) {
   if (st.comm_ep.total_sent() > 0) j.update(comm_json("ep", st.comm_ep));
   if (st.comm_edp.total_sent() > 0) j.update(comm_json("edp", st.comm_edp));
   if (st.comm_tp.total_sent() > 0) j.update(comm_json("tp", st.comm_tp));
+  if (st.comm_cp.total_sent() > 0) j.update(comm_json("cp", st.comm_cp));
   return j;
 }
 
@@ -160,8 +161,11 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                     RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
                                &mesh.group(comm::MeshGroup::ep),
                                &mesh.group(comm::MeshGroup::edp),
-                               &mesh.group(comm::MeshGroup::tp)});
-  const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp));
+                               &mesh.group(comm::MeshGroup::tp),
+                               &mesh.group(comm::MeshGroup::cp),
+                               &mesh.group(comm::MeshGroup::dp_cp)});
+  const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp),
+                        runner.context().sequence, mesh.coord().cp);
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
   std::unique_ptr<Diloco> diloco;
   if (islands.enabled()) {
@@ -196,6 +200,9 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
   if (pc.tp > 1) {
     model_parallel += fmt::format(", tp {} (sequence parallelism {})", pc.tp, pc.sp ? "on" : "off");
+  }
+  if (pc.cp > 1) {
+    model_parallel += fmt::format(", cp {} ({} split, ring attention)", pc.cp, pc.cp_split);
   }
   dir.event(fmt::format(
       "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
@@ -430,7 +437,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       predicted_activations += static_cast<double>(
           plan::engine_activation_bytes(mc.spec(), runner.local_micro_batch(), mc.seq_len,
                                         mc.activation_policy(), elem, elem, stage.extent(),
-                                        stage.slots(), {pc.tp, pc.sp})
+                                        stage.slots(), {pc.tp, pc.sp, pc.cp})
               .total());
     }
   }

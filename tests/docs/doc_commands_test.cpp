@@ -54,6 +54,8 @@ const Exclusion kExcluded[] = {
     {"runs/ov_", "reads the 2-rank timing experiment's runs"},
     {"runs/tp_ref8", "documents a 20-step fp32 drift (compare exits 1, DIFFER, by design)"},
     {"runs/tp_8", "the 8-rank half of that drift experiment"},
+    {"model.seq_len=16384", "trains 16K-token sequences (20 s per run, 4 ranks)"},
+    {"runs/one_16k", "compares the 16K-token runs above"},
 };
 
 const char* excluded(const std::string& cmd) {

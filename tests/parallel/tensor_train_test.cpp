@@ -120,7 +120,7 @@ TEST_P(TensorParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
     const int64_t predicted =
         plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4, 4,
                                       {first, last - first, u.last_unit == kLayers + 1}, slots,
-                                      {l.tp, l.sp})
+                                      {l.tp, l.sp, 1})
             .total();
     const auto& m = summary["memory_per_rank"][rank];
     EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;

@@ -1,0 +1,219 @@
+// One (query span, key span) block of causal grouped-query attention on the CPU, the kernel ring
+// attention is built from (parallel/context.h). Same FlashAttention-2 tiling as
+// cpu_flash_attention.cpp, with two differences: queries and keys come from different buffers
+// and spans, and the causal mask compares global positions (key position <= query position), so a
+// row may see no key of the block. Forward keeps the block's running max m, sum l and output per
+// query tile, then merges (out_b = acc / l, lse_b = m + log l) into the caller's (out, lse)
+// exactly; backward recomputes P = exp(S - lse) from the final lse, as the one-block kernel does.
+// Threads own disjoint outputs: forward (batch, head, query tile) rows; backward (batch, kv group)
+// owns dK, dV of the group and dQ of its heads.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_exp.h"
+
+namespace trillion::cpu {
+
+namespace {
+void check_spans(const AttentionShape& s, const AttentionSpan& q, const AttentionSpan& k,
+                 const char* op) {
+  TRILLION_CHECK(q.row >= 0 && q.len >= 0 && q.row + q.len <= s.T && k.row >= 0 && k.len >= 0 &&
+                     k.row + k.len <= s.T && s.NH % s.KV == 0,
+                 std::string(op) + " spans");
+}
+}  // namespace
+
+void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Tensor& q,
+                                               const Tensor& kv, const AttentionShape& s,
+                                               AttentionSpan qs, AttentionSpan ks,
+                                               AttentionBlocks requested) {
+  check_same_dtype(out, q, "flash_attention_block_forward");
+  check_same_dtype(kv, q, "flash_attention_block_forward");
+  check_same_dtype(lse, q, "flash_attention_block_forward");
+  const Matrix mq = as_matrix(q), mk = as_matrix(kv), mo = as_matrix(out);
+  TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols >= s.NH * s.HD && mk.rows == s.B * s.T &&
+                     mk.cols == 2 * s.KV * s.HD && mo.cols == s.NH * s.HD &&
+                     lse.numel() == s.B * s.NH * s.T,
+                 "flash_attention_block_forward shapes");
+  check_spans(s, qs, ks, "flash_attention_block_forward");
+  // Nothing visible: every key after every query.
+  if (qs.len == 0 || ks.len == 0 || ks.position > qs.position + qs.len - 1) return;
+  const AttentionBlocks bl =
+      choose_attention_blocks(s.HD, std::max(qs.len, ks.len), dtype_size(q.dtype()), requested);
+  const int64_t Br = bl.q, Bc = bl.kv, nq = (qs.len + Br - 1) / Br;
+  const int nthreads = threads();
+  const int64_t per_thread = Br * Bc + Br * s.HD + 2 * Br;
+  Tensor work = scratch(q.dtype(), nthreads * per_thread);
+  dispatch(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pq = q.data<T>();
+    const T* pk = kv.data<T>();
+    T* po = out.data<T>();
+    T* pl = lse.data<T>();
+    T* pw = work.data<T>();
+    const int64_t group = s.NH / s.KV;
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
+    const T neg_inf = -std::numeric_limits<T>::infinity();
+#pragma omp parallel for collapse(3) schedule(dynamic) num_threads(nthreads)
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t h = 0; h < s.NH; ++h) {
+        for (int64_t qb = 0; qb < nq; ++qb) {
+          T* S = pw + omp_get_thread_num() * per_thread;  // [Br, Bc]
+          T* acc = S + Br * Bc;                           // [Br, HD]
+          T* m = acc + Br * s.HD;                         // [Br]
+          T* l = m + Br;                                  // [Br]
+          const int64_t q0 = qb * Br, rows = std::min(Br, qs.len - q0);
+          const int64_t qpos0 = qs.position + q0;  // global position of the tile's first query
+          const T* qp = pq + (b * s.T + qs.row + q0) * mq.ld + h * s.HD;
+          const T* kbase = pk + (b * s.T + ks.row) * mk.ld + (h / group) * s.HD;
+          const T* vbase = kbase + s.KV * s.HD;
+          for (int64_t r = 0; r < rows; ++r) m[r] = neg_inf, l[r] = 0;
+          for (int64_t i = 0; i < rows * s.HD; ++i) acc[i] = 0;
+          // Key tiles holding a key at or before the tile's last query position.
+          for (int64_t k0 = 0; k0 < ks.len && ks.position + k0 <= qpos0 + rows - 1; k0 += Bc) {
+            const int64_t cols = std::min(Bc, ks.len - k0);
+            const int64_t kpos0 = ks.position + k0;
+            blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld,
+                         mk.ld, T(0), S, Bc);
+            for (int64_t r = 0; r < rows; ++r) {
+              T* sr = S + r * Bc;
+              const int64_t visible = std::clamp<int64_t>(qpos0 + r - kpos0 + 1, 0, cols);
+              for (int64_t c = visible; c < cols; ++c) sr[c] = 0;
+              if (visible == 0) continue;  // this row sees no key of the tile
+              T mx = m[r];
+              for (int64_t c = 0; c < visible; ++c) mx = std::max(mx, sr[c]);
+              const T correction = exp_any<T>(m[r] - mx);
+              T sum = 0;
+#pragma omp simd reduction(+ : sum)
+              for (int64_t c = 0; c < visible; ++c) sum += sr[c] = exp_any<T>(sr[c] - mx);
+              l[r] = l[r] * correction + sum;
+              m[r] = mx;
+              T* ar = acc + r * s.HD;
+              for (int64_t d = 0; d < s.HD; ++d) ar[d] *= correction;
+            }
+            blas_gemm<T>(false, false, rows, s.HD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld,
+                         T(1), acc, s.HD);
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            if (l[r] == T(0)) continue;  // no visible key in the block: (out, lse) unchanged
+            T* o = po + (b * s.T + qs.row + q0 + r) * mo.ld + h * s.HD;
+            T& row_lse = pl[(b * s.NH + h) * s.T + qs.row + q0 + r];
+            const T block_lse = m[r] + std::log(l[r]);
+            const T inv = T(1) / l[r];
+            if (row_lse == neg_inf) {
+              for (int64_t d = 0; d < s.HD; ++d) o[d] = acc[r * s.HD + d] * inv;
+              row_lse = block_lse;
+              continue;
+            }
+            const T top = std::max(row_lse, block_lse);
+            const T merged = top + std::log(std::exp(row_lse - top) + std::exp(block_lse - top));
+            const T w_old = std::exp(row_lse - merged), w_new = std::exp(block_lse - merged) * inv;
+            for (int64_t d = 0; d < s.HD; ++d) o[d] = o[d] * w_old + acc[r * s.HD + d] * w_new;
+            row_lse = merged;
+          }
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Tensor& dout,
+                                                const Tensor& out, const Tensor& q,
+                                                const Tensor& kv, const Tensor& lse,
+                                                const AttentionShape& s, AttentionSpan qs,
+                                                AttentionSpan ks, AttentionBlocks requested) {
+  check_same_dtype(dq, q, "flash_attention_block_backward");
+  check_same_dtype(dkv, q, "flash_attention_block_backward");
+  check_same_dtype(dout, q, "flash_attention_block_backward");
+  const Matrix mq = as_matrix(q), mk = as_matrix(kv), mdq = as_matrix(dq), mdk = as_matrix(dkv),
+               mg = as_matrix(dout), mo = as_matrix(out);
+  TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols >= s.NH * s.HD && mk.rows == s.B * s.T &&
+                     mk.cols == 2 * s.KV * s.HD && mdq.rows == mq.rows &&
+                     mdq.cols >= s.NH * s.HD && mdk.rows == mk.rows && mdk.cols == mk.cols &&
+                     mg.cols == s.NH * s.HD && mo.cols == s.NH * s.HD &&
+                     lse.numel() == s.B * s.NH * s.T,
+                 "flash_attention_block_backward shapes");
+  check_spans(s, qs, ks, "flash_attention_block_backward");
+  if (qs.len == 0 || ks.len == 0 || ks.position > qs.position + qs.len - 1) return;
+  const AttentionBlocks bl =
+      choose_attention_blocks(s.HD, std::max(qs.len, ks.len), dtype_size(q.dtype()), requested);
+  const int64_t Br = bl.q, Bc = bl.kv;
+  const int nthreads = threads();
+  const int64_t per_thread = 2 * Br * Bc + qs.len;
+  Tensor work = scratch(q.dtype(), nthreads * per_thread);
+  dispatch(q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pq = q.data<T>();
+    const T* pk = kv.data<T>();
+    const T* pg = dout.data<T>();
+    const T* po = out.data<T>();
+    const T* pl = lse.data<T>();
+    T* pdq = dq.data<T>();
+    T* pdk = dkv.data<T>();
+    T* pw = work.data<T>();
+    const int64_t group = s.NH / s.KV;
+    const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
+#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(nthreads)
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t g = 0; g < s.KV; ++g) {
+        T* P = pw + omp_get_thread_num() * per_thread;  // [Br, Bc]
+        T* dP = P + Br * Bc;                            // [Br, Bc]
+        T* D = dP + Br * Bc;                            // [qs.len]
+        const T* k = pk + (b * s.T + ks.row) * mk.ld + g * s.HD;
+        const T* v = k + s.KV * s.HD;
+        T* dk = pdk + (b * s.T + ks.row) * mdk.ld + g * s.HD;
+        T* dv = dk + s.KV * s.HD;
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const int64_t qrow0 = b * s.T + qs.row;
+          const T* qh = pq + qrow0 * mq.ld + h * s.HD;
+          const T* d_o = pg + qrow0 * mg.ld + h * s.HD;
+          const T* o = po + qrow0 * mo.ld + h * s.HD;
+          const T* lrow = pl + (b * s.NH + h) * s.T + qs.row;
+          T* dqh = pdq + qrow0 * mdq.ld + h * s.HD;
+          for (int64_t t = 0; t < qs.len; ++t) {
+            T acc = 0;
+            for (int64_t d = 0; d < s.HD; ++d) acc += d_o[t * mg.ld + d] * o[t * mo.ld + d];
+            D[t] = acc;
+          }
+          for (int64_t q0 = 0; q0 < qs.len; q0 += Br) {
+            const int64_t rows = std::min(Br, qs.len - q0);
+            const int64_t qpos0 = qs.position + q0;
+            for (int64_t k0 = 0; k0 < ks.len && ks.position + k0 <= qpos0 + rows - 1; k0 += Bc) {
+              const int64_t cols = std::min(Bc, ks.len - k0);
+              const int64_t kpos0 = ks.position + k0;
+              blas_gemm<T>(false, true, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
+                           k + k0 * mk.ld, mk.ld, T(0), P, Bc);
+              for (int64_t r = 0; r < rows; ++r) {
+                const int64_t visible = std::clamp<int64_t>(qpos0 + r - kpos0 + 1, 0, cols);
+                T* pr = P + r * Bc;
+                const T l = lrow[q0 + r];
+#pragma omp simd
+                for (int64_t c = 0; c < visible; ++c) pr[c] = exp_any<T>(pr[c] - l);
+                for (int64_t c = visible; c < cols; ++c) pr[c] = 0;
+              }
+              // dV_j += P^T dO_i ; dP = dO_i V_j^T
+              blas_gemm<T>(true, false, cols, s.HD, rows, T(1), P, Bc, d_o + q0 * mg.ld, mg.ld,
+                           T(1), dv + k0 * mdk.ld, mdk.ld);
+              blas_gemm<T>(false, true, rows, cols, s.HD, T(1), d_o + q0 * mg.ld, mg.ld,
+                           v + k0 * mk.ld, mk.ld, T(0), dP, Bc);
+              for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c = 0; c < cols; ++c) {
+                  dP[r * Bc + c] = P[r * Bc + c] * (dP[r * Bc + c] - D[q0 + r]);
+                }
+              }
+              // dQ_i += scale dS K_j ; dK_j += scale dS^T Q_i
+              blas_gemm<T>(false, false, rows, s.HD, cols, scale, dP, Bc, k + k0 * mk.ld, mk.ld,
+                           T(1), dqh + q0 * mdq.ld, mdq.ld);
+              blas_gemm<T>(true, false, cols, s.HD, rows, scale, dP, Bc, qh + q0 * mq.ld, mq.ld,
+                           T(1), dk + k0 * mdk.ld, mdk.ld);
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace trillion::cpu

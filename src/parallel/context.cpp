@@ -1,0 +1,120 @@
+// See context.h.
+#include "parallel/context.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/timer.h"
+
+namespace trillion::parallel {
+
+int64_t visible_pairs(const AttentionSpan& q, const AttentionSpan& k) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < q.len; ++i) {
+    n += std::clamp<int64_t>(q.position + i - k.position + 1, 0, k.len);
+  }
+  return n;
+}
+
+RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
+                             SequenceSplit split, const LocalShape& shape, int64_t seq_len,
+                             DType dtype, AttentionBlocks blocks)
+    : be_(backend),
+      ring_(cp),
+      split_(split),
+      shape_(shape.attention()),
+      seq_len_(seq_len),
+      blocks_(blocks) {
+  TRILLION_CHECK(split.cp == cp.size() && shape.seq * cp.size() == seq_len,
+                 "RingAttention: the split, the cp group and the local shape disagree");
+  split_.spans(seq_len, cp.rank());  // throws the user-facing error if T does not cut evenly
+  const int64_t N = shape_.B * shape_.T, W = 2 * shape_.KV * shape_.HD;
+  buffers_ = Buffer(tracker, MemoryCategory::workspace, dtype, 5 * N * W);
+  for (int i = 0; i < 2; ++i) kv_[i] = buffers_.view(i * N * W, {N, W});
+  for (int i = 0; i < 3; ++i) dkv_[i] = buffers_.view((2 + i) * N * W, {N, W});
+}
+
+template <typename F>
+void RingAttention::for_pairs(int source, F&& f) {
+  for (const AttentionSpan& q : split_.spans(seq_len_, ring_.rank())) {
+    for (const AttentionSpan& k : split_.spans(seq_len_, source)) {
+      if (k.position > q.position + q.len - 1) continue;  // every key after every query
+      f(q, k);
+    }
+  }
+}
+
+void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv) {
+  const int cp = ring_.size();
+  be_.fill(out, 0.0);
+  be_.fill(lse, -std::numeric_limits<double>::infinity());
+  be_.copy(kv_[0], kv_of(qkv));
+  ++counters_.forward_calls;
+  for (int step = 0; step < cp; ++step) {
+    const Tensor& cur = kv_[step % 2];
+    if (step + 1 < cp) ring_.start(cur, kv_[(step + 1) % 2], RingStream::kv);
+    const int source = ring_.source_after(step);
+    const int64_t total_pairs = static_cast<int64_t>(split_.spans(seq_len_, ring_.rank()).size()) *
+                                static_cast<int64_t>(split_.spans(seq_len_, source).size());
+    int64_t computed = 0;
+    Timer t;
+    for_pairs(source, [&](const AttentionSpan& q, const AttentionSpan& k) {
+      be_.flash_attention_block_forward(out, lse, qkv, cur, shape_, q, k, blocks_);
+      counters_.visible_pairs += visible_pairs(q, k);
+      ++computed;
+      ring_.progress();
+    });
+    counters_.compute_seconds += t.seconds();
+    counters_.blocks_computed += computed;
+    counters_.blocks_skipped += total_pairs - computed;
+    counters_.wait_seconds += ring_.wait();
+  }
+}
+
+void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
+                             const Tensor& qkv, const Tensor& lse) {
+  const int cp = ring_.size();
+  be_.fill(dqkv, 0.0);
+  be_.copy(kv_[0], kv_of(qkv));
+  ++counters_.backward_calls;
+  // dkv_[2] receives the accumulator arriving from the previous rank; dkv_[step % 2] is this
+  // step's (and, once sent, must stay untouched until the next wait).
+  const Tensor& arriving = dkv_[2];
+  for (int step = 0; step < cp; ++step) {
+    const Tensor& cur = kv_[step % 2];
+    const Tensor& mine = dkv_[step % 2];
+    if (step + 1 < cp) ring_.start(cur, kv_[(step + 1) % 2], RingStream::kv);
+    be_.fill(mine, 0.0);
+    Timer t;
+    for_pairs(ring_.source_after(step), [&](const AttentionSpan& q, const AttentionSpan& k) {
+      be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape_, q, k,
+                                         blocks_);
+      ring_.progress();
+    });
+    counters_.compute_seconds += t.seconds();
+    // Both the next K/V block and the accumulator of this step's block (from the previous rank,
+    // which held the same block one step earlier) have arrived after this wait.
+    counters_.wait_seconds += ring_.wait();
+    if (step > 0) be_.add(mine, arriving);
+    ring_.start(mine, arriving, RingStream::dkv);
+  }
+  counters_.wait_seconds += ring_.wait();
+  // The accumulator arriving last is this rank's own block, with every rank's contribution.
+  be_.copy(kv_of(dqkv), arriving);
+}
+
+uint64_t RingAttention::block_bytes() const {
+  return static_cast<uint64_t>(kv_[0].numel()) * dtype_size(kv_[0].dtype());
+}
+
+double RingAttention::forward_flops() const {
+  return 4.0 * static_cast<double>(shape_.B * shape_.NH * shape_.HD) *
+         static_cast<double>(counters_.visible_pairs);
+}
+
+Tensor RingAttention::kv_of(const Tensor& qkv) const {
+  const int64_t q = shape_.NH * shape_.HD;
+  return qkv.columns(q, q + 2 * shape_.KV * shape_.HD);
+}
+
+}  // namespace trillion::parallel

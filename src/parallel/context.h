@@ -1,0 +1,76 @@
+// Context parallelism's algorithm: causal ring attention (Liu et al. 2310.01889) over the zigzag
+// or contiguous split of model/sequence_split.h. Each rank keeps its T/cp query rows
+// (its spans of model/sequence_split.h) and the K/V blocks of all cp ranks visit it around the
+// ring (parallel/context_comm.h), one per step, the next one travelling while the current one is
+// computed:
+//   forward   out = 0, lse = -inf; for step s = 0..cp-1: block of rank r-s; for every (query
+//             span, key span) pair with a visible key, (out, lse) := exact merge with the block's
+//             attention (backend flash_attention_block_forward: online softmax across blocks).
+//   backward  dQ accumulates locally from the final (out, lse); the K/V blocks go round again and
+//             each block's dK/dV accumulator travels with it, gaining each rank's contribution,
+//             and after cp hops lands on the rank that owns the block.
+// Pairs whose keys all come after their queries are skipped (never computed, counted as
+// skipped). GQA: K/V blocks hold the rank's KV heads, shared by NH/KV query heads each.
+// Counters: visible (query, key) pairs per rank give the causal attention FLOPs
+// (4 HD per pair and head forward: Q K^T and P V), the measure of load balance.
+// Buffers (workspace, per rank): 2 K/V blocks (current + receiving) and 3 dK/dV blocks (this
+// step's, the one being sent, the one arriving), each B * T/cp * 2 KV HD elements.
+#pragma once
+
+#include <cstdint>
+
+#include "core/memory.h"
+#include "model/attention.h"
+#include "model/local_shape.h"
+#include "model/sequence_split.h"
+#include "parallel/context_comm.h"
+
+namespace trillion::parallel {
+
+struct RingCounters {
+  int64_t visible_pairs = 0;   // (query, key) pairs attended, per batch row and head, forward
+  int64_t blocks_computed = 0;  // (query span, key span) kernel calls, forward
+  int64_t blocks_skipped = 0;   // fully masked span pairs, forward
+  double wait_seconds = 0;      // blocked on the ring (forward and backward)
+  double compute_seconds = 0;   // in the block kernels
+  int64_t forward_calls = 0, backward_calls = 0;
+};
+
+// Causal (query, key) pairs of a query span against a key span: keys at or before each query.
+int64_t visible_pairs(const AttentionSpan& q, const AttentionSpan& k);
+
+class RingAttention final : public ContextAttention {
+ public:
+  // shape: this rank's LocalShape (T = T_local); seq_len: the whole sequence.
+  RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
+                SequenceSplit split, const LocalShape& shape, int64_t seq_len, DType dtype,
+                AttentionBlocks blocks);
+
+  void forward(Tensor out, Tensor lse, const Tensor& qkv) override;
+  void backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
+                const Tensor& lse) override;
+
+  const RingCounters& counters() const { return counters_; }
+  // Bytes of one rank's K/V block (what one ring hop carries).
+  uint64_t block_bytes() const;
+  // Causal attention FLOPs this rank did in forward passes (4 HD per visible pair and head).
+  double forward_flops() const;
+
+ private:
+  Tensor kv_of(const Tensor& qkv) const;  // the K | V columns of qkv, [N, 2 KV HD] (a view)
+  // Every (query span, key span) pair of this rank's queries against `source`'s keys.
+  template <typename F>
+  void for_pairs(int source, F&& f);
+
+  Backend& be_;
+  CpRing ring_;
+  SequenceSplit split_;
+  AttentionShape shape_;
+  int64_t seq_len_;
+  AttentionBlocks blocks_;
+  Buffer buffers_;  // kv[2], dkv[3]
+  Tensor kv_[2], dkv_[3];
+  RingCounters counters_;
+};
+
+}  // namespace trillion::parallel

@@ -1,0 +1,234 @@
+// Ring attention (parallel/context.h) against one-process tiled attention on the whole sequence,
+// in f64. One process: the block kernel over arbitrary spans, merged, equals the whole-sequence
+// kernel (values and gradients). Under mpirun (CTest's parallel_mpi_2 / _4: cp = the world size):
+// for zigzag and contiguous splits, GQA (4 query heads over 2 kv heads), tiles of 4 that do not
+// divide the chunks, every rank's out, lse and dQKV rows equal the reference rows at their global
+// positions to 1e-11; the cp group's counters hold exactly the context_comm.h bytes; zigzag's
+// visible (query, key) pairs are equal on every rank, contiguous's are not (max/mean printed).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <vector>
+
+#include "../comm/mpi_env.h"
+#include "core/philox.h"
+#include "parallel/context.h"
+#include "plan/activation_memory.h"
+
+namespace trillion {
+namespace {
+
+constexpr int64_t kB = 2, kT = 40, kNH = 4, kKV = 2, kHD = 8;
+constexpr AttentionBlocks kTiles{4, 4};
+
+AttentionShape shape_of(int64_t T) { return {kB, T, kNH, kKV, kHD}; }
+
+std::vector<double> random_values(int64_t n, uint64_t seed) {
+  Philox rng(seed, "context-test");
+  std::vector<double> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = rng.normal(i);
+  return v;
+}
+
+Tensor t2(std::vector<double>& v, int64_t rows) {
+  return Tensor(v.data(), DType::f64, {rows, static_cast<int64_t>(v.size()) / rows});
+}
+
+// The whole-sequence reference: out, lse and dqkv of the one-process tiled kernels.
+struct Reference {
+  std::vector<double> qkv, dout, out, lse, dqkv;
+};
+
+Reference reference(Backend& be) {
+  const AttentionShape s = shape_of(kT);
+  const int64_t N = kB * kT;
+  Reference r;
+  r.qkv = random_values(N * s.qkv_width(), 1);
+  r.dout = random_values(N * kNH * kHD, 2);
+  r.out.assign(N * kNH * kHD, 0);
+  r.lse.assign(kB * kNH * kT, 0);
+  r.dqkv.assign(r.qkv.size(), 0);
+  be.flash_attention_forward(t2(r.out, N), t2(r.lse, kB * kNH), t2(r.qkv, N), s, kTiles);
+  be.flash_attention_backward(t2(r.dqkv, N), t2(r.dout, N), t2(r.out, N), t2(r.qkv, N),
+                              t2(r.lse, kB * kNH), s, kTiles);
+  return r;
+}
+
+void expect_close(double got, double want, double tol, const char* what, int64_t i) {
+  ASSERT_NEAR(got, want, tol * (1 + std::abs(want))) << what << " element " << i;
+}
+
+TEST(ContextAttention, BlockKernelOverSpansEqualsWholeSequence) {
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const Reference r = reference(*be);
+  // The sequence as three uneven spans stored out of order: rows [0,7) hold positions 25..31,
+  // rows [7,22) positions 0..14, rows [22,40) positions 15..24 and 32..39 in two spans.
+  const std::vector<AttentionSpan> spans{{0, 7, 25}, {7, 15, 0}, {22, 10, 15}, {32, 8, 32}};
+  std::vector<int64_t> pos(kT);
+  for (const AttentionSpan& sp : spans) {
+    for (int64_t i = 0; i < sp.len; ++i) pos[sp.row + i] = sp.position + i;
+  }
+  const AttentionShape s = shape_of(kT);
+  const int64_t N = kB * kT, Q = kNH * kHD, W = 2 * kKV * kHD, QKV = s.qkv_width();
+  std::vector<double> qkv(N * QKV), dout(N * Q), out(N * Q, 0), lse(kB * kNH * kT),
+      dq(N * QKV, 0), kv(N * W), dkv(N * W, 0);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < kT; ++t) {
+      const int64_t from = b * kT + pos[t], to = b * kT + t;
+      for (int64_t c = 0; c < QKV; ++c) qkv[to * QKV + c] = r.qkv[from * QKV + c];
+      for (int64_t c = 0; c < W; ++c) kv[to * W + c] = r.qkv[from * QKV + Q + c];
+      for (int64_t c = 0; c < Q; ++c) dout[to * Q + c] = r.dout[from * Q + c];
+    }
+  }
+  std::fill(lse.begin(), lse.end(), -std::numeric_limits<double>::infinity());
+  for (const AttentionSpan& q : spans) {
+    for (const AttentionSpan& k : spans) {
+      be->flash_attention_block_forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N), t2(kv, N), s,
+                                        q, k, kTiles);
+    }
+  }
+  for (const AttentionSpan& q : spans) {
+    for (const AttentionSpan& k : spans) {
+      be->flash_attention_block_backward(t2(dq, N), t2(dkv, N), t2(dout, N), t2(out, N),
+                                         t2(qkv, N), t2(kv, N), t2(lse, kB * kNH), s, q, k,
+                                         kTiles);
+    }
+  }
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < kT; ++t) {
+      const int64_t from = b * kT + pos[t], to = b * kT + t;
+      for (int64_t c = 0; c < Q; ++c) {
+        expect_close(out[to * Q + c], r.out[from * Q + c], 1e-12, "out", to * Q + c);
+        expect_close(dq[to * QKV + c], r.dqkv[from * QKV + c], 1e-11, "dq", to * QKV + c);
+      }
+      for (int64_t c = 0; c < W; ++c) {
+        expect_close(dkv[to * W + c], r.dqkv[from * QKV + Q + c], 1e-11, "dkv", to * W + c);
+      }
+      for (int64_t h = 0; h < kNH; ++h) {
+        expect_close(lse[(b * kNH + h) * kT + t], r.lse[(b * kNH + h) * kT + pos[t]], 1e-12,
+                     "lse", t);
+      }
+    }
+  }
+}
+
+TEST(ContextAttention, SplitsAndTheirErrors) {
+  const SequenceSplit zig{4, CpSplit::zigzag}, con{4, CpSplit::contiguous};
+  EXPECT_EQ(zig.positions(16, 1), (std::vector<int64_t>{2, 3, 12, 13}));
+  EXPECT_EQ(con.positions(16, 1), (std::vector<int64_t>{4, 5, 6, 7}));
+  try {
+    zig.spans(20, 0);
+    FAIL() << "20 tokens cannot be cut into 8 chunks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of 8"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_cp_split("striped", "parallel.cp_split"), Error);
+  // Zigzag balances the causal pairs exactly; contiguous's last rank does 2cp-1 times the first's.
+  int64_t zig_pairs[4] = {}, con_pairs[4] = {};
+  for (int r = 0; r < 4; ++r) {
+    for (int src = 0; src < 4; ++src) {
+      for (const AttentionSpan& q : zig.spans(16, r)) {
+        for (const AttentionSpan& k : zig.spans(16, src)) zig_pairs[r] += parallel::visible_pairs(q, k);
+      }
+      for (const AttentionSpan& q : con.spans(16, r)) {
+        for (const AttentionSpan& k : con.spans(16, src)) con_pairs[r] += parallel::visible_pairs(q, k);
+      }
+    }
+  }
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(zig_pairs[r], 16 * 17 / 2 / 4);
+  EXPECT_EQ(con_pairs[0], 10);  // 4 x 4 causal: 4*5/2
+  EXPECT_EQ(con_pairs[3], 12 * 4 + 10);
+}
+
+// One rank's run of ring attention for `kind`, checked against the reference.
+void run_ring(CpSplit kind) {
+  comm::Communicator& world = *testing::mpi_world();
+  const int cp = world.size(), rank = world.rank();
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const Reference r = reference(*be);
+  const SequenceSplit split{cp, kind};
+  const std::vector<int64_t> pos = split.positions(kT, rank);
+  const int64_t Tl = kT / cp, N = kB * Tl, Q = kNH * kHD, QKV = shape_of(kT).qkv_width();
+  std::vector<double> qkv(N * QKV), dout(N * Q), out(N * Q), lse(kB * kNH * Tl), dqkv(N * QKV);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < Tl; ++t) {
+      const int64_t from = b * kT + pos[t], to = b * Tl + t;
+      std::copy_n(&r.qkv[from * QKV], QKV, &qkv[to * QKV]);
+      std::copy_n(&r.dout[from * Q], Q, &dout[to * Q]);
+    }
+  }
+  LocalShape ls;
+  ls.batch = kB, ls.seq = Tl, ls.heads = kNH, ls.kv_heads = kKV, ls.head_dim = kHD;
+  const size_t workspace_before = tracker.current(MemoryCategory::workspace);
+  parallel::RingAttention ring(*be, tracker, world, split, ls, kT, DType::f64, kTiles);
+  // The ring's buffers (2 K/V + 3 dK/dV blocks) are what plan/ says.
+  plan::ModelSpec spec;
+  spec.n_heads = kNH, spec.n_kv_heads = kKV, spec.head_dim = kHD;
+  EXPECT_EQ(tracker.current(MemoryCategory::workspace) - workspace_before,
+            static_cast<size_t>(plan::context_ring_buffer_bytes(spec, kB, kT, 8, {1, false, cp})));
+  const comm::CommCounters before = world.counters();
+  ring.forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N));
+  const comm::CommCounters after_forward = world.counters();
+  ring.backward(t2(dqkv, N), t2(dout, N), t2(out, N), t2(qkv, N), t2(lse, kB * kNH));
+  const comm::CommCounters after_backward = world.counters();
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < Tl; ++t) {
+      const int64_t from = b * kT + pos[t], to = b * Tl + t;
+      for (int64_t c = 0; c < Q; ++c) {
+        expect_close(out[to * Q + c], r.out[from * Q + c], 1e-12, "out", to * Q + c);
+      }
+      for (int64_t c = 0; c < QKV; ++c) {
+        expect_close(dqkv[to * QKV + c], r.dqkv[from * QKV + c], 1e-11, "dqkv", to * QKV + c);
+      }
+      for (int64_t h = 0; h < kNH; ++h) {
+        expect_close(lse[(b * kNH + h) * Tl + t], r.lse[(b * kNH + h) * kT + pos[t]], 1e-12,
+                     "lse", t);
+      }
+    }
+  }
+  // Bytes: one rank's K/V block is B * T/cp * 2 KV HD doubles.
+  const uint64_t block = static_cast<uint64_t>(N * 2 * kKV * kHD * 8);
+  EXPECT_EQ(ring.block_bytes(), block);
+  using comm::Collective;
+  EXPECT_EQ((after_forward - before).sent(Collective::send), parallel::ring_forward_bytes(cp, block));
+  EXPECT_EQ((after_forward - before).received(Collective::recv),
+            parallel::ring_forward_bytes(cp, block));
+  EXPECT_EQ((after_backward - after_forward).sent(Collective::send),
+            parallel::ring_backward_bytes(cp, block));
+  EXPECT_EQ((after_backward - after_forward).received(Collective::recv),
+            parallel::ring_backward_bytes(cp, block));
+  // Balance: visible pairs per rank, gathered.
+  std::vector<double> pairs(cp, 0.0);
+  pairs[rank] = static_cast<double>(ring.counters().visible_pairs);
+  world.all_reduce(Tensor(pairs.data(), DType::f64, {cp}));
+  double total = 0, mx = 0, mn = 1e300;
+  for (double p : pairs) total += p, mx = std::max(mx, p), mn = std::min(mn, p);
+  EXPECT_EQ(total, static_cast<double>(kT * (kT + 1) / 2));  // every causal pair once
+  if (kind == CpSplit::zigzag) {
+    EXPECT_EQ(mx, mn) << "zigzag must balance the causal work exactly";
+  } else {
+    EXPECT_GT(mx / (total / cp), 1.4);
+  }
+  if (rank == 0) {
+    std::printf("[ring cp=%d %s] visible pairs per rank max/mean %.3f, skipped blocks %lld\n", cp,
+                cp_split_name(kind), mx / (total / cp),
+                static_cast<long long>(ring.counters().blocks_skipped));
+  }
+}
+
+TEST(MpiContextAttention, ZigzagRingEqualsOneProcess) {
+  REQUIRE_MPI(2);
+  run_ring(CpSplit::zigzag);
+}
+
+TEST(MpiContextAttention, ContiguousRingEqualsOneProcess) {
+  REQUIRE_MPI(2);
+  run_ring(CpSplit::contiguous);
+}
+
+}  // namespace
+}  // namespace trillion

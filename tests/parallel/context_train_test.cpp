@@ -1,0 +1,149 @@
+// Context parallelism in whole runs under `trillion launch`: cp 2 and 4, zigzag and contiguous,
+// cp 2 x tp 2 (SP on) and cp 2 x dp 2 (ZeRO 1), each trains the one-process run of the same
+// config (configs/tiny.toml, 2 micro-batches, 2 steps, attention tiles of 3 so no chunk is a
+// multiple of the tile, a clip that binds; ONE shared reference run): losses and final weights
+// within 1e-5 (`trillion compare`), the clipped gradient norm within 1e-6 relative. Rank 0's bytes
+// over the cp group each step (metrics.jsonl comm.cp) equal parallel/context_comm.h's formula:
+// per micro-batch and layer (cp-1) K/V blocks forward and (cp-1) K/V + cp dK/dV blocks backward.
+// Every rank's activation bytes equal plan/'s formula with cp (those of a T/cp sequence), as
+// summary.json reports them beside the measured ones. Bad cp layouts are refused by name.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "../train/cli_util.h"
+#include "model/config.h"
+#include "parallel/context_comm.h"
+#include "plan/activation_memory.h"
+
+namespace trillion {
+namespace {
+
+using testing::config_path;
+using testing::fresh_dir;
+using testing::read_json;
+using testing::run_trillion;
+using testing::shared_run;
+
+const std::string kEnv = [] {
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  return std::string();
+}();
+
+constexpr int kLayers = 2, kMicro = 2, kBatch = 4, kSeq = 32, kWidth = 32, kHeads = 4, kKv = 2;
+
+std::string flags() {
+  return "train " + config_path("tiny.toml") +
+         " --quiet --set train.steps=2 --set model.attention_block=3 --set train.grad_accum=" +
+         std::to_string(kMicro) + " --set optim.grad_clip=0.5";
+}
+
+std::vector<nlohmann::json> metrics(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> lines;
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+struct Layout {
+  int cp;
+  std::string split;
+  int tp = 1, dp = 1, zero = 0;
+  std::string name;
+};
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
+
+class ContextParallelRun : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
+  const Layout l = GetParam();
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string run = fresh_dir("context_" + l.name);
+  const std::string layout =
+      " --set parallel.cp=" + std::to_string(l.cp) + " --set parallel.cp_split=" + l.split +
+      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.dp=" +
+      std::to_string(l.dp) + " --set parallel.zero=" + std::to_string(l.zero);
+  const int world = l.cp * l.tp * l.dp;
+  const auto r = run_trillion(kEnv + "launch -n " + std::to_string(world) + " -- " + flags() +
+                              " --run-dir " + run + layout);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
+
+  const auto ref_lines = metrics(ref), run_lines = metrics(run);
+  ASSERT_EQ(run_lines.size(), 2u);
+  ASSERT_EQ(ref_lines.size(), run_lines.size());
+  EXPECT_GT(ref_lines[0]["grad_norm"].get<double>(), 0.5);  // the clip binds
+  for (size_t i = 0; i < ref_lines.size(); ++i) {
+    const double want = ref_lines[i]["grad_norm"].get<double>();
+    EXPECT_NEAR(run_lines[i]["grad_norm"].get<double>(), want, 1e-6 * want) << "step " << i + 1;
+  }
+
+  // Bytes over cp: one K/V block is B_local * T/cp * 2 (KV/tp) HD floats.
+  const int64_t head_dim = kWidth / kHeads;
+  const uint64_t block = static_cast<uint64_t>(kBatch / l.dp) * (kSeq / l.cp) * 2 *
+                         (kKv / l.tp) * head_dim * 4;
+  const double per_step = static_cast<double>(kMicro) * kLayers *
+                          static_cast<double>(parallel::ring_forward_bytes(l.cp, block) +
+                                              parallel::ring_backward_bytes(l.cp, block));
+  for (const auto& m : run_lines) {
+    EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(), per_step) << m.dump();
+  }
+
+  // Every rank's activations: plan/'s formula for a T/cp sequence (and tp, sp).
+  ModelConfig mc;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = kHeads,
+  mc.n_kv_heads = kKv, mc.ffn_hidden = 64, mc.seq_len = kSeq;
+  mc.validate();
+  const int64_t predicted =
+      plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4, 4,
+                                    {}, 1, {l.tp, l.tp > 1, l.cp})
+          .total();
+  const int64_t one_process =
+      plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4, 4,
+                                    {}, 1, {l.tp, l.tp > 1, 1})
+          .total();
+  EXPECT_LT(predicted, one_process);
+  const auto summary = read_json(run + "/summary.json");
+  for (int rank = 0; rank < world; ++rank) {
+    const auto& m = summary["memory_per_rank"][rank];
+    EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+    EXPECT_EQ(m["predicted"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ContextParallelRun,
+    ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
+                      Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
+                      Layout{4, "zigzag", 1, 1, 0, "cp4_zigzag"},
+                      Layout{4, "contiguous", 1, 1, 0, "cp4_contiguous"},
+                      Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_zigzag"},
+                      Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"}),
+    [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
+
+TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
+  const std::string dir = fresh_dir("context_refused");
+  const std::pair<std::string, std::string> cases[] = {
+      {"--set parallel.cp=2 --set model.seq_len=30",
+       "parallel.cp = 2 with parallel.cp_split = \"zigzag\" cuts each sequence into 4 equal "
+       "chunks, but model.seq_len = 30 is not a multiple of 4"},
+      {"--set parallel.cp=2 --set parallel.cp_split=striped",
+       "parallel.cp_split = \"striped\": expected \"zigzag\""},
+      {"--set parallel.cp=2 --set model.attention=materialized",
+       "parallel.cp = 2 needs model.tiled_attention = true"},
+  };
+  for (const auto& [set, expect] : cases) {
+    const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
+                                " --quiet --run-dir " + dir + " " + set);
+    EXPECT_EQ(r.exit_code, 2) << set << "\n" << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << set << "\n" << r.output;
+  }
+}
+
+}  // namespace
+}  // namespace trillion
