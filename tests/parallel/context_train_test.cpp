@@ -24,11 +24,10 @@ using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
 
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 constexpr int kLayers = 2, kMicro = 2, kBatch = 4, kSeq = 32, kWidth = 32, kHeads = 4, kKv = 2;
 
@@ -36,14 +35,6 @@ std::string flags() {
   return "train " + config_path("tiny.toml") +
          " --quiet --set train.steps=2 --set model.attention_block=3 --set train.grad_accum=" +
          std::to_string(kMicro) + " --set optim.grad_clip=0.5";
-}
-
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
-  std::vector<nlohmann::json> lines;
-  std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  return lines;
 }
 
 struct Layout {
@@ -74,7 +65,7 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
   EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
 
-  const auto ref_lines = metrics(ref), run_lines = metrics(run);
+  const auto ref_lines = read_metrics(ref), run_lines = read_metrics(run);
   ASSERT_EQ(run_lines.size(), 2u);
   ASSERT_EQ(ref_lines.size(), run_lines.size());
   EXPECT_GT(ref_lines[0]["grad_norm"].get<double>(), 0.5);  // the clip binds
