@@ -227,7 +227,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   Heartbeat heartbeat(world.rank());
   auto checkpoint = [&](int64_t step) {
     const std::string where = save_checkpoint(dir, runner, tracker, config, config_toml, step,
-                                              shard.first_sample(step), parts);
+                                              shard.first_sample(step), parts, &world);
     if (!where.empty()) drill.after_checkpoint(step, where);
   };
 
