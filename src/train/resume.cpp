@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 #include "train/checkpoint.h"
@@ -32,6 +35,16 @@ bool anyone_failed(comm::Communicator& world, bool failed) {
   double flag = failed ? 1 : 0;
   world.all_reduce(Tensor(&flag, DType::f64, {1}), comm::ReduceOp::max);
   return flag > 0;
+}
+
+// Fault injection for the test of a disk that fills during a sharded write:
+// TRILLION_DISK_FULL_AT_STEP=S:R makes rank R's shard write of step S fail as ENOSPC would,
+// after its files are (partly) on disk.
+bool disk_full_injected(int64_t step, int rank) {
+  const char* spec = std::getenv("TRILLION_DISK_FULL_AT_STEP");
+  long long s = 0;
+  int r = -1;
+  return spec != nullptr && std::sscanf(spec, "%lld:%d", &s, &r) == 2 && s == step && r == rank;
 }
 
 std::string save_sharded(RunDirectory& dir, StepRunner& runner, const RunConfig& config,
@@ -70,6 +83,11 @@ std::string save_sharded(RunDirectory& dir, StepRunner& runner, const RunConfig&
     }
     try {
       write_checkpoint_shard(tmp, world.rank(), runs, bytes);
+      if (disk_full_injected(c.state.step, world.rank())) {
+        throw Error(fmt::format("cannot write checkpoint file '{}/params_r{:05d}.bin': {}{}", tmp,
+                                world.rank(), std::strerror(ENOSPC),
+                                " (injected by TRILLION_DISK_FULL_AT_STEP)"));
+      }
     } catch (const Error& e) {
       throw Error(fmt::format("checkpoint of step {} not written: {}", c.state.step, e.what()));
     }

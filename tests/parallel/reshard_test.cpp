@@ -4,6 +4,10 @@
 // old layout, resume at the new one. Layouts: dp 4 ZeRO-1 -> dp 2 ZeRO-3; tp 2 -> one process;
 // pp 2 -> tp 2. Also: each rank's shard holds exactly its part (file sizes = its ranges, summing
 // to the model), and the data position (next_sample) is the one-process run's, whatever the dp.
+// Bad inputs at dp 2: a disk that fills during one rank's shard write (every rank stops with that
+// rank's one line, the previous checkpoint survives, --resume needs no cleanup and is bitwise the
+// clean run), a truncated shard (the previous checkpoint is used), a checkpoint of another model
+// (one line naming both sizes).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -95,6 +99,68 @@ TEST(Reshard, EveryRankWritesOnlyItsShard) {
   EXPECT_EQ(total, kParams);
   EXPECT_EQ(read_json(ckpt + "/state.json")["next_sample"],
             read_json(one + "/checkpoints/step_00000003/state.json")["next_sample"]);
+}
+
+std::string dp2(int steps, int every) {
+  return kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
+         " --quiet --set parallel.dp=2 --set parallel.zero=3 --set train.steps=" +
+         std::to_string(steps) + " --set train.checkpoint_every=" + std::to_string(every);
+}
+
+TEST(ShardedBadInput, ADiskFullDuringOneRanksWriteLosesNothing) {
+  const std::string clean = shared_run(dp2(8, 4));
+  const std::string dir = fresh_dir("sharded_disk_full");
+  ::setenv("TRILLION_DISK_FULL_AT_STEP", "8:1", 1);
+  const auto full = run_trillion(dp2(8, 4) + " --run-dir " + dir);
+  ::unsetenv("TRILLION_DISK_FULL_AT_STEP");
+  EXPECT_EQ(full.exit_code, 2) << full.output;
+  EXPECT_TRUE(has(full.output,
+                  "checkpoint of step 8 not written: cannot write checkpoint file '" + dir +
+                      "/checkpoints/.tmp-step_00000008/params_r00001.bin': No space left on "
+                      "device"))
+      << full.output;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir + "/checkpoints")) {
+    left.push_back(e.path().filename().string());
+  }
+  EXPECT_EQ(left, std::vector<std::string>{"step_00000004"});  // no .tmp-step_00000008
+  const auto resumed = run_trillion(dp2(8, 4) + " --run-dir " + dir + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const auto cmp = run_trillion("compare " + clean + " " + dir + " --tol 0");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+}
+
+TEST(ShardedBadInput, ATruncatedShardFallsBackToThePreviousCheckpoint) {
+  const std::string clean = shared_run(dp2(8, 4));
+  const std::string dir = fresh_dir("sharded_truncated_resume");
+  ASSERT_EQ(run_trillion(dp2(8, 4) + " --run-dir " + dir + " --stop-after 8").exit_code, 0);
+  fs::resize_file(dir + "/checkpoints/step_00000008/params_r00001.bin", 1000);
+  const auto resumed = run_trillion(dp2(8, 4) + " --run-dir " + dir + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::string events = slurp(dir + "/events.log");
+  EXPECT_TRUE(has(events,
+                  "step_00000008 is corrupt (params_r00001.bin has 1000 bytes, manifest says "
+                  "45376); trying the previous one"))
+      << events;
+  EXPECT_TRUE(has(events, "resumed from " + dir + "/checkpoints/step_00000004 at step 4"))
+      << events;
+  const auto cmp = run_trillion("compare " + clean + " " + dir + " --tol 0");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+}
+
+TEST(ShardedBadInput, ACheckpointOfAnotherModelIsOneLine) {
+  const std::string other = shared_run(dp2(4, 4) + " --set model.n_layers=1");
+  const std::string dir = fresh_dir("sharded_other_model");
+  ASSERT_EQ(run_trillion(dp2(4, 4) + " --run-dir " + dir + " --stop-after 2").exit_code, 0);
+  fs::copy(other + "/checkpoints/step_00000004", dir + "/checkpoints/step_00000004",
+           fs::copy_options::recursive);
+  const auto r = run_trillion(dp2(4, 4) + " --run-dir " + dir + " --resume");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "checkpoint '" + dir +
+                                "/checkpoints/step_00000004' holds 13408 parameters of 4 bytes "
+                                "in other tensors but this model has 22688 of 4: it is a "
+                                "checkpoint of a different model config"))
+      << r.output;
 }
 
 }  // namespace
