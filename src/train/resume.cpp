@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
+#include "data/file_io.h"
 #include "train/checkpoint.h"
 
 #define XXH_INLINE_ALL
@@ -51,20 +53,39 @@ std::string save_sharded(RunDirectory& dir, StepRunner& runner, const RunConfig&
                          CheckpointContents& c, comm::Communicator& world) {
   const std::string tmp = fmt::format("{}/checkpoints/.tmp-step_{:08d}", dir.path(), c.state.step);
   std::string problem;
+  // Every rank ends a failed phase with the same message: the lowest failing rank's, passed
+  // through a file beside the run directory's checkpoints (the temporary may not exist).
+  const std::string error_file =
+      fmt::format("{}/checkpoints/.error-step_{:08d}", dir.path(), c.state.step);
   auto attempt = [&](auto&& f) {
     try {
       f();
     } catch (const Error& e) {
       problem = e.what();
     }
-    if (anyone_failed(world, !problem.empty())) {
-      if (dir.lead()) abandon_checkpoint(tmp);
-      throw Error(problem.empty()
-                      ? fmt::format("checkpoint of step {} not written: another rank failed (see "
-                                    "its message)",
-                                    c.state.step)
-                      : problem);
+    double top = problem.empty() ? 0 : world.size() - world.rank();  // max: the lowest rank
+    world.all_reduce(Tensor(&top, DType::f64, {1}), comm::ReduceOp::max);
+    if (top == 0) return;
+    const int lowest = world.size() - static_cast<int>(top);
+    if (world.rank() == lowest) {
+      std::ofstream(error_file, std::ios::trunc) << problem;
     }
+    anyone_failed(world, true);  // a barrier: the message is on disk
+    std::string message;
+    try {
+      message = data::read_file_raw(error_file);
+    } catch (const Error&) {  // it could not be written: say which rank failed
+    }
+    anyone_failed(world, true);  // every rank has read it
+    if (dir.lead()) {
+      abandon_checkpoint(tmp);
+      std::filesystem::remove(error_file);
+    }
+    if (message.empty()) {
+      message = fmt::format("checkpoint of step {} not written: rank {} failed", c.state.step,
+                            lowest);
+    }
+    throw Error(message);
   };
   attempt([&] {
     if (dir.lead()) TRILLION_CHECK(begin_sharded_checkpoint(dir.path(), c.state.step) == tmp, tmp);
