@@ -34,6 +34,7 @@ void MemoryTracker::allocate(MemoryCategory c, size_t bytes) {
   if (cur > pk) pk = cur;
   size_t total = current_total();
   if (total > peak_total_) peak_total_ = total;
+  if (total > window_peak_total_) window_peak_total_ = total;
 }
 
 void MemoryTracker::release(MemoryCategory c, size_t bytes) {

@@ -28,11 +28,15 @@ class MemoryTracker {
   size_t peak_total() const { return peak_total_; }
   // Starts a new peak window (e.g. per step): peaks become the current values.
   void reset_peaks();
+  // A second peak over a window (one checkpoint write), leaving the peaks above alone.
+  void start_window() { window_peak_total_ = current_total(); }
+  size_t window_peak_total() const { return window_peak_total_; }
 
  private:
   std::array<size_t, kMemoryCategories> current_{};
   std::array<size_t, kMemoryCategories> peak_{};
   size_t peak_total_ = 0;
+  size_t window_peak_total_ = 0;
 };
 
 // A zero-initialised, 64-byte aligned allocation of `count` elements of `dtype`, accounted to

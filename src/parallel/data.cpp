@@ -129,6 +129,22 @@ void DataParallel::load_state(const Buffer& full, const Buffer& state) {
   be_.copy(state.view(options_.state_base, {plan_.shard_elements()}), shard.flat());
 }
 
+std::vector<CheckpointPiece> DataParallel::checkpoint_pieces() const {
+  std::vector<CheckpointPiece> pieces;
+  if (options_.stage == 0) {
+    if (dp_.rank() != 0) return pieces;
+    for (const OptimSegment& s : segments_) {
+      pieces.push_back({s.spec, s.param_offset, s.param_offset, s.state_offset, s.length});
+    }
+    return pieces;
+  }
+  for (const OwnedPiece& p : plan_.owned_pieces(params_.table())) {
+    pieces.push_back({p.spec, p.global, params_store_->sharded() ? p.local : p.global,
+                      options_.state_base + p.local, p.length});
+  }
+  return pieces;
+}
+
 int64_t DataParallel::state_elements() const {
   return options_.stage == 0 ? state_elements_ : plan_.shard_elements();
 }

@@ -49,6 +49,13 @@ struct DataParallelOptions {
   int64_t state_base = 0;
 };
 
+// A run of table elements that this rank writes to a sharded checkpoint: its parameters at
+// param_offset in optimizer_params(), its optimizer moments at state_offset.
+struct CheckpointPiece {
+  int spec = 0;
+  int64_t table_offset = 0, param_offset = 0, state_offset = 0, length = 0;
+};
+
 class DataParallel : public UnitHooks {
  public:
   // What the model must allocate itself under `stage`.
@@ -69,6 +76,10 @@ class DataParallel : public UnitHooks {
   void load_parameters(const Buffer& full) { params_store_->load_full(full); }
   void gather_state(const Buffer& state, const Buffer& full);
   void load_state(const Buffer& full, const Buffer& state);
+  // What this rank writes to a sharded checkpoint, held here without any gather: its owned chunks
+  // under ZeRO >= 1 (disjoint over the dp group, together the whole of this instance's ranges);
+  // under ZeRO-0 everything on dp rank 0 and nothing on the others.
+  std::vector<CheckpointPiece> checkpoint_pieces() const;
 
   // What the optimizer updates.
   const Buffer& optimizer_params() { return params_store_->optimizer_params(); }

@@ -57,6 +57,12 @@ void local_to_global(Backend& be, const TensorTable& local, const ShardCoord& co
   });
 }
 
+void for_each_global_run(const TensorTable& local, const ShardCoord& coord,
+                         const TensorTable& global,
+                         const std::function<void(int, int64_t, int64_t, int64_t)>& f) {
+  for_each_block(local, coord, global, f);
+}
+
 void global_to_local(Backend& be, const TensorTable& global, const Buffer& global_data,
                      const TensorTable& local, const ShardCoord& coord, const Buffer& local_data) {
   for_each_block(local, coord, global, [&](int, int64_t to, int64_t from, int64_t n) {

@@ -20,6 +20,12 @@ void local_to_global(Backend& be, const TensorTable& local, const ShardCoord& co
                      const Buffer& local_data, const TensorTable& global, const Buffer& global_data,
                      const std::function<bool(int spec)>& contribute);
 
+// Every contiguous run of a local tensor in the global layout: f(spec, local offset, global
+// offset, elements), in table order. What sharded checkpoints map their ranges with.
+void for_each_global_run(const TensorTable& local, const ShardCoord& coord,
+                         const TensorTable& global,
+                         const std::function<void(int, int64_t, int64_t, int64_t)>& f);
+
 // The inverse: fills every spec of `local` from the global layout.
 void global_to_local(Backend& be, const TensorTable& global, const Buffer& global_data,
                      const TensorTable& local, const ShardCoord& coord, const Buffer& local_data);

@@ -1,14 +1,21 @@
-// Checkpoints: RUN_DIR/checkpoints/step_NNNNNNNN/ holds params.bin (the flat parameter buffer),
-// optimizer.bin (AdamW first then second moments, same layout), state.json (step, optimizer
-// step count, next data sample index, seed) and config.toml, plus the extra files of the run's other state
-// (DiLoCo's outer state, the noise-scale averages: train/resume.h CheckpointPart), plus
-// manifest.json with the size
-// and XXH64 of every file. Invariants: a checkpoint directory appears only complete (written as
-// .tmp-step_N, files fsynced, then renamed, then the parent fsynced; a failed write removes its
-// .tmp-step_N, and the next write removes any a killed process left); a checkpoint whose
-// manifest, any size or checksum, or any field of state.json does not check is reported and
-// skipped, never loaded. Every size and field read from these files is checked before use: no
-// crafted checkpoint reaches a JSON library exception or assertion, or reads past a file.
+// Checkpoints: RUN_DIR/checkpoints/step_NNNNNNNN/ holds state.json (step, optimizer step count,
+// next data sample index, seed, element size), config.toml, the extra files of the run's other
+// state (DiLoCo's outer state, the noise-scale averages: train/resume.h CheckpointPart), the
+// model's parameters and AdamW moments, and manifest.json (written last) with the size and XXH64
+// of every file. The model state comes in one of two forms:
+// - full (one-process runs, `trillion import`): params.bin, the flat one-process parameter buffer,
+//   and optimizer.bin, the first then the second moments in the same layout;
+// - sharded (multi-rank runs): each rank writes only what it owns, params_rNNNNN.bin (its runs of
+//   the one-process layout back to back) and optimizer_rNNNNN.bin (their first moments, then
+//   their second), and layout.json says which global runs each file holds, the layout that wrote
+//   it and a fingerprint of the model's tensor table. The runs of all shards cover every element
+//   exactly once (checked when written and when read), so any layout reads the ranges it needs.
+// Invariants: a checkpoint directory appears only complete (written as .tmp-step_N, files
+// fsynced, then renamed, then the parent fsynced; a failed write removes its .tmp-step_N, and the
+// next write removes any a killed process left); a checkpoint whose manifest, any size or
+// checksum, any field of state.json or layout.json does not check is reported and skipped, never
+// loaded. Every size and field read from these files is checked before use: no crafted
+// checkpoint reaches a JSON library exception or assertion, or reads past a file.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +79,73 @@ struct CheckpointWeights {
   int dtype_bytes = 4;
 };
 CheckpointWeights read_checkpoint_weights(const std::string& dir);
+
+// ---- sharded checkpoints: three phases over the ranks of a job ----
+
+// One run of the one-process layout a rank writes, in place in its buffers (a null moment is
+// written as zeros: optimizers without that moment).
+struct ShardRun {
+  int64_t global = 0, length = 0;
+  const void* params = nullptr;
+  const void* first_moment = nullptr;
+  const void* second_moment = nullptr;
+};
+
+// Lead rank, first: removes stale temporaries and creates the step's temporary directory.
+std::string begin_sharded_checkpoint(const std::string& run_dir, int64_t step);
+// Every rank, after begin: writes its shard files and its index into `tmp` (streamed from the
+// runs' memory: nothing is gathered or copied).
+void write_checkpoint_shard(const std::string& tmp, int rank, const std::vector<ShardRun>& runs,
+                            int dtype_bytes);
+// What layout.json records beyond the shards.
+struct ShardedLayout {
+  int world = 1;
+  int64_t elements = 0;  // the one-process parameter count
+  int dtype_bytes = 4;
+  uint64_t model_fingerprint = 0;        // of the tensor table: names and global shapes
+  std::map<std::string, int64_t> writer;  // dp, zero, tp, pp, ep, cp of the run that wrote it
+};
+// Lead rank, after every rank's write: checks the shards cover every element exactly once, writes
+// layout.json, state.json, config.toml and c.extra, manifest.json last, renames, keeps `keep`.
+// c.params and the moments are unused. Returns the checkpoint directory.
+std::string commit_sharded_checkpoint(const std::string& run_dir, const std::string& tmp,
+                                      const ShardedLayout& layout, const CheckpointContents& c,
+                                      int64_t keep);
+// Removes a temporary directory whose checkpoint will not be completed.
+void abandon_checkpoint(const std::string& tmp);
+
+// Reads ranges of the model state of a verified checkpoint, full or sharded alike.
+class CheckpointReader {
+ public:
+  enum class Part { params, first_moment, second_moment };
+  // Throws Error naming the checkpoint and the problem (a layout that does not check).
+  explicit CheckpointReader(const std::string& dir);
+  ~CheckpointReader();
+  CheckpointReader(const CheckpointReader&) = delete;
+  CheckpointReader& operator=(const CheckpointReader&) = delete;
+  const CheckpointState& state() const { return state_; }
+  int dtype_bytes() const { return dtype_bytes_; }
+  int64_t elements() const { return elements_; }
+  // Sharded checkpoints record one; full ones do not.
+  std::optional<uint64_t> model_fingerprint() const { return fingerprint_; }
+  // dest <- elements [global, global + n) of `part` (dtype_bytes() each).
+  void read(Part part, int64_t global, int64_t n, void* dest) const;
+
+ private:
+  struct Segment {
+    int64_t global = 0, length = 0;
+    int params_file = 0, optimizer_file = 0;
+    int64_t params_at = 0, first_at = 0, second_at = 0;  // elements into the files
+  };
+  std::string dir_;
+  CheckpointState state_;
+  int dtype_bytes_ = 4;
+  int64_t elements_ = 0;
+  std::optional<uint64_t> fingerprint_;
+  std::vector<Segment> segments_;  // sorted by global, covering [0, elements_) once
+  std::vector<std::string> files_;
+  mutable std::vector<int> fds_;  // opened on first use
+};
 
 // The files of a checkpoint, each with its size and XXH64 as manifest.json records them.
 struct ManifestEntry {

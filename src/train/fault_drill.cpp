@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -92,7 +93,9 @@ void FaultDrill::after_checkpoint(int64_t step, const std::string& checkpoint_di
   for (const Fault& f : faults_) {
     if (f.kind != "corrupt" || f.step != step || fired(f)) continue;
     record(f);
-    std::fstream file(checkpoint_dir + "/params.bin",
+    // The full form's parameters, or rank 0's shard of a sharded checkpoint.
+    const bool full = std::filesystem::exists(checkpoint_dir + "/params.bin");
+    std::fstream file(checkpoint_dir + (full ? "/params.bin" : "/params_r00000.bin"),
                       std::ios::in | std::ios::out | std::ios::binary);
     char byte = 0;
     file.seekg(0);

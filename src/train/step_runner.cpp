@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cmath>
 
 #include "core/timer.h"
@@ -604,6 +605,56 @@ void StepRunner::load_global_parameters(const Buffer& global) {
 void StepRunner::load_global_state(const Buffer& global, const Buffer& state) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
   parallel::global_to_local(be_, global_table_, global, params_->table(), params_->shard(), local);
+  parallel_->load_state(local, state);
+  if (expert_parallel_) expert_parallel_->load_state(local, state);
+}
+
+std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
+  // One holder of each tensor writes it, as to_global chooses; data parallelism then splits what
+  // a holder has among the dp (or edp) ranks.
+  const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
+  std::vector<OwnedRun> runs;
+  if (!contributes) return runs;
+  const TensorTable& local = params_->table();
+  std::vector<std::vector<std::array<int64_t, 3>>> blocks(local.size());  // local, global, n
+  parallel::for_each_global_run(local, params_->shard(), global_table_,
+                                [&](int spec, int64_t from, int64_t to, int64_t n) {
+                                  blocks[spec].push_back({from, to, n});
+                                });
+  auto add = [&](parallel::DataParallel& dp) {
+    const Buffer& held = dp.optimizer_params();
+    for (const parallel::CheckpointPiece& p : dp.checkpoint_pieces()) {
+      if (local.spec(p.spec).shard.group != ShardGroup::tp && tp_.rank() != 0) continue;
+      for (const auto& [from, to, n] : blocks[p.spec]) {
+        const int64_t a = std::max(from, p.table_offset);
+        const int64_t z = std::min(from + n, p.table_offset + p.length);
+        if (a >= z) continue;
+        const int64_t skip = a - p.table_offset;
+        runs.push_back({to + (a - from), z - a, &held, p.param_offset + skip,
+                        p.state_offset + skip});
+      }
+    }
+  };
+  add(*parallel_);
+  if (expert_parallel_) add(*expert_parallel_);
+  return runs;
+}
+
+void StepRunner::load_parameters_from(const GlobalReader& read) {
+  Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
+  parallel::for_each_global_run(table(), params_->shard(), global_table_,
+                                [&](int, int64_t to, int64_t from, int64_t n) {
+                                  read(from, local.view(to, {n}));
+                                });
+  parallel_->load_parameters(local);
+}
+
+void StepRunner::load_state_from(const GlobalReader& read, const Buffer& state) {
+  Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
+  parallel::for_each_global_run(table(), params_->shard(), global_table_,
+                                [&](int, int64_t to, int64_t from, int64_t n) {
+                                  read(from, local.view(to, {n}));
+                                });
   parallel_->load_state(local, state);
   if (expert_parallel_) expert_parallel_->load_state(local, state);
 }

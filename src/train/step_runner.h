@@ -112,10 +112,25 @@ class StepRunner {
   // rank gets the whole model (collective over the dp and pp groups), and loads it back cut to
   // its layout, so any layout resumes any checkpoint. Buffers hold global_elements().
   int64_t global_elements() const { return global_table_.total_elements(); }
+  const TensorTable& global_table() const { return global_table_; }
   void gather_global_parameters(const Buffer& global);
   void gather_global_state(const Buffer& state, const Buffer& global);
   void load_global_parameters(const Buffer& global);
   void load_global_state(const Buffer& global, const Buffer& state);
+
+  // Sharded checkpoints: the runs of the global layout this rank writes (disjoint over the world,
+  // together the whole model), read in place from its own buffers; and loading this rank's state
+  // from any layout's checkpoint through `read(global offset, destination)`, which fills a
+  // local-layout buffer one contiguous run at a time.
+  struct OwnedRun {
+    int64_t global = 0, length = 0;
+    const Buffer* params = nullptr;
+    int64_t param_offset = 0, state_offset = 0;  // in *params and in the optimizer's moments
+  };
+  std::vector<OwnedRun> owned_runs();
+  using GlobalReader = std::function<void(int64_t global, const Tensor& destination)>;
+  void load_parameters_from(const GlobalReader& read);
+  void load_state_from(const GlobalReader& read, const Buffer& state);
 
   ParameterSet& parameters() { return *params_; }
   const TensorTable& table() const { return params_->table(); }

@@ -232,9 +232,20 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   };
   FaultDrill drill(dir.path(), world.rank());
   Heartbeat heartbeat(world.rank());
+  // What checkpoints cost this rank: wall time (training waits for the write) and tracked bytes
+  // allocated beyond its state while writing (the largest over its checkpoints).
+  double checkpoint_seconds = 0, checkpoint_extra_bytes = 0;
+  int64_t checkpoints_written = 0;
   auto checkpoint = [&](int64_t step) {
+    const size_t before = tracker.current_total();
+    tracker.start_window();
+    const Timer took;
     const std::string where = save_checkpoint(dir, runner, tracker, config, config_toml, step,
-                                              shard.first_sample(step), parts);
+                                              shard.first_sample(step), parts, &world);
+    checkpoint_seconds += took.seconds();
+    ++checkpoints_written;
+    checkpoint_extra_bytes = std::max(checkpoint_extra_bytes,
+                                      static_cast<double>(tracker.window_peak_total() - before));
     if (!where.empty()) drill.after_checkpoint(step, where);
   };
 
@@ -442,6 +453,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     }
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
+  double checkpoint_cost[2] = {checkpoint_seconds, checkpoint_extra_bytes};  // max over ranks
+  if (world.size() > 1) world.all_reduce(Tensor(checkpoint_cost, DType::f64, {2}), comm::ReduceOp::max);
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
   nlohmann::json pipeline;
   if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {
@@ -462,6 +475,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"tokens_per_s",
        steps_run > 0 ? static_cast<double>(steps_run) * tokens_per_step / train_seconds : 0.0},
       {"train_seconds", train_seconds},
+      {"checkpoints",
+       {{"written", checkpoints_written},
+        {"seconds", checkpoint_cost[0]},
+        {"seconds_per_checkpoint",
+         checkpoints_written > 0 ? checkpoint_cost[0] / checkpoints_written : 0.0},
+        {"step_seconds", steps_run > 0 ? train_seconds / steps_run : 0.0},
+        {"extra_bytes", checkpoint_cost[1]}}},
       {"params", params},
       {"activated_params", counts.activated},
       {"model_flops_per_token", mfu_flops.flops_per_token},

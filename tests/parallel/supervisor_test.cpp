@@ -90,7 +90,7 @@ TEST(Supervisor, ACorruptCheckpointIsSkippedOnRestart) {
   expect_bitwise(clean, dir);
   const std::string events = slurp(dir + "/events.log");
   EXPECT_TRUE(has(events,
-                  "step_00000008 is corrupt (params.bin checksum mismatch); trying the "
+                  "step_00000008 is corrupt (params_r00000.bin checksum mismatch); trying the "
                   "previous one"))
       << events;
   EXPECT_TRUE(has(events, "resumed from " + dir + "/checkpoints/step_00000004 at step 4"))
