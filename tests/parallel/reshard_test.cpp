@@ -25,14 +25,12 @@ using testing::has;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
+using testing::one_thread_per_rank;
 using testing::slurp;
 namespace fs = std::filesystem;
 
 constexpr int64_t kParams = 22688;  // configs/tiny.toml
-const std::string kEnv = [] {
-  ::setenv("OMP_NUM_THREADS", "1", 1);
-  return std::string();
-}();
+const std::string kEnv = one_thread_per_rank();
 
 std::string train(const std::string& layout) {
   return "train " + config_path("tiny.toml") +
