@@ -78,7 +78,7 @@ BlockQuantized quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
           const float v = amax == 0 ? 0.0f : x[r * ld + c] / divisor;
           q.codes[r * cols + c] =
               o.stochastic ? encode_stochastic(o.format, v, o.stochastic->uniform(r * cols + c))
-                           : encode(o.format, v);
+                           : encode_finite_fast(o.format, v);
         }
       }
     }

@@ -239,6 +239,12 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     ctx_.degrees.ep = ep_.size();
     ctx_.shard = coord;
   }
+  // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
+  if (config.precision.recipe != "fp32") {
+    precision_ = std::make_unique<LinearPrecision>(
+        precision::recipe_named(config.precision.recipe), config.train.seed);
+    ctx_.precision = precision_.get();
+  }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
   params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
                                            backend, tracker,
@@ -386,6 +392,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
   parallel_->begin_step();
   if (expert_parallel_) expert_parallel_->begin_step();
+  if (precision_) precision_->begin_step(step_index);
   const std::vector<double> sums =
       executor_->run([&](int64_t micro, int32_t* tokens,
                          int32_t* targets) { batches(step_index, micro, tokens, targets); },
