@@ -51,6 +51,35 @@ precision::QuantizeOptions options_of(const OperandRule& rule, const Philox* rng
 
 }  // namespace
 
+void LinearPrecision::attach_weights(const Buffer& master, MemoryTracker& tracker) {
+  TRILLION_CHECK(master.dtype() == DType::f32, "a precision recipe needs fp32 master weights");
+  master_ = &master;
+  copy_ = Buffer(tracker, MemoryCategory::parameters, DType::bf16, master.count());
+  refresh_weights();
+}
+
+void LinearPrecision::refresh_weights() {
+  if (master_ == nullptr) return;
+  const float* m = static_cast<const float*>(master_->raw());
+  bf16* c = static_cast<bf16*>(copy_.raw());
+  for (int64_t i = 0; i < master_->count(); ++i) c[i] = float_to_bf16(m[i]);
+}
+
+std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {
+  const int64_t rows = W.size(0), cols = W.size(1), ld = W.stride(0);
+  const float* w = W.data<float>();
+  const float* base = master_ ? static_cast<const float*>(master_->raw()) : nullptr;
+  const bool in_master =
+      base != nullptr && w >= base && w + (rows - 1) * ld + cols <= base + master_->count();
+  if (!in_master) return rounded_to_bf16(W);
+  const bf16* c = static_cast<const bf16*>(copy_.raw()) + (w - base);
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = bf16_to_float(c[r * ld + j]);
+  }
+  return out;
+}
+
 void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
                            const Tensor& B, double alpha, double beta) {
   using precision::Rounding;
@@ -60,15 +89,21 @@ void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool t
   }
   TRILLION_CHECK(C.rank() == 2 && A.rank() == 2 && B.rank() == 2, "linear_gemm takes 2-D views");
   if (recipe_.rounding == Rounding::bf16) {
-    std::vector<float> a = rounded_to_bf16(A), b = rounded_to_bf16(B);
+    std::vector<float> a = rounded_to_bf16(A);
+    std::vector<float> b = pass == GemmPass::wgrad ? rounded_to_bf16(B) : weight_values(B);
     be.gemm(C, ta, tb, Tensor(a.data(), DType::f32, {A.size(0), A.size(1)}),
             Tensor(b.data(), DType::f32, {B.size(0), B.size(1)}), alpha, beta);
     return;
   }
   // op(A) [M, K] as stored rows when not transposed; op(B)^T [N, K] is B itself when tb.
-  std::vector<float> a_copy, b_copy;
+  std::vector<float> a_copy, b_copy, b_weights;
   const RowsAlongK a = rows_along_k(A, ta, a_copy);
-  const RowsAlongK b = rows_along_k(B, !tb, b_copy);
+  Tensor b_source = B;
+  if (pass != GemmPass::wgrad) {  // B is a weight: its bf16 values
+    b_weights = weight_values(B);
+    b_source = Tensor(b_weights.data(), DType::f32, {B.size(0), B.size(1)});
+  }
+  const RowsAlongK b = rows_along_k(b_source, !tb, b_copy);
   TRILLION_CHECK(a.k == b.k && a.rows == C.size(0) && b.rows == C.size(1),
                  fmt::format("linear_gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
                              C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));

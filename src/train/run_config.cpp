@@ -651,6 +651,13 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         source, rc.precision.recipe, dtype_name(rc.model.dtype)));
   }
 
+  if (rc.precision.recipe != "fp32" && pc.zero >= 3) {
+    throw Error(fmt::format(
+        "{}: precision.recipe = '{}' keeps a bf16 copy of the fp32 master weights, which "
+        "parallel.zero = 3 does not hold whole on any rank; use zero <= 2 or recipe fp32",
+        source, rc.precision.recipe));
+  }
+
   SectionReader dl(root["diloco"].as_table(), "diloco", source);
   DilocoConfig& di = rc.diloco;
   double mixing = std::nan("");

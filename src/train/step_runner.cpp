@@ -246,9 +246,11 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     ctx_.precision = precision_.get();
   }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
+  ModelStorage storage = parallel::DataParallel::model_storage(zero);
+  storage.master_weights = precision_ != nullptr;
   params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
-                                           backend, tracker,
-                                           parallel::DataParallel::model_storage(zero));
+                                           backend, tracker, storage);
+  if (precision_) precision_->attach_weights(params_->parameters(), tracker);
   const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
   std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
@@ -584,6 +586,7 @@ void StepRunner::load_global_state(const Buffer& global, const Buffer& state) {
 
 double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets) {
   const int64_t n = ctx_.shape.tokens();
+  if (precision_) precision_->refresh_weights();  // the master may have moved since the step
   const std::vector<double> sums = eval_executor_->run(
       [&](int64_t, int32_t* tok, int32_t* tgt) {
         std::copy(tokens, tokens + n, tok);
