@@ -27,7 +27,8 @@ float tile_scale(const QuantizeOptions& o, float amax, float tensor_scale) {
     case Scaling::kNvfp4: {
       const float s =
           decode(MiniFormat::e4m3,
-                 encode(MiniFormat::e4m3, amax / static_cast<float>(fi.max_finite) / tensor_scale));
+                 encode_finite_fast(MiniFormat::e4m3,
+                                    amax / static_cast<float>(fi.max_finite) / tensor_scale));
       return s;  // may be 0 when the block is tiny next to the tensor's amax
     }
   }
@@ -77,8 +78,9 @@ BlockQuantized quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
         for (int64_t c = c0; c < c1; ++c) {
           const float v = amax == 0 ? 0.0f : x[r * ld + c] / divisor;
           q.codes[r * cols + c] =
-              o.stochastic ? encode_stochastic(o.format, v, o.stochastic->uniform(r * cols + c))
-                           : encode_finite_fast(o.format, v);
+              o.stochastic
+                  ? encode_stochastic_fast(o.format, v, o.stochastic->uniform(r * cols + c))
+                  : encode_finite_fast(o.format, v);
         }
       }
     }

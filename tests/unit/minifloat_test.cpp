@@ -116,7 +116,8 @@ TEST(MiniFloat, StochasticRoundingIsUnbiasedBetweenNeighbours) {
 namespace trillion {
 namespace {
 
-// The quantisers' fast encoder gives encode's code for every finite float it was tried on:
+// The quantisers' fast encoders give encode's (and encode_stochastic's, for a uniform drawn per
+// probe) code for every finite float it was tried on:
 // every code's value, the midpoints between neighbours and the floats on either side of them,
 // and ~4.3 million float bit patterns spread over the whole finite range, both signs.
 TEST(MiniFloat, FastEncoderIsEncodeOnFiniteInput) {
@@ -145,6 +146,9 @@ TEST(MiniFloat, FastEncoderIsEncodeOnFiniteInput) {
         ASSERT_EQ(encode_finite_fast(f, x), encode(f, x))
             << info(f).name << " x = " << x << " (bits " << std::hex
             << std::bit_cast<uint32_t>(x) << ")";
+        const double u = Philox(3, "fast-encoder").uniform(static_cast<uint64_t>(checked));
+        ASSERT_EQ(encode_stochastic_fast(f, x, u), encode_stochastic(f, x, u))
+            << info(f).name << " x = " << x << " u = " << u;
         ++checked;
       }
     }
