@@ -197,6 +197,13 @@ uint8_t encode_finite_fast(MiniFormat f, float x) {
   });
 }
 
+void encode_scaled_row(MiniFormat f, const float* x, float divisor, uint8_t* out, int64_t n) {
+  auto nearest_even = [](double rem, uint32_t lower) {
+    return rem > 0.5 || (rem == 0.5 && (lower & 1u) != 0);
+  };
+  for (int64_t i = 0; i < n; ++i) out[i] = fast_code(f, x[i] / divisor, nearest_even);
+}
+
 uint8_t encode_stochastic_fast(MiniFormat f, float x, double u) {
   return fast_code(f, x, [u](double rem, uint32_t) { return u < rem; });
 }
