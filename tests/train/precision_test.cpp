@@ -130,8 +130,8 @@ TEST(MarkovConvergence, Nvfp4ReachesTheEntropyRate) {
   expect_markov_converges("nvfp4");
 }
 
-// A small model on the bundled Brown corpus (512-token BPE), the same config and tokens with
-// bf16 and fp8: fp8's final validation loss within 1% relative of bf16's.
+// configs/brown-small.toml on the bundled Brown corpus (512-token BPE), the same config and tokens
+// with bf16 and fp8: fp8's final validation loss within 1% relative of bf16's.
 TEST(PrecisionLossGap, Fp8IsWithinOnePercentOfBf16OnTheBrownCorpus) {
   const std::string work = fresh_dir("prec_brown");
   std::filesystem::create_directories(work);
@@ -143,20 +143,13 @@ TEST(PrecisionLossGap, Fp8IsWithinOnePercentOfBf16OnTheBrownCorpus) {
                          corpus)
                 .exit_code,
             0);
-  {
-    std::ofstream c(work + "/brown-small.toml");
-    c << "[model]\nvocab_size = 512\nd_model = 128\nn_layers = 2\nn_heads = 4\nn_kv_heads = 4\n"
-         "ffn_hidden = 256\nseq_len = 128\n[train]\nmicro_batch = 8\nsteps = 150\nseed = 1\n"
-         "eval_batches = 8\n[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup_steps = 10\n"
-         "[data]\nsource = \"shards\"\npath = \""
-      << work << "/data\"\n";
-  }
   double val[2] = {0, 0};
   const char* recipes[2] = {"bf16", "fp8"};
   for (int i = 0; i < 2; ++i) {
     const std::string dir = work + "/run_" + recipes[i];
-    const auto r = run_trillion("train " + work + "/brown-small.toml --run-dir " + dir +
-                                " --quiet --set precision.recipe=" + recipes[i]);
+    const auto r = run_trillion("train " + config_path("brown-small.toml") + " --run-dir " + dir +
+                                " --quiet --set data.path=" + work +
+                                "/data --set precision.recipe=" + recipes[i]);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     val[i] = read_json(dir + "/summary.json")["final_val_loss"];
   }
