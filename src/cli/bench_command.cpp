@@ -194,6 +194,16 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
     }
     j["profile"] = ops;
   }
+  // The recipe of the linear layers and its GEMM error on the w_gate_up forward shape.
+  j["precision_recipe"] = cfg.precision.recipe;
+  RecipeGemmError gemm_error;
+  const int64_t gemm_rows = runner.local_micro_batch() * cfg.model.seq_len;
+  if (cfg.precision.recipe != "fp32") {
+    gemm_error = recipe_gemm_error(cfg.precision.recipe, gemm_rows, 2 * cfg.model.ffn_hidden,
+                                   cfg.model.d_model);
+    j["recipe_gemm_rms_rel_error"] = gemm_error.rms_rel;
+    j["recipe_gemm_max_error_rel_to_max"] = gemm_error.max_rel_to_max;
+  }
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -205,6 +215,17 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
         flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu, 100 * hfu,
         cfg.model.recompute_string().c_str(), cfg.model.tiled_attention ? "tiled" : "materialized",
         100 * j["mfu_best_step"].get<double>(), convention.describe().c_str());
+    if (cfg.precision.recipe != "fp32") {
+      std::printf(
+          "  precision recipe %s (linear layers emulated on the CPU): GEMM error vs fp32 on "
+          "[%lld, %lld] x [%lld, %lld]^T (x ~ N(0,1), W ~ N(0,0.02^2)): RMS relative %.4f, max "
+          "%.4f of the largest output\n",
+          cfg.precision.recipe.c_str(), static_cast<long long>(gemm_rows),
+          static_cast<long long>(cfg.model.d_model),
+          static_cast<long long>(2 * cfg.model.ffn_hidden),
+          static_cast<long long>(cfg.model.d_model), gemm_error.rms_rel,
+          gemm_error.max_rel_to_max);
+    }
     if (cfg.parallel.tp > 1) {
       std::printf(
           "  tensor parallelism tp %lld (sp %s): %.3f s/step inside tp collectives, "

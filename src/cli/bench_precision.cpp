@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/timer.h"
+#include "model/linear_gemm.h"
 #include "precision/scaled_gemm.h"
 
 namespace trillion::cli {
@@ -103,6 +104,28 @@ int bench_precision_gemm(const std::string& dtype, int64_t size, int reps, bool 
         rms, max_rel);
   }
   return 0;
+}
+
+RecipeGemmError recipe_gemm_error(const std::string& recipe, int64_t M, int64_t N, int64_t K) {
+  const Philox rng(7, "bench:recipe-gemm");
+  std::vector<float> x(M * K), w(N * K), out(M * N), ref(M * N);
+  for (int64_t i = 0; i < M * K; ++i) x[i] = static_cast<float>(rng.normal(i));
+  for (int64_t i = 0; i < N * K; ++i) w[i] = 0.02f * static_cast<float>(rng.normal(M * K + i));
+  MemoryTracker tracker;
+  std::unique_ptr<Backend> be = make_cpu_backend(tracker);
+  const Tensor tx(x.data(), DType::f32, {M, K}), tw(w.data(), DType::f32, {N, K});
+  be->gemm(Tensor(ref.data(), DType::f32, {M, N}), false, true, tx, tw, 1, 0);
+  LinearPrecision lp(precision::recipe_named(recipe), 1);
+  lp.gemm(*be, precision::GemmPass::forward, Tensor(out.data(), DType::f32, {M, N}), false, true,
+          tx, tw, 1, 0);
+  double err2 = 0, ref2 = 0, ref_max = 0, err_max = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    const double e = double(out[i]) - double(ref[i]);
+    err2 += e * e, ref2 += double(ref[i]) * ref[i];
+    ref_max = std::max(ref_max, std::fabs(double(ref[i])));
+    err_max = std::max(err_max, std::fabs(e));
+  }
+  return {ref2 > 0 ? std::sqrt(err2 / ref2) : 0.0, ref_max > 0 ? err_max / ref_max : 0.0};
 }
 
 }  // namespace trillion::cli

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -134,6 +135,77 @@ uint8_t encode(MiniFormat f, float x) {
   return encode_with(f, x, [](double rem, int64_t lower) {
     return rem > 0.5 || (rem == 0.5 && (lower & 1) != 0);
   });
+}
+
+namespace {
+
+// Per format: the largest finite code, the smallest normal and 2^(bias - 1 + m), computed once.
+struct FastConsts {
+  uint32_t top;
+  float min_normal, to_quanta;
+  double dropped_unit;  // 2^-(23 - m): a dropped mantissa bit pattern in quanta
+};
+const FastConsts& fast_consts(MiniFormat f) {
+  static const std::array<FastConsts, 4> consts = [] {
+    std::array<FastConsts, 4> c{};
+    for (int i = 0; i < 4; ++i) {
+      const MiniFormatInfo& g = info(static_cast<MiniFormat>(i));
+      c[i] = {max_code(g), std::ldexp(1.0f, 1 - g.bias),
+              std::ldexp(1.0f, g.bias - 1 + g.mantissa_bits),
+              std::ldexp(1.0, g.mantissa_bits - 23)};
+    }
+    return c;
+  }();
+  return consts[static_cast<int>(f)];
+}
+
+// The code of |x| rounded as up(remainder in quanta, truncated code) says, from the float's
+// bits: in the subnormal range one exact scaling by a power of two; in the normal range the
+// dropped 23 - m mantissa bits are the remainder (a carry of the rounding moves into the
+// exponent), and the exponent field is rebiased from 127 to the format's bias.
+template <typename RoundUp>
+uint8_t fast_code(MiniFormat f, float x, RoundUp up) {
+  const MiniFormatInfo& fi = info(f);
+  const FastConsts& k = fast_consts(f);
+  const int m = fi.mantissa_bits;
+  const uint32_t sign = std::signbit(x) ? 1u << (fi.exponent_bits + m) : 0u;
+  const float a = std::fabs(x);
+  if (a >= static_cast<float>(fi.max_finite)) return static_cast<uint8_t>(sign | k.top);
+  uint32_t lower;
+  double rem;
+  if (a < k.min_normal) {
+    const float scaled = a * k.to_quanta;  // exact
+    const float whole = std::floor(scaled);
+    lower = static_cast<uint32_t>(whole);
+    rem = static_cast<double>(scaled - whole);  // exact
+  } else {
+    uint32_t u;
+    std::memcpy(&u, &a, sizeof u);
+    const int shift = 23 - m;
+    lower = (u >> shift) - (static_cast<uint32_t>(127 - fi.bias) << m);
+    rem = static_cast<double>(u & ((1u << shift) - 1u)) * k.dropped_unit;
+  }
+  const uint32_t code = std::min(lower + (up(rem, lower) ? 1u : 0u), k.top);
+  return static_cast<uint8_t>(sign | code);
+}
+
+}  // namespace
+
+uint8_t encode_finite_fast(MiniFormat f, float x) {
+  return fast_code(f, x, [](double rem, uint32_t lower) {
+    return rem > 0.5 || (rem == 0.5 && (lower & 1u) != 0);
+  });
+}
+
+void encode_scaled_row(MiniFormat f, const float* x, float divisor, uint8_t* out, int64_t n) {
+  auto nearest_even = [](double rem, uint32_t lower) {
+    return rem > 0.5 || (rem == 0.5 && (lower & 1u) != 0);
+  };
+  for (int64_t i = 0; i < n; ++i) out[i] = fast_code(f, x[i] / divisor, nearest_even);
+}
+
+uint8_t encode_stochastic_fast(MiniFormat f, float x, double u) {
+  return fast_code(f, x, [u](double rem, uint32_t) { return u < rem; });
 }
 
 uint8_t encode_stochastic(MiniFormat f, float x, double u) {

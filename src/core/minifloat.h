@@ -39,6 +39,14 @@ MiniFormat parse_mini_format(std::string_view name);
 float decode(MiniFormat f, uint8_t code);
 // Round to nearest even with saturation.
 uint8_t encode(MiniFormat f, float x);
+// The same codes as encode for finite x in the element formats (E4M3, E5M2, E2M1), by integer
+// rounding of the float's bits (normal range) or one exact scaling and nearbyint (subnormal
+// range): what the quantisers run per element. Non-finite x is the caller's to refuse.
+uint8_t encode_finite_fast(MiniFormat f, float x);
+// out[i] = encode_finite_fast(f, x[i] / divisor) for i < n (the quantisers' inner loop).
+void encode_scaled_row(MiniFormat f, const float* x, float divisor, uint8_t* out, int64_t n);
+// encode_stochastic's codes the same way.
+uint8_t encode_stochastic_fast(MiniFormat f, float x, double u);
 // Stochastic rounding; u uniform in [0, 1).
 uint8_t encode_stochastic(MiniFormat f, float x, double u);
 // encode then decode.

@@ -1,7 +1,11 @@
 // See mlp.h.
 #include "model/mlp.h"
 
+#include "model/linear_gemm.h"
+
 namespace trillion {
+
+using precision::GemmPass;
 
 MlpActivations Mlp::carve(Carver& kept, Carver& core) const {
   const int64_t N = ctx_.shape.tokens(), F = width();
@@ -25,22 +29,23 @@ void Mlp::recompute_core(const MlpActivations& a) {
 
 void Mlp::forward(Tensor out, const Tensor& x, const MlpWeights& w, const MlpActivations& a,
                   bool write_out) {
-  be_.gemm(a.gate_up, false, true, x, w.w_gate_up, 1.0, 0.0);
+  linear_gemm(ctx_, be_, GemmPass::forward, a.gate_up, false, true, x, w.w_gate_up, 1.0, 0.0);
   recompute_core(a);
-  if (write_out) be_.gemm(out, false, true, a.act, w.w_down, 1.0, 1.0);
+  if (write_out)
+    linear_gemm(ctx_, be_, GemmPass::forward, out, false, true, a.act, w.w_down, 1.0, 1.0);
 }
 
 void Mlp::backward_input(Tensor dx, const Tensor& dout, const MlpWeights& w,
                          const MlpActivations& a, const MlpStash& g, const Tensor& d_act) {
-  be_.gemm(d_act, false, false, dout, w.w_down, 1.0, 0.0);
+  linear_gemm(ctx_, be_, GemmPass::dgrad, d_act, false, false, dout, w.w_down, 1.0, 0.0);
   be_.swiglu_backward(g.d_gate_up, d_act, a.gate_up);
-  be_.gemm(dx, false, false, g.d_gate_up, w.w_gate_up, 1.0, 0.0);
+  linear_gemm(ctx_, be_, GemmPass::dgrad, dx, false, false, g.d_gate_up, w.w_gate_up, 1.0, 0.0);
 }
 
 void Mlp::backward_weight(const MlpWeights& d, const Tensor& x, const Tensor& dout,
                           const MlpActivations& a, const MlpStash& g) {
-  be_.gemm(d.w_down, true, false, dout, a.act, 1.0, 1.0);
-  be_.gemm(d.w_gate_up, true, false, g.d_gate_up, x, 1.0, 1.0);
+  linear_gemm(ctx_, be_, GemmPass::wgrad, d.w_down, true, false, dout, a.act, 1.0, 1.0);
+  linear_gemm(ctx_, be_, GemmPass::wgrad, d.w_gate_up, true, false, g.d_gate_up, x, 1.0, 1.0);
 }
 
 }  // namespace trillion

@@ -12,8 +12,9 @@
 
 namespace trillion {
 
-class ExpertExchange;     // model/moe.h
 class ContextAttention;  // model/attention.h
+class ExpertExchange;    // model/moe.h
+class LinearPrecision;   // model/linear_gemm.h
 
 struct ParallelContext {
   LocalShape shape;
@@ -33,6 +34,8 @@ struct ParallelContext {
   comm::Communicator* ep = nullptr;
   // Moves MoE rows to the ranks holding their experts (nullptr: every expert on this rank).
   ExpertExchange* experts = nullptr;
+  // The precision recipe of the blocks' linear layers (nullptr: the backend's dtype, exactly).
+  LinearPrecision* precision = nullptr;
 
   int tp_size() const { return tp == nullptr ? 1 : tp->size(); }
   int tp_rank() const { return tp == nullptr ? 0 : tp->rank(); }

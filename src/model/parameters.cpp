@@ -13,7 +13,9 @@ ParameterSet::ParameterSet(TensorTable table, const ShardCoord& shard, DType dty
                            Backend& backend, MemoryTracker& tracker, ModelStorage storage)
     : table_(std::move(table)), shard_(shard), dtype_(dtype), be_(backend) {
   if (storage.parameters) {
-    params_ = Buffer(tracker, MemoryCategory::parameters, dtype, table_.total_elements());
+    params_ = Buffer(tracker,
+                     storage.master_weights ? MemoryCategory::optimizer : MemoryCategory::parameters,
+                     dtype, table_.total_elements());
   }
   if (storage.gradients) {
     grads_ = Buffer(tracker, MemoryCategory::gradients, dtype, table_.total_elements());

@@ -30,6 +30,9 @@ struct UnitRange {
 struct ModelStorage {
   bool parameters = true;
   bool gradients = true;
+  // The parameters are the fp32 master copy of a precision recipe (model/linear_gemm.h), counted
+  // as optimizer state (plan/'s 4 master bytes); the bf16 compute copy is the `parameters`.
+  bool master_weights = false;
 };
 
 class ParameterSet {

@@ -27,7 +27,8 @@ float tile_scale(const QuantizeOptions& o, float amax, float tensor_scale) {
     case Scaling::kNvfp4: {
       const float s =
           decode(MiniFormat::e4m3,
-                 encode(MiniFormat::e4m3, amax / static_cast<float>(fi.max_finite) / tensor_scale));
+                 encode_finite_fast(MiniFormat::e4m3,
+                                    amax / static_cast<float>(fi.max_finite) / tensor_scale));
       return s;  // may be 0 when the block is tiny next to the tensor's amax
     }
   }
@@ -73,12 +74,17 @@ BlockQuantized quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
       if (s == 0) s = 1.0f, amax = 0;  // NVFP4: a block below E4M3's range is stored as zeros
       q.scales[tr * q.tiles_across() + tc] = s;
       const float divisor = s * q.tensor_scale;
+      if (amax == 0) continue;  // codes stay 0 (+0)
       for (int64_t r = r0; r < r1; ++r) {
+        if (!o.stochastic) {
+          encode_scaled_row(o.format, x + r * ld + c0, divisor, q.codes.data() + r * cols + c0,
+                            c1 - c0);
+          continue;
+        }
         for (int64_t c = c0; c < c1; ++c) {
-          const float v = amax == 0 ? 0.0f : x[r * ld + c] / divisor;
+          const float v = x[r * ld + c] / divisor;
           q.codes[r * cols + c] =
-              o.stochastic ? encode_stochastic(o.format, v, o.stochastic->uniform(r * cols + c))
-                           : encode(o.format, v);
+              encode_stochastic_fast(o.format, v, o.stochastic->uniform(r * cols + c));
         }
       }
     }

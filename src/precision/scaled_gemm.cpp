@@ -76,8 +76,10 @@ void scaled_gemm(const BlockQuantized& a, const BlockQuantized& b, float* out) {
     return;
   }
   const int shift = quantum_exponent(a.format) + quantum_exponent(b.format);
+  // A power of two: multiplying by it is ldexp exactly (block sums are far from under/overflow).
+  const double unit = std::ldexp(1.0, shift);
   std::vector<double> ad(M * kb), bd(N * kb), p(M * N);
-  std::vector<float> acc(M * N, 0.0f);
+  std::vector<float> acc(M * N, 0.0f), sb(N);
   for (int64_t blk = 0; blk < a.tiles_across(); ++blk) {
     const int64_t k0 = blk * kb, width = std::min(K, k0 + kb) - k0;
     for (int64_t m = 0; m < M; ++m) {
@@ -91,12 +93,12 @@ void scaled_gemm(const BlockQuantized& a, const BlockQuantized& b, float* out) {
     cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(M), static_cast<int>(N),
                 static_cast<int>(width), 1.0, ad.data(), static_cast<int>(width), bd.data(),
                 static_cast<int>(width), 0.0, p.data(), static_cast<int>(N));
+    for (int64_t n = 0; n < N; ++n) sb[n] = b.scale(n, k0);
     for (int64_t m = 0; m < M; ++m) {
       const float sa = a.scale(m, k0);
-      for (int64_t n = 0; n < N; ++n) {
-        const float partial = static_cast<float>(std::ldexp(p[m * N + n], shift));
-        acc[m * N + n] += partial * (sa * b.scale(n, k0));
-      }
+      const double* pm = p.data() + m * N;
+      float* am = acc.data() + m * N;
+      for (int64_t n = 0; n < N; ++n) am[n] += static_cast<float>(pm[n] * unit) * (sa * sb[n]);
     }
   }
   const float t = a.tensor_scale * b.tensor_scale;

@@ -16,6 +16,7 @@
 #include "optim/outer_nesterov.h"
 #include "optim/outer_quantize.h"
 #include "optim/streaming_schedule.h"
+#include "precision/recipe.h"
 #include "schedule/action.h"
 
 namespace trillion {
@@ -362,10 +363,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
     if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel" &&
-        k != "emulate" && k != "diloco" && k != "guard") {
+        k != "emulate" && k != "diloco" && k != "guard" && k != "precision") {
       throw Error(
           fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
-                      "parallel, emulate, diloco, guard)",
+                      "parallel, emulate, diloco, guard, precision)",
                       source, k));
     }
     if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
@@ -668,6 +669,28 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         source));
   }
 
+  SectionReader pr(root["precision"].as_table(), "precision", source);
+  pr.read("recipe", rc.precision.recipe);
+  pr.reject_unknown();
+  try {
+    precision::recipe_named(rc.precision.recipe);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: precision.recipe: {}", source, e.what()));
+  }
+  if (rc.precision.recipe != "fp32" && rc.model.dtype != DType::f32) {
+    throw Error(fmt::format(
+        "{}: precision.recipe = '{}' rounds fp32 GEMM inputs, but model.dtype = '{}'; use "
+        "model.dtype = \"f32\" (f64 is for gradient checks, with recipe fp32)",
+        source, rc.precision.recipe, dtype_name(rc.model.dtype)));
+  }
+
+  if (rc.precision.recipe != "fp32" && pc.zero >= 3) {
+    throw Error(fmt::format(
+        "{}: precision.recipe = '{}' keeps a bf16 copy of the fp32 master weights, which "
+        "parallel.zero = 3 does not hold whole on any rank; use zero <= 2 or recipe fp32",
+        source, rc.precision.recipe));
+  }
+
   SectionReader dl(root["diloco"].as_table(), "diloco", source);
   DilocoConfig& di = rc.diloco;
   double mixing = std::nan("");
@@ -846,9 +869,10 @@ std::string to_toml(const RunConfig& c) {
                     {"on_divergence", g.on_divergence},
                     {"max_rollbacks", g.max_rollbacks},
                     {"replica_check_every", g.replica_check_every}};
+  toml::table precision{{"recipe", c.precision.recipe}};
   toml::table root{{"model", model},       {"train", train},     {"optim", optim},
                    {"data", data},         {"parallel", parallel}, {"emulate", emulate},
-                   {"diloco", diloco},     {"guard", guard}};
+                   {"diloco", diloco},     {"guard", guard},       {"precision", precision}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

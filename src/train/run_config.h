@@ -124,6 +124,12 @@ struct GuardConfig {
   int64_t replica_check_every = 0;     // > 0: dp replicas compare parameter checksums
 };
 
+// [precision]: the recipe of the blocks' linear layers (precision/recipe.h): fp32 (the engine's
+// dtype, bit for bit), bf16, fp8, mxfp4 or nvfp4. Master weights and Adam moments stay fp32.
+struct PrecisionConfig {
+  std::string recipe = "fp32";
+};
+
 struct RunConfig {
   ModelConfig model;
   TrainConfig train;
@@ -133,6 +139,7 @@ struct RunConfig {
   EmulateConfig emulate;
   DilocoConfig diloco;
   GuardConfig guard;
+  PrecisionConfig precision;
   std::string source;  // where it came from, for messages
 };
 

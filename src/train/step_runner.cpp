@@ -269,10 +269,18 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     ctx_.degrees.ep = ep_.size();
     ctx_.shard = coord;
   }
+  // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
+  if (config.precision.recipe != "fp32") {
+    precision_ = std::make_unique<LinearPrecision>(
+        precision::recipe_named(config.precision.recipe), config.train.seed);
+    ctx_.precision = precision_.get();
+  }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
+  ModelStorage storage = parallel::DataParallel::model_storage(zero);
+  storage.master_weights = precision_ != nullptr;
   params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
-                                           backend, tracker,
-                                           parallel::DataParallel::model_storage(zero));
+                                           backend, tracker, storage);
+  if (precision_) precision_->attach_weights(params_->parameters(), tracker);
   const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
   std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
@@ -417,6 +425,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
   parallel_->begin_step();
   if (expert_parallel_) expert_parallel_->begin_step();
+  if (precision_) precision_->begin_step(step_index);
   const std::vector<double> sums =
       executor_->run([&](int64_t micro, int32_t* tokens,
                          int32_t* targets) { batches(step_index, micro, tokens, targets); },
@@ -661,6 +670,7 @@ void StepRunner::load_state_from(const GlobalReader& read, const Buffer& state) 
 
 double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets) {
   const int64_t n = ctx_.shape.tokens();
+  if (precision_) precision_->refresh_weights();  // the master may have moved since the step
   const std::vector<double> sums = eval_executor_->run(
       [&](int64_t, int32_t* tok, int32_t* tgt) {
         std::copy(tokens, tokens + n, tok);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "model/linear_gemm.h"
 #include "model/stage_model.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -170,6 +171,7 @@ class StepRunner {
   std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
                                                 // same stages of the other model copy
   ParallelContext ctx_;
+  std::unique_ptr<LinearPrecision> precision_;  // a [precision] recipe other than fp32
   schedule::Schedule schedule_, eval_schedule_;
   TensorTable global_table_;
   MemoryTracker& tracker_;

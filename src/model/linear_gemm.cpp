@@ -1,0 +1,143 @@
+// See linear_gemm.h.
+#include "model/linear_gemm.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "model/parallel_context.h"
+#include "precision/scaled_gemm.h"
+
+namespace trillion {
+
+namespace {
+
+using precision::GemmPass;
+using precision::OperandRule;
+
+// X [rows, cols] (row stride ld) rounded to bf16, as a contiguous fp32 copy.
+std::vector<float> rounded_to_bf16(const Tensor& X) {
+  const int64_t rows = X.size(0), cols = X.size(1), ld = X.stride(0);
+  const float* x = X.data<float>();
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c)
+      out[r * cols + c] = bf16_to_float(float_to_bf16(x[r * ld + c]));
+  }
+  return out;
+}
+
+// op(X) laid out as [rows, K] with K along the rows' elements: X itself when it is already so
+// (transposed == false), else a transposed contiguous copy in `copy`.
+struct RowsAlongK {
+  const float* data;
+  int64_t rows, k, ld;
+};
+RowsAlongK rows_along_k(const Tensor& X, bool transposed, std::vector<float>& copy) {
+  const float* x = X.data<float>();
+  const int64_t r = X.size(0), c = X.size(1), ld = X.stride(0);
+  if (!transposed) return {x, r, c, ld};
+  copy.resize(r * c);
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j) copy[j * r + i] = x[i * ld + j];
+  }
+  return {copy.data(), c, r, r};
+}
+
+precision::QuantizeOptions options_of(const OperandRule& rule, const Philox* rng) {
+  return {rule.format, rule.scaling, rule.tile_rows, rule.tile_cols,
+          rule.stochastic ? rng : nullptr};
+}
+
+}  // namespace
+
+void LinearPrecision::attach_weights(const Buffer& master, MemoryTracker& tracker) {
+  TRILLION_CHECK(master.dtype() == DType::f32, "a precision recipe needs fp32 master weights");
+  master_ = &master;
+  copy_ = Buffer(tracker, MemoryCategory::parameters, DType::bf16, master.count());
+  refresh_weights();
+}
+
+void LinearPrecision::refresh_weights() {
+  if (master_ == nullptr) return;
+  const float* m = static_cast<const float*>(master_->raw());
+  bf16* c = static_cast<bf16*>(copy_.raw());
+  for (int64_t i = 0; i < master_->count(); ++i) c[i] = float_to_bf16(m[i]);
+}
+
+std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {
+  const int64_t rows = W.size(0), cols = W.size(1), ld = W.stride(0);
+  const float* w = W.data<float>();
+  const float* base = master_ ? static_cast<const float*>(master_->raw()) : nullptr;
+  const bool in_master =
+      base != nullptr && w >= base && w + (rows - 1) * ld + cols <= base + master_->count();
+  if (!in_master) return rounded_to_bf16(W);
+  const bf16* c = static_cast<const bf16*>(copy_.raw()) + (w - base);
+  std::vector<float> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = bf16_to_float(c[r * ld + j]);
+  }
+  return out;
+}
+
+void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                           const Tensor& B, double alpha, double beta) {
+  using precision::Rounding;
+  if (recipe_.rounding == Rounding::none || C.dtype() != DType::f32) {
+    be.gemm(C, ta, tb, A, B, alpha, beta);
+    return;
+  }
+  TRILLION_CHECK(C.rank() == 2 && A.rank() == 2 && B.rank() == 2, "linear_gemm takes 2-D views");
+  if (recipe_.rounding == Rounding::bf16) {
+    std::vector<float> a = rounded_to_bf16(A);
+    std::vector<float> b = pass == GemmPass::wgrad ? rounded_to_bf16(B) : weight_values(B);
+    be.gemm(C, ta, tb, Tensor(a.data(), DType::f32, {A.size(0), A.size(1)}),
+            Tensor(b.data(), DType::f32, {B.size(0), B.size(1)}), alpha, beta);
+    return;
+  }
+  // op(A) [M, K] as stored rows when not transposed; op(B)^T [N, K] is B itself when tb.
+  std::vector<float> a_copy, b_copy, b_weights;
+  const RowsAlongK a = rows_along_k(A, ta, a_copy);
+  Tensor b_source = B;
+  if (pass != GemmPass::wgrad) {  // B is a weight: its bf16 values
+    b_weights = weight_values(B);
+    b_source = Tensor(b_weights.data(), DType::f32, {B.size(0), B.size(1)});
+  }
+  const RowsAlongK b = rows_along_k(b_source, !tb, b_copy);
+  TRILLION_CHECK(a.k == b.k && a.rows == C.size(0) && b.rows == C.size(1),
+                 fmt::format("linear_gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
+                             C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));
+  const precision::Recipe& r = recipe_;
+  const OperandRule& rule_a = pass == GemmPass::forward ? r.activation : r.gradient;
+  const OperandRule& rule_b = pass == GemmPass::wgrad ? r.activation : r.weight;
+  const bool stochastic = rule_a.stochastic || rule_b.stochastic;
+  const Philox rng(seed_, fmt::format("linear_sr:{}:{}", step_, calls_));
+  if (stochastic) ++calls_;
+  const precision::BlockQuantized qa =
+      precision::quantize(a.data, a.rows, a.k, a.ld, options_of(rule_a, &rng));
+  const Philox rng_b(seed_, fmt::format("linear_sr_b:{}:{}", step_, calls_));
+  const precision::BlockQuantized qb =
+      precision::quantize(b.data, b.rows, b.k, b.ld, options_of(rule_b, &rng_b));
+  std::vector<float> product(a.rows * b.rows);
+  precision::scaled_gemm(qa, qb, product.data());
+  float* c = C.data<float>();
+  const int64_t M = a.rows, N = b.rows, ldc = C.stride(0);
+  const float fa = static_cast<float>(alpha), fb = static_cast<float>(beta);
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      float& out = c[m * ldc + n];
+      out = fb == 0 ? fa * product[m * N + n] : fa * product[m * N + n] + fb * out;
+    }
+  }
+}
+
+void linear_gemm(const ParallelContext& ctx, Backend& be, precision::GemmPass pass, Tensor C,
+                 bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha, double beta) {
+  if (ctx.precision == nullptr) {
+    be.gemm(C, ta, tb, A, B, alpha, beta);
+  } else {
+    ctx.precision->gemm(be, pass, C, ta, tb, A, B, alpha, beta);
+  }
+}
+
+}  // namespace trillion

@@ -1,0 +1,67 @@
+// The GEMMs of the blocks' linear layers, run through the run's precision recipe
+// (precision/recipe.h): C = alpha * op(A) op(B) + beta * C as Backend::gemm defines it, with the
+// operands rounded as the recipe says for the pass (forward, dgrad, wgrad) and the product
+// accumulated in fp32. Without a recipe (ParallelContext::precision null), with the fp32 recipe
+// or on f64 tensors (gradient checks) it is exactly Backend::gemm.
+//   bf16          both operands rounded to bf16 (nearest even) into temporaries, then the
+//                 backend's fp32 GEMM: exact bf16-input emulation, fp32 accumulation.
+//   block_scaled  op(A) as [M, K] and op(B)^T as [N, K] quantised with the pass's rules along K
+//                 (precision/block_scaling.h), multiplied by precision::scaled_gemm (bitwise the
+//                 kernel definition), then C = alpha * product + beta * C in fp32.
+// Weights: a recipe other than fp32 keeps a bf16 compute copy of the fp32 master parameters
+// (attach_weights; memory category `parameters`, 2 bytes per parameter, as plan/ counts it),
+// refreshed from the master before each step and each evaluation; the GEMMs read a weight
+// operand from it (the low-precision recipes quantise those bf16 values, as DeepSeek-V3's
+// Figure 6 casts BF16 weights to FP8). A weight view outside the master buffer is rounded to bf16
+// on the fly (the same values).
+// Stochastic rounding (the fp4 recipes' gradients) draws from Philox keyed by (seed, step, the
+// call's index in the step), so a run repeats itself; it depends on the order of the calls, so
+// two schedules of the same run round differently (fp32, bf16 and fp8 have no randomness).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/memory.h"
+#include "precision/recipe.h"
+
+namespace trillion {
+
+struct ParallelContext;
+
+class LinearPrecision {
+ public:
+  LinearPrecision(const precision::Recipe& recipe, uint64_t seed) : recipe_(recipe), seed_(seed) {}
+  const precision::Recipe& recipe() const { return recipe_; }
+  // Restarts the stochastic-rounding stream for optimizer step `step` (call before its first
+  // micro-batch).
+  // Also refreshes the bf16 weight copy.
+  void begin_step(int64_t step) {
+    step_ = step, calls_ = 0;
+    refresh_weights();
+  }
+  // Allocates the bf16 copy of `master` (the fp32 parameter buffer, which must outlive this).
+  void attach_weights(const Buffer& master, MemoryTracker& tracker);
+  void refresh_weights();  // copy = bf16(master)
+
+  void gemm(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+            const Tensor& B, double alpha, double beta);
+
+ private:
+  // The weight operand [rows, cols] as fp32 values of bf16 numbers (from the copy when it lies
+  // in the master buffer).
+  std::vector<float> weight_values(const Tensor& W) const;
+
+  const precision::Recipe& recipe_;
+  uint64_t seed_;
+  const Buffer* master_ = nullptr;
+  Buffer copy_;  // bf16, same layout as *master_
+  int64_t step_ = 0, calls_ = 0;
+};
+
+// Backend::gemm through ctx.precision (see above).
+void linear_gemm(const ParallelContext& ctx, Backend& be, precision::GemmPass pass, Tensor C,
+                 bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha, double beta);
+
+}  // namespace trillion

@@ -1,0 +1,62 @@
+// See recipe.h. The recipes' numbers are the papers': DeepSeek-V3 §3.3.1-3.3.2 (fp8), OCP MX 1.0
+// §6.3 (mxfp4), NVIDIA's NVFP4 pre-training report 2509.25149 §3 (nvfp4).
+#include "precision/recipe.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace trillion::precision {
+
+namespace {
+
+std::vector<Recipe> make_recipes() {
+  Recipe fp32{"fp32", Rounding::none, {}, {}, {}, 4};
+  Recipe bf16{"bf16", Rounding::bf16, {}, {}, {}, 2};
+  Recipe fp8{"fp8", Rounding::block_scaled, {}, {}, {}, 2};
+  fp8.activation = {MiniFormat::e4m3, Scaling::kAmax, 1, 128, false};
+  fp8.weight = {MiniFormat::e4m3, Scaling::kAmax, 128, 128, false};
+  fp8.gradient = {MiniFormat::e4m3, Scaling::kAmax, 1, 128, false};
+  Recipe mx{"mxfp4", Rounding::block_scaled, {}, {}, {}, 2};
+  mx.activation = {MiniFormat::e2m1, Scaling::kMx, 1, 32, false};
+  mx.weight = {MiniFormat::e2m1, Scaling::kMx, 1, 32, false};
+  mx.gradient = {MiniFormat::e2m1, Scaling::kMx, 1, 32, true};
+  Recipe nv{"nvfp4", Rounding::block_scaled, {}, {}, {}, 2};
+  nv.activation = {MiniFormat::e2m1, Scaling::kNvfp4, 1, 16, false};
+  nv.weight = {MiniFormat::e2m1, Scaling::kNvfp4, 16, 16, false};
+  nv.gradient = {MiniFormat::e2m1, Scaling::kNvfp4, 1, 16, true};
+  return {fp32, bf16, fp8, mx, nv};
+}
+
+const std::vector<Recipe>& recipes() {
+  static const std::vector<Recipe> r = make_recipes();
+  return r;
+}
+
+}  // namespace
+
+const std::vector<std::string>& recipe_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const Recipe& r : recipes()) n.push_back(r.name);
+    return n;
+  }();
+  return names;
+}
+
+const Recipe& recipe_named(const std::string& name) {
+  for (const Recipe& r : recipes()) {
+    if (r.name == name) return r;
+  }
+  std::string names;
+  for (const std::string& n : recipe_names()) names += (names.empty() ? "" : ", ") + n;
+  throw Error(fmt::format("unknown precision recipe '{}' (recipes: {})", name, names));
+}
+
+std::string planner_precision(const Recipe& r) {
+  if (r.rounding == Rounding::none) return "";
+  if (r.rounding == Rounding::bf16) return "bf16";
+  return r.activation.format == MiniFormat::e4m3 ? "fp8" : "fp4";
+}
+
+}  // namespace trillion::precision
