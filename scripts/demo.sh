@@ -68,15 +68,16 @@ step_s=$($bin bench step "$config" --steps 3 --json | sed -E 's/.*"seconds_per_s
 # machine trains longer than asked rather than print nothing recognisable.
 steps=$(awk -v m="$minutes" -v s="$step_s" -v f="$min_steps" \
   'BEGIN { n = int(m * 60 * 0.85 / s); print (n < f ? f : n) }')
+step_shown=$(awk -v s="$step_s" 'BEGIN { printf "%.2f", s }')
 expected_min=$(awk -v n="$steps" -v s="$step_s" 'BEGIN { printf "%.1f", n * s / 60 }')
 if awk -v e="$expected_min" -v m="$minutes" 'BEGIN { exit !(e > m * 1.05) }'; then
-  echo "== this machine is busy (${step_s}s/step): $steps steps will take ~$expected_min min," \
+  echo "== this machine is busy (${step_shown} s/step): $steps steps will take ~$expected_min min," \
        "longer than --minutes $minutes"
 fi
 # The config's warm-up, capped to a tenth of the chosen steps (a short run is not stuck in it).
 config_warmup=$(sed -nE 's/^warmup_steps *= *([0-9]+).*/\1/p' "$config")
 warmup=$(( ${config_warmup:-0} < steps / 10 ? ${config_warmup:-0} : steps / 10 ))
-echo "== training $config for $steps steps (~$expected_min min at ${step_s}s/step," \
+echo "== training $config for $steps steps (~$expected_min min at ${step_shown} s/step," \
      "warm-up $warmup steps) in $run_dir"
 rm -rf "$run_dir"
 $bin train "$config" --run-dir "$run_dir" --set train.steps="$steps" \
