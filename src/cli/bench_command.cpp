@@ -12,6 +12,7 @@
 
 #include "backend/profiling_backend.h"
 #include "cli/bench_allreduce.h"
+#include "cli/bench_attention_buffers.h"
 #include "cli/bench_context.h"
 #include "cli/bench_precision.h"
 #include "cli/commands.h"
@@ -258,20 +259,11 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
   }
   AttentionShape s{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim};
   if (s.NH % s.KV != 0) throw Error("--kv-heads must divide --heads");
-  const int64_t N = s.B * s.T, W = s.qkv_width(), A = s.NH * s.HD;
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  Buffer qkv(tracker, MemoryCategory::activations, DType::f32, N * W);
-  Buffer out(tracker, MemoryCategory::activations, DType::f32, N * A);
-  Buffer dout(tracker, MemoryCategory::activations, DType::f32, N * A);
-  Buffer dqkv(tracker, MemoryCategory::activations, DType::f32, N * W);
-  {
-    std::vector<float> init(N * W);
-    const Philox rng(1, "bench:attention");
-    for (int64_t i = 0; i < N * W; ++i) init[i] = static_cast<float>(rng.normal(i));
-    be->copy(qkv.flat(), Tensor(init.data(), DType::f32, {N * W}));
-    be->copy(dout.flat(), Tensor(init.data(), DType::f32, {N * A}));
-  }
+  const AttentionBenchBuffers buffers(*be, tracker, s, 1, "bench:attention");
+  const Tensor qkv = buffers.qkv(), out = buffers.out(), dout = buffers.dout(),
+               dqkv = buffers.dqkv();
   const size_t base = tracker.current_total();
   tracker.reset_peaks();
   const AttentionBlocks blocks{o.block, o.block};
@@ -280,16 +272,14 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
     Timer t;
     if (tiled) {
       Buffer lse(tracker, MemoryCategory::workspace, DType::f32, s.B * s.NH * s.T);
-      be->flash_attention_forward(out.view(0, {N, A}), lse.view(0, {s.B, s.NH, s.T}),
-                                  qkv.view(0, {N, W}), s, blocks);
-      be->flash_attention_backward(dqkv.view(0, {N, W}), dout.view(0, {N, A}), out.view(0, {N, A}),
-                                   qkv.view(0, {N, W}), lse.view(0, {s.B, s.NH, s.T}), s, blocks);
+      const Tensor l = lse.view(0, {s.B, s.NH, s.T});
+      be->flash_attention_forward(out, l, qkv, s, blocks);
+      be->flash_attention_backward(dqkv, dout, out, qkv, l, s, blocks);
     } else {
       Buffer probs(tracker, MemoryCategory::workspace, DType::f32, s.B * s.NH * s.T * s.T);
-      be->attention_forward(out.view(0, {N, A}), probs.view(0, {s.B, s.NH, s.T, s.T}),
-                            qkv.view(0, {N, W}), s);
-      be->attention_backward(dqkv.view(0, {N, W}), dout.view(0, {N, A}), qkv.view(0, {N, W}),
-                             probs.view(0, {s.B, s.NH, s.T, s.T}), s);
+      const Tensor p = probs.view(0, {s.B, s.NH, s.T, s.T});
+      be->attention_forward(out, p, qkv, s);
+      be->attention_backward(dqkv, dout, qkv, p, s);
     }
     best = std::min(best, t.seconds());
   }

@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cli/bench_attention_buffers.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
-#include "core/philox.h"
 #include "core/timer.h"
 #include "parallel/context.h"
 
@@ -37,25 +37,15 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
   ls.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads, ls.head_dim = o.head_dim;
   if (ls.heads % ls.kv_heads != 0) throw Error("--kv-heads must divide --heads");
   const AttentionShape s = ls.attention();
-  const int64_t N = s.B * s.T, W = s.qkv_width(), A = s.NH * s.HD;
+  const int64_t N = s.B * s.T;
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  Buffer qkv(tracker, MemoryCategory::activations, DType::f32, N * W);
-  Buffer out(tracker, MemoryCategory::activations, DType::f32, N * A);
-  Buffer dout(tracker, MemoryCategory::activations, DType::f32, N * A);
-  Buffer dqkv(tracker, MemoryCategory::activations, DType::f32, N * W);
+  const AttentionBenchBuffers buffers(*be, tracker, s, 1 + world.rank(), "bench:ring-attention");
   Buffer lse(tracker, MemoryCategory::activations, DType::f32, s.B * s.NH * s.T);
-  {
-    std::vector<float> init(N * W);
-    const Philox rng(1 + world.rank(), "bench:ring-attention");
-    for (int64_t i = 0; i < N * W; ++i) init[i] = static_cast<float>(rng.normal(i));
-    be->copy(qkv.flat(), Tensor(init.data(), DType::f32, {N * W}));
-    be->copy(dout.flat(), Tensor(init.data(), DType::f32, {N * A}));
-  }
   parallel::RingAttention ring(*be, tracker, world, split, ls, o.seq, DType::f32,
                                {o.block, o.block});
-  const Tensor q = qkv.view(0, {N, W}), o_ = out.view(0, {N, A}), g = dout.view(0, {N, A}),
-               dq = dqkv.view(0, {N, W}), l = lse.view(0, {s.B, s.NH, s.T});
+  const Tensor q = buffers.qkv(), o_ = buffers.out(), g = buffers.dout(), dq = buffers.dqkv(),
+               l = lse.view(0, {s.B, s.NH, s.T});
   // Best repetition by this rank's total time; its compute and wait split.
   double best = 1e30, best_compute = 0, best_wait = 0;
   for (int r = 0; r < o.reps; ++r) {

@@ -1,10 +1,13 @@
-// One (query span, key span) block of causal grouped-query attention on the CPU, the kernel ring
-// attention is built from (parallel/context.h). Same FlashAttention-2 tiling as
-// cpu_flash_attention.cpp, with two differences: queries and keys come from different buffers
-// and spans, and the causal mask compares global positions (key position <= query position), so a
-// row may see no key of the block. Forward keeps the block's running max m, sum l and output per
-// query tile, then merges (out_b = acc / l, lse_b = m + log l) into the caller's (out, lse)
-// exactly; backward recomputes P = exp(S - lse) from the final lse, as the one-block kernel does.
+// One (query span, key span) block of causal grouped-query attention on the CPU: the one tiled
+// FlashAttention-2 loop (Dao, 2307.08691, Alg. 1 and 2) for forward and one for backward. Ring
+// attention (parallel/context.h) calls it per block; the whole-sequence kernels
+// (cpu_flash_attention.cpp) call it with both spans = the whole sequence. Queries and keys come
+// from separate buffers and spans, and the causal mask compares global positions (key position
+// <= query position), so a row may see no key of the block. Forward keeps the block's running
+// max m, sum l and output per query tile, then merges (out_b = acc / l, lse_b = m + log l) into
+// the caller's (out, lse) exactly (a row whose lse is -inf just takes the block's); backward
+// recomputes P = exp(S - lse) from the final lse, with D = rowsum(dO * O):  dV += P^T dO,
+// dS = P * (dO V^T - D),  dQ += scale dS K,  dK += scale dS^T Q.
 // Threads own disjoint outputs: forward (batch, head, query tile) rows; backward (batch, kv group)
 // owns dK, dV of the group and dQ of its heads.
 #include <algorithm>
