@@ -60,8 +60,11 @@ fs::path checkpoint_root(const std::string& run_dir) {
   std::error_code ec;
   fs::create_directories(root, ec);
   if (ec || !fs::is_directory(root)) {
+    std::error_code probe;  // a file holding the name says so, whatever errno the mkdir gave
+    const bool file_in_way = fs::exists(root, probe) && !fs::is_directory(root, probe);
     throw Error(fmt::format("cannot create checkpoint directory '{}': {}", root.string(),
-                            ec ? ec.message() : "a file of that name is in the way"));
+                            file_in_way || !ec ? "a file of that name is in the way"
+                                               : ec.message()));
   }
   return root;
 }
