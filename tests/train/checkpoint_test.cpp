@@ -220,3 +220,32 @@ TEST(CheckpointFiles, GenerateAndResumeSaySkippedCheckpoints) {
   EXPECT_TRUE(has(r.output, "step_00000010 is corrupt (" + reason + ")")) << r.output;
   EXPECT_TRUE(has(r.output, "at step 5")) << r.output;
 }
+
+// An unwritable checkpoint directory is one clear line naming the path. Permission bits do not
+// stop root (these tests may run as root), so the directory is made impossible to create: its
+// parent is a regular file (ENOTDIR), or a regular file already holds its name.
+TEST(CheckpointFiles, UncreatableCheckpointDirectoryIsOneClearLine) {
+  const fs::path base = fresh_dir("ckpt_unwritable");
+  Checkpoints c;
+  fs::create_directories(base);
+  spit(base / "run_is_a_file", "x");
+  ASSERT_TRUE(fs::is_regular_file(base / "run_is_a_file"));
+  const std::string run = (base / "run_is_a_file").string();
+  try {
+    c.write(run, 1);
+    FAIL() << "wrote a checkpoint under a regular file";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cannot create checkpoint directory '" + run + "/checkpoints': Not a directory");
+  }
+  fs::create_directories(base / "run");
+  spit(base / "run" / "checkpoints", "x");
+  try {
+    c.write((base / "run").string(), 1);
+    FAIL() << "wrote a checkpoint where a file named checkpoints is";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot create checkpoint directory '" +
+                                         (base / "run" / "checkpoints").string() +
+                                         "': a file of that name is in the way");
+  }
+}
