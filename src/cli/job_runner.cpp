@@ -316,7 +316,14 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
   }
   if (out.code == 0) return out;
   out.failure = failure_line(router.report(), out.code);
-  out.on_request = out.failure.starts_with("trillion launch: the job stopped after");
+  // A signal the user or the scheduler sent ends the job: the ranks mpirun then kills are its
+  // consequence, not a machine's failure, so they are never restarted.
+  out.on_request =
+      g_forwarded_signal != 0 || out.failure.starts_with("trillion launch: the job stopped after");
+  if (g_forwarded_signal != 0 && !out.failure.starts_with("trillion launch: the job stopped after")) {
+    out.failure = fmt::format("trillion launch: the job stopped after {} was forwarded to it ({})",
+                              strsignal(g_forwarded_signal), out.failure);
+  }
   // A rank killed by a signal is a machine's failure, worth a restart; a rank's own error (a
   // config, a divergence) would only fail again.
   out.restartable =

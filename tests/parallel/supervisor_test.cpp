@@ -134,5 +134,20 @@ TEST(Supervisor, PreemptionSignalsCheckpointAndStop) {
   }
 }
 
+// A stop the user or the scheduler asks for is not a failure: with restarts left, a supervised
+// job still checkpoints, stops and exits as the signal's process would (128 + 15), with no restart.
+TEST(Supervisor, ASignalStopsASupervisedJobWithoutARestart) {
+  const std::string dir = fresh_dir("preempt_supervised_TERM");
+  const auto r = run_shell("timeout --preserve-status -s TERM 4 " + std::string(TRILLION_BINARY) +
+                           " launch -n 2 --max-restarts 3 -- " +
+                           train(" --set train.steps=100000") + " --run-dir " + dir + " 2>&1");
+  EXPECT_EQ(r.exit_code, 143) << r.output;
+  EXPECT_FALSE(has(r.output, "supervisor: restart")) << r.output;
+  const std::string events = slurp(dir + "/events.log");
+  EXPECT_TRUE(has(events, "(signal)")) << events;
+  EXPECT_TRUE(has(events, "written")) << events;
+  EXPECT_FALSE(has(events, "supervisor: restart")) << events;
+}
+
 }  // namespace
 }  // namespace trillion
