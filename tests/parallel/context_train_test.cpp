@@ -179,5 +179,40 @@ TEST(ContextParallelPipeline, Cp2Pp2TrainsTheOneProcessRun) {
   }
 }
 
+
+// A cp 2 x pp 2 run (4 ranks) stopped after step 3 resumes in one process, and a cp 2 run at
+// tp 2: the continued runs match the uninterrupted runs at the new layout within 1e-5.
+std::string resumable(int n, const std::string& layout) {
+  return kEnv + (n == 1 ? "" : "launch -n " + std::to_string(n) + " -- ") + "train " +
+         config_path("tiny.toml") +
+         " --quiet --set train.steps=6 --set train.checkpoint_every=3 " + layout;
+}
+TEST(ContextParallelResume, CheckpointsResumeAtAnotherLayout) {
+  struct Case {
+    int from_n;
+    std::string from;
+    int to_n;
+    std::string to, name;
+  };
+  const Case cases[] = {
+      {4, "--set parallel.cp=2 --set parallel.pp=2", 1, "", "context_resume_cp2pp2_one"},
+      {2, "--set parallel.cp=2", 2, "--set parallel.tp=2", "context_resume_cp2_tp2"}};
+  for (const Case& c : cases) {
+    const std::string reference = shared_run(resumable(c.to_n, c.to));
+    const std::string dir = fresh_dir(c.name);
+    const auto first =
+        run_trillion(resumable(c.from_n, c.from) + " --run-dir " + dir + " --stop-after 3");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const auto resumed = run_trillion(resumable(c.to_n, c.to) + " --run-dir " + dir + " --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const std::string events = testing::slurp(dir + "/events.log");
+    EXPECT_TRUE(testing::has(events, "resumed from " + dir + "/checkpoints/step_00000003 at step 3"))
+        << c.name << "\n" << events;
+    const auto cmp = run_trillion("compare " + reference + " " + dir + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << c.name << "\n" << cmp.output;
+    EXPECT_TRUE(testing::has(cmp.output, "MATCH")) << c.name << "\n" << cmp.output;
+  }
+}
+
 }  // namespace
 }  // namespace trillion
