@@ -7,6 +7,8 @@
 // per micro-batch and layer (cp-1) K/V blocks forward and (cp-1) K/V + cp dK/dV blocks backward.
 // Every rank's activation bytes equal plan/'s formula with cp (those of a T/cp sequence), as
 // summary.json reports them beside the measured ones. Bad cp layouts are refused by name.
+// cp 2 x pp 2 (1F1B, zb-h1) trains the same reference with plan/'s per-stage activation bytes;
+// cp checkpoints resume at other layouts (cp2 x pp2 -> one process, cp2 -> tp2).
 #include <gtest/gtest.h>
 
 #include <fstream>
