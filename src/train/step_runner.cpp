@@ -47,15 +47,6 @@ comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const c
 
 // The layouts this build trains; the others are shown by `trillion inspect`.
 const RunConfig& checked_layout(const RunConfig& c) {
-  auto refuse = [](const char* key, int64_t v, const char* what) {
-    if (v != 1) {
-      throw Error(
-          fmt::format("parallel.{} = {}: {} is not in this build yet; `trillion inspect "
-                      "CONFIG --set parallel.{}={}` shows the layout's shards and local "
-                      "shapes",
-                      key, v, what, key, v));
-    }
-  };
   if (c.parallel.tp > 1 && c.model.moe.enabled()) {
     throw Error(fmt::format(
         "parallel.tp = {} with MoE layers (model.n_routed_experts = {}): tensor parallelism of "
@@ -71,9 +62,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
     throw Error(fmt::format("parallel.cp = {} with diloco.islands = {}: DiLoCo islands of "
                             "context-parallel ranks are not in this build; use cp = 1",
                             c.parallel.cp, c.diloco.islands));
-  }
-  if (c.parallel.cp > 1 && c.parallel.pp > 1) {
-    refuse("pp", c.parallel.pp, "pipeline parallelism together with context parallelism");
   }
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "

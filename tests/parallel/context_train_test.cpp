@@ -7,6 +7,8 @@
 // per micro-batch and layer (cp-1) K/V blocks forward and (cp-1) K/V + cp dK/dV blocks backward.
 // Every rank's activation bytes equal plan/'s formula with cp (those of a T/cp sequence), as
 // summary.json reports them beside the measured ones. Bad cp layouts are refused by name.
+// cp 2 x pp 2 (1F1B, zb-h1) trains the same reference with plan/'s per-stage activation bytes;
+// cp checkpoints resume at other layouts (cp2 x pp2 -> one process, cp2 -> tp2).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -133,6 +135,84 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
                                 " --quiet --run-dir " + dir + " " + set);
     EXPECT_EQ(r.exit_code, 2) << set << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << set << "\n" << r.output;
+  }
+}
+
+// cp 2 x pp 2 (4 ranks): each stage's activations are its cp rank's T/cp tokens, the pipeline
+// sends T/cp rows, and the ring runs inside each stage over that stage's cp group; under 1F1B
+// and zero-bubble (zb-h1). Same shared
+// one-process reference; every rank's activations are plan/'s formula for its stage (1F1B holds
+// min(micro-batches, pp - stage) in flight) with cp = 2.
+TEST(ContextParallelPipeline, Cp2Pp2TrainsTheOneProcessRun) {
+  for (const std::string schedule : {"1f1b", "zb-h1"}) {
+    const std::string ref = shared_run(kEnv + flags());
+    const std::string run = fresh_dir("context_cp2_pp2_" + schedule);
+    std::string layout = " --set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=\\\"" +
+                         schedule + "\\\"";
+    const auto r = run_trillion(kEnv + "launch -n 4 -- " + flags() + " --run-dir " + run + layout);
+    ASSERT_EQ(r.exit_code, 0) << schedule << "\n" << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+    EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
+    if (schedule != "1f1b") continue;
+
+    ModelConfig mc;
+    mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = kHeads,
+    mc.n_kv_heads = kKv, mc.ffn_hidden = 64, mc.seq_len = kSeq;
+    mc.validate();
+    const auto summary = read_json(run + "/summary.json");
+    for (int rank = 0; rank < 4; ++rank) {
+      const int stage = rank / 2;  // rank = pp_i * cp + cp_i
+      const plan::StageExtent extent{stage, 1, stage == 1};
+      const int64_t slots = std::min(kMicro, 2 - stage);
+      const int64_t predicted =
+          plan::engine_activation_bytes(mc.spec(), kBatch, kSeq, mc.activation_policy(), 4, 4,
+                                        extent, slots, {1, false, 2})
+              .total();
+      const int64_t no_cp =
+          plan::engine_activation_bytes(mc.spec(), kBatch, kSeq, mc.activation_policy(), 4, 4,
+                                        extent, slots, {1, false, 1})
+              .total();
+      EXPECT_LT(predicted, no_cp);
+      const auto& m = summary["memory_per_rank"][rank];
+      EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+      EXPECT_EQ(m["predicted"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+    }
+  }
+}
+
+
+// A cp 2 x pp 2 run (4 ranks) stopped after step 3 resumes in one process, and a cp 2 run at
+// tp 2: the continued runs match the uninterrupted runs at the new layout within 1e-5.
+std::string resumable(int n, const std::string& layout) {
+  return kEnv + (n == 1 ? "" : "launch -n " + std::to_string(n) + " -- ") + "train " +
+         config_path("tiny.toml") +
+         " --quiet --set train.steps=6 --set train.checkpoint_every=3 " + layout;
+}
+TEST(ContextParallelResume, CheckpointsResumeAtAnotherLayout) {
+  struct Case {
+    int from_n;
+    std::string from;
+    int to_n;
+    std::string to, name;
+  };
+  const Case cases[] = {
+      {4, "--set parallel.cp=2 --set parallel.pp=2", 1, "", "context_resume_cp2pp2_one"},
+      {2, "--set parallel.cp=2", 2, "--set parallel.tp=2", "context_resume_cp2_tp2"}};
+  for (const Case& c : cases) {
+    const std::string reference = shared_run(resumable(c.to_n, c.to));
+    const std::string dir = fresh_dir(c.name);
+    const auto first =
+        run_trillion(resumable(c.from_n, c.from) + " --run-dir " + dir + " --stop-after 3");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const auto resumed = run_trillion(resumable(c.to_n, c.to) + " --run-dir " + dir + " --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    const std::string events = testing::slurp(dir + "/events.log");
+    EXPECT_TRUE(testing::has(events, "resumed from " + dir + "/checkpoints/step_00000003 at step 3"))
+        << c.name << "\n" << events;
+    const auto cmp = run_trillion("compare " + reference + " " + dir + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << c.name << "\n" << cmp.output;
+    EXPECT_TRUE(testing::has(cmp.output, "MATCH")) << c.name << "\n" << cmp.output;
   }
 }
 
