@@ -21,6 +21,17 @@ double daly_interval(double delta, double mtbf) {
   return std::sqrt(2 * delta * mtbf) * (1 + std::sqrt(x) / 3 + x / 9) - delta;
 }
 
+IntervalGoodput goodput_at_interval(double mtbf, double tau, double delta, double restart) {
+  TRILLION_CHECK(mtbf > 0 && tau > 0 && delta >= 0 && restart >= 0,
+                 "goodput model: MTBF and checkpoint interval must be positive, write and restart "
+                 "times not negative");
+  IntervalGoodput g;
+  g.lost_per_failure = restart + (tau + delta) / 2;
+  g.kept = std::max(0.0, 1 - g.lost_per_failure / mtbf);
+  g.goodput = g.kept / (1 + delta / tau);
+  return g;
+}
+
 FailureEstimate estimate_failures(const FailureInputs& in) {
   TRILLION_CHECK(in.gpus > 0 && in.ideal_seconds >= 0, "failure model needs gpus and a duration");
   FailureEstimate f;
