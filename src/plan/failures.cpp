@@ -1,6 +1,8 @@
 // See failures.h.
 #include "plan/failures.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -22,9 +24,11 @@ double daly_interval(double delta, double mtbf) {
 }
 
 IntervalGoodput goodput_at_interval(double mtbf, double tau, double delta, double restart) {
-  TRILLION_CHECK(mtbf > 0 && tau > 0 && delta >= 0 && restart >= 0,
-                 "goodput model: MTBF and checkpoint interval must be positive, write and restart "
-                 "times not negative");
+  if (!(mtbf > 0 && tau > 0 && delta >= 0 && restart >= 0)) {
+    throw Error(fmt::format("goodput model: MTBF {} s and checkpoint interval {} s must be "
+                            "positive, write time {} s and restart time {} s not negative",
+                            mtbf, tau, delta, restart));
+  }
   IntervalGoodput g;
   g.lost_per_failure = restart + (tau + delta) / 2;
   g.kept = std::max(0.0, 1 - g.lost_per_failure / mtbf);
