@@ -7,7 +7,8 @@
 # time and restart time.
 #
 # Usage: scripts/chaos.sh MINUTES   (environment, all optional:)
-#   CHAOS_MTBF=20        mean seconds between injected failures
+#   CHAOS_MTBF=20        mean seconds between injected failures (the model is given the rate
+#                        the job saw: a failure drawn while no rank runs hits nothing)
 #   CHAOS_HANGS=0.25     fraction of them that are hangs (SIGSTOP) rather than kills (SIGKILL)
 #   CHAOS_HEARTBEAT=4    --heartbeat-timeout, seconds
 #   CHAOS_CKPT_S=2       seconds of training between checkpoints (turned into steps)
@@ -138,4 +139,6 @@ echo "model inputs: a checkpoint every $tau s of training ($every steps of $dril
 # timeout for a hang.
 r=$(awk -v r="$restart_s" -v h="$hangs" -v t="$heartbeat" -v d="$detect" \
   'BEGIN { print r + h * t + (1 - h) * d }')
-"$bin" plan --goodput-at "$mtbf,$tau,$write_s,$r"
+# The failure rate the job saw (a wait that ends between attempts hits nothing).
+seen=$(awk -v j="$job" -v n=$((kills + hangs_done)) 'BEGIN { printf "%.3f", n ? j / n : j }')
+"$bin" plan --goodput-at "$seen,$tau,$write_s,$r"
