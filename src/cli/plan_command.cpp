@@ -103,7 +103,24 @@ int plan_command(int argc, char** argv) {
   app.add_option("--noise-scale-tokens", scale_out.noise_scale_tokens,
                  "measured gradient noise scale B_simple in tokens (the trainer's "
                  "gradient_noise_scale): prints the critical batch next to the chosen one");
+  std::vector<double> goodput_at;
+  app.add_option("--goodput-at", goodput_at,
+                 "MTBF_S,INTERVAL_S,WRITE_S,RESTART_S: print the failure model's goodput at that "
+                 "checkpoint interval (seconds of training between checkpoints) and exit")
+      ->delimiter(',')
+      ->expected(4);
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (!goodput_at.empty()) {
+    const plan::IntervalGoodput g =
+        plan::goodput_at_interval(goodput_at[0], goodput_at[1], goodput_at[2], goodput_at[3]);
+    std::cout << fmt::format(
+        "failure model: MTBF {:.1f} s, a checkpoint every {:.2f} s of training written in {:.3f} "
+        "s, restart {:.2f} s: {:.2f} s lost per failure, kept {:.3f} (the supervisor's goodput), "
+        "goodput {:.3f} (checkpoint writes counted as lost too)\n",
+        goodput_at[0], goodput_at[1], goodput_at[2], goodput_at[3], g.lost_per_failure, g.kept,
+        g.goodput);
+    return 0;
+  }
   if (validate) {
     std::cout << plan::format_validation(true);
     return 0;

@@ -91,6 +91,9 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
   nlohmann::json failures = nlohmann::json::array();
   double lost = 0;
   double failed_at = 0;
+  // When this attempt's own work began (its first new step, else its launch): a failure loses
+  // only work done since then, or the restart and the earlier attempts' losses count twice.
+  double attempt_began = started;
   long long resumed_from = -1;
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> cmd = base;
@@ -103,11 +106,13 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
       std::filesystem::create_directories(watchdog.dir, ec);
       ::setenv("TRILLION_HEARTBEAT_DIR", watchdog.dir.c_str(), 1);
     }
+    attempt_began = unix_now();
     const JobOutcome out = run_job(cmd, verbose, args.heartbeat_timeout > 0 ? &watchdog : nullptr);
     if (attempt > 0 && resumed_from >= 0) {  // the restart's cost: until the first new step began
       for (const StepTime& t : read_step_times(run_dir)) {
         if (t.step == resumed_from + 1 && t.time > 0) {
           const double restart = std::max(0.0, t.time - t.seconds - failed_at);
+          attempt_began = t.time - t.seconds;
           lost += restart;
           failures.back()["restart_seconds"] = restart;
           failures.back()["lost_seconds"] = failures.back()["lost_seconds"].get<double>() + restart;
@@ -134,7 +139,7 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     for (const StepTime& t : steps) {
       if (t.step == resumed_from && t.time > 0) since = t.time;
     }
-    const double work = std::max(0.0, failed_at - std::max(since, started));
+    const double work = std::max(0.0, failed_at - std::max(since, attempt_began));
     lost += work;
     failures.push_back({{"attempt", attempt + 1},
                         {"rank", out.failed_rank},

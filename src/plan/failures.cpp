@@ -1,6 +1,8 @@
 // See failures.h.
 #include "plan/failures.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -19,6 +21,19 @@ double daly_interval(double delta, double mtbf) {
   if (delta >= 2 * mtbf) return mtbf;
   const double x = delta / (2 * mtbf);
   return std::sqrt(2 * delta * mtbf) * (1 + std::sqrt(x) / 3 + x / 9) - delta;
+}
+
+IntervalGoodput goodput_at_interval(double mtbf, double tau, double delta, double restart) {
+  if (!(mtbf > 0 && tau > 0 && delta >= 0 && restart >= 0)) {
+    throw Error(fmt::format("goodput model: MTBF {} s and checkpoint interval {} s must be "
+                            "positive, write time {} s and restart time {} s not negative",
+                            mtbf, tau, delta, restart));
+  }
+  IntervalGoodput g;
+  g.lost_per_failure = restart + (tau + delta) / 2;
+  g.kept = std::max(0.0, 1 - g.lost_per_failure / mtbf);
+  g.goodput = g.kept / (1 + delta / tau);
+  return g;
 }
 
 FailureEstimate estimate_failures(const FailureInputs& in) {

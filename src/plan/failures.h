@@ -35,6 +35,19 @@ struct FailureEstimate {
   double checkpoint_overhead = 0, rework_overhead = 0, restart_overhead = 0;  // seconds
 };
 
+// Goodput at a given checkpoint interval (not the optimal one): what a drill with a known failure
+// rate runs at. Each failure (mean time between them M, wall clock) loses a restart R and on
+// average half a cycle of work plus its write, (tau + delta)/2; every cycle pays delta.
+struct IntervalGoodput {
+  double lost_per_failure = 0;  // R + (tau + delta)/2
+  double kept = 0;     // 1 - lost_per_failure / M: the supervisor's goodput (writes count as kept)
+  double goodput = 0;  // kept / (1 + delta/tau): training time over wall time
+};
+// Throws Error unless tau > 0, delta >= 0, R >= 0, M > 0; kept and goodput are 0 when a failure
+// loses more than M.
+IntervalGoodput goodput_at_interval(double mtbf_seconds, double interval_seconds,
+                                    double checkpoint_seconds, double restart_seconds);
+
 // First-order accounting (Daly 2006 §3): every interval tau of work costs a write delta; each
 // failure loses on average half an interval plus its write and a restart R. So
 // wall = ideal (1 + delta/tau) / (1 - (R + (tau + delta)/2) / M).

@@ -61,6 +61,30 @@ TEST(Supervisor, TwoKilledRanksRestartAndTheRunIsBitwiseTheCleanOne) {
   }
 }
 
+// The same drill with the model split over the two ranks instead of replicated: tensor
+// parallelism (each rank a half of every matrix) and a two-stage pipeline (each rank one layer).
+// The restarted job resumes from the sharded checkpoints and ends bitwise the clean run.
+TEST(Supervisor, KilledRanksOfTpAndPpJobsRestartAndTheRunIsBitwiseTheCleanOne) {
+  for (const std::string layout : {"tp", "pp"}) {
+    const std::string extra = " --set parallel.dp=1 --set parallel." + layout + "=2";
+    const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra));
+    const std::string dir = fresh_dir("supervisor_kill_" + layout);
+    const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 12:0 -- " +
+                                train(extra) + " --run-dir " + dir);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_bitwise(clean, dir);
+    const auto s = read_json(dir + "/summary.json");
+    EXPECT_EQ(s["restarts"], 2) << layout;
+    EXPECT_EQ(s["failures"][0]["rank"], 1) << layout;
+    EXPECT_EQ(s["failures"][0]["resumed_from"], 4) << layout;
+    EXPECT_EQ(s["failures"][1]["rank"], 0) << layout;
+    EXPECT_EQ(s["failures"][1]["resumed_from"], 12) << layout;
+    const auto layout_json = read_json(dir + "/checkpoints/step_00000020/layout.json");
+    EXPECT_EQ(layout_json["writer"][layout], 2) << layout;
+    EXPECT_EQ(layout_json["world"], 2) << layout;
+  }
+}
+
 TEST(Supervisor, AStoppedRankIsNamedWithinTheTimeoutAndTheJobRestarts) {
   const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train());
   const std::string dir = fresh_dir("supervisor_hang");

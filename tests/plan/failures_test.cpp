@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace trillion::plan {
 namespace {
 
@@ -39,6 +41,34 @@ TEST(Failures, GoodputAccounting) {
   // No failures: only the one checkpoint write.
   in.failures_per_gpu_hour = 0;
   EXPECT_NEAR(estimate_failures(in).goodput, 1.0, 1e-4);
+}
+
+TEST(Failures, GoodputAtAGivenInterval) {
+  // By hand: M = 600 s, a checkpoint every 20 s written in 0.5 s, restart 4 s.
+  // lost per failure = 4 + (20 + 0.5)/2 = 14.25 s; kept = 1 - 14.25/600 = 0.97625;
+  // goodput = 0.97625 / (1 + 0.5/20) = 0.97625 / 1.025 = 0.952439...
+  const IntervalGoodput g = goodput_at_interval(600, 20, 0.5, 4);
+  EXPECT_DOUBLE_EQ(g.lost_per_failure, 14.25);
+  EXPECT_DOUBLE_EQ(g.kept, 0.97625);
+  EXPECT_NEAR(g.goodput, 0.9524390243902439, 1e-15);
+  // At Daly's interval it is the goodput estimate_failures reports.
+  FailureInputs in;
+  in.gpus = 1000;
+  in.failures_per_gpu_hour = 1e-4;
+  in.checkpoint_seconds = 30;
+  in.restart_seconds = 600;
+  in.ideal_seconds = 100 * 3600;
+  const FailureEstimate f = estimate_failures(in);
+  EXPECT_NEAR(goodput_at_interval(f.mtbf_seconds, f.checkpoint_interval, 30, 600).goodput,
+              f.goodput, 1e-12);
+  // Daly's interval is the best one: half or twice it is worse.
+  const double best = f.checkpoint_interval;
+  EXPECT_LT(goodput_at_interval(36000, best / 2, 30, 600).goodput, f.goodput);
+  EXPECT_LT(goodput_at_interval(36000, best * 2, 30, 600).goodput, f.goodput);
+  // A failure that loses more than the MTBF keeps nothing; bad input is an error.
+  EXPECT_EQ(goodput_at_interval(10, 20, 1, 5).kept, 0);
+  EXPECT_THROW(goodput_at_interval(0, 20, 1, 5), Error);
+  EXPECT_THROW(goodput_at_interval(600, 0, 1, 5), Error);
 }
 
 }  // namespace
