@@ -68,7 +68,8 @@ TEST(OneDnnBf16, MatchesTheEmulationWithinTheAccumulationOrderBound) {
               const float y = tb ? b[n * ldb + k] : b[k * ldb + n];
               abs_sum += std::fabs(double(x) * y);
             }
-            const double bound = 2.0 * K * eps * (alpha * abs_sum + std::fabs(beta * c0[m * ldc + n])) + 1e-30;
+            const double bound =
+                2.0 * K * eps * (alpha * abs_sum + std::fabs(beta * c0[m * ldc + n])) + 1e-30;
             const double diff = std::fabs(double(c[m * ldc + n]) - ref[m * ldc + n]);
             EXPECT_LE(diff, bound) << "ta " << ta << " tb " << tb << " m " << m << " n " << n;
             worst = std::max(worst, diff / bound);
@@ -98,8 +99,8 @@ TEST(OneDnnBf16, LinearRecipeUsesItAndAgreesWithTheEmulation) {
           Tensor(x.data(), DType::f32, {N, I}), Tensor(w.data(), DType::f32, {O, I}), 1, 0);
   setenv("TRILLION_ONEDNN", "0", 1);
   EXPECT_FALSE(onednn_bf16_available());
-  lp.gemm(*be, precision::GemmPass::forward, Tensor(y_emul.data(), DType::f32, {N, O}), false,
-          true, Tensor(x.data(), DType::f32, {N, I}), Tensor(w.data(), DType::f32, {O, I}), 1, 0);
+  lp.gemm(*be, precision::GemmPass::forward, Tensor(y_emul.data(), DType::f32, {N, O}), false, true,
+          Tensor(x.data(), DType::f32, {N, I}), Tensor(w.data(), DType::f32, {O, I}), 1, 0);
   unsetenv("TRILLION_ONEDNN");
   double max_out = 0, max_diff = 0;
   for (int64_t i = 0; i < N * O; ++i) {

@@ -55,9 +55,8 @@ std::string onednn_bf16_status() {
   return version + ", native bf16 matmul";
 }
 
-void onednn_bf16_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A,
-                      int64_t lda, const bf16* B, int64_t ldb, float alpha, float beta, float* C,
-                      int64_t ldc) {
+void onednn_bf16_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                      const bf16* B, int64_t ldb, float alpha, float beta, float* C, int64_t ldc) {
   TRILLION_CHECK(onednn_bf16_available(), "onednn_bf16_gemm: " + onednn_bf16_status());
   using dnnl::memory;
   Dnnl& d = dnnl_state();
@@ -84,8 +83,12 @@ void onednn_bf16_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const b
 
 #else  // built without oneDNN
 
-bool onednn_bf16_available() { return false; }
-std::string onednn_bf16_status() { return "built without oneDNN (TRILLION_ONEDNN off or libdnnl-dev missing): emulation"; }
+bool onednn_bf16_available() {
+  return false;
+}
+std::string onednn_bf16_status() {
+  return "built without oneDNN (TRILLION_ONEDNN off or libdnnl-dev missing): emulation";
+}
 void onednn_bf16_gemm(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
                       int64_t, float, float, float*, int64_t) {
   TRILLION_CHECK(false, "onednn_bf16_gemm: " + onednn_bf16_status());

@@ -23,8 +23,7 @@ std::string onednn_bf16_status();
 // C[M, N] (row stride ldc) = alpha * op(A) op(B) + beta * C with op(A) [M, K] and op(B) [K, N];
 // A is stored [M, K] (or [K, M] when ta) with row stride lda, B [K, N] (or [N, K] when tb) with
 // row stride ldb, all row-major. Throws when !onednn_bf16_available().
-void onednn_bf16_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A,
-                      int64_t lda, const bf16* B, int64_t ldb, float alpha, float beta, float* C,
-                      int64_t ldc);
+void onednn_bf16_gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                      const bf16* B, int64_t ldb, float alpha, float beta, float* C, int64_t ldc);
 
 }  // namespace trillion
