@@ -10,6 +10,7 @@ packages=(
   libxxhash-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   clang libclang-rt-dev
+  libdnnl-dev
 )
 for arg in "$@"; do
   case "$arg" in

@@ -14,6 +14,7 @@
 #include "cli/bench_allreduce.h"
 #include "cli/bench_attention_buffers.h"
 #include "cli/bench_context.h"
+#include "backend/cpu/onednn_bf16.h"
 #include "cli/bench_precision.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
@@ -218,10 +219,12 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
         100 * j["mfu_best_step"].get<double>(), convention.describe().c_str());
     if (cfg.precision.recipe != "fp32") {
       std::printf(
-          "  precision recipe %s (linear layers emulated on the CPU): GEMM error vs fp32 on "
+          "  precision recipe %s (linear layers: %s): GEMM error vs fp32 on "
           "[%lld, %lld] x [%lld, %lld]^T (x ~ N(0,1), W ~ N(0,0.02^2)): RMS relative %.4f, max "
           "%.4f of the largest output\n",
-          cfg.precision.recipe.c_str(), static_cast<long long>(gemm_rows),
+          cfg.precision.recipe.c_str(),
+          cfg.precision.recipe == "bf16" ? onednn_bf16_status().c_str() : "emulated on the CPU",
+          static_cast<long long>(gemm_rows),
           static_cast<long long>(cfg.model.d_model),
           static_cast<long long>(2 * cfg.model.ffn_hidden),
           static_cast<long long>(cfg.model.d_model), gemm_error.rms_rel,

@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "backend/cpu/onednn_bf16.h"
 #include "model/parallel_context.h"
 #include "precision/scaled_gemm.h"
 
@@ -23,6 +24,17 @@ std::vector<float> rounded_to_bf16(const Tensor& X) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c)
       out[r * cols + c] = bf16_to_float(float_to_bf16(x[r * ld + c]));
+  }
+  return out;
+}
+
+// X [rows, cols] (row stride ld) as contiguous bf16 (nearest even).
+std::vector<bf16> bf16_copy(const Tensor& X) {
+  const int64_t rows = X.size(0), cols = X.size(1), ld = X.stride(0);
+  const float* x = X.data<float>();
+  std::vector<bf16> out(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = float_to_bf16(x[r * ld + c]);
   }
   return out;
 }
@@ -65,19 +77,47 @@ void LinearPrecision::refresh_weights() {
   for (int64_t i = 0; i < master_->count(); ++i) c[i] = float_to_bf16(m[i]);
 }
 
-std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {
+const bf16* LinearPrecision::weight_in_copy(const Tensor& W) const {
   const int64_t rows = W.size(0), cols = W.size(1), ld = W.stride(0);
   const float* w = W.data<float>();
   const float* base = master_ ? static_cast<const float*>(master_->raw()) : nullptr;
   const bool in_master =
       base != nullptr && w >= base && w + (rows - 1) * ld + cols <= base + master_->count();
-  if (!in_master) return rounded_to_bf16(W);
-  const bf16* c = static_cast<const bf16*>(copy_.raw()) + (w - base);
+  return in_master ? static_cast<const bf16*>(copy_.raw()) + (w - base) : nullptr;
+}
+
+std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {
+  const int64_t rows = W.size(0), cols = W.size(1), ld = W.stride(0);
+  const bf16* c = weight_in_copy(W);
+  if (c == nullptr) return rounded_to_bf16(W);
   std::vector<float> out(rows * cols);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; ++j) out[r * cols + j] = bf16_to_float(c[r * ld + j]);
   }
   return out;
+}
+
+void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb,
+                                       const Tensor& A, const Tensor& B, double alpha,
+                                       double beta) const {
+  const int64_t M = C.size(0), N = C.size(1), K = ta ? A.size(0) : A.size(1);
+  TRILLION_CHECK((tb ? B.size(1) : B.size(0)) == K && (ta ? A.size(1) : A.size(0)) == M &&
+                     (tb ? B.size(0) : B.size(1)) == N,
+                 fmt::format("linear_gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
+                             C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));
+  const std::vector<bf16> a = bf16_copy(A);
+  const bf16* b = nullptr;
+  int64_t ldb = B.size(1);
+  std::vector<bf16> b_copy;
+  const bf16* in_copy = pass == GemmPass::wgrad ? nullptr : weight_in_copy(B);
+  if (in_copy != nullptr) {
+    b = in_copy, ldb = B.stride(0);
+  } else {
+    b_copy = bf16_copy(B);
+    b = b_copy.data();
+  }
+  onednn_bf16_gemm(ta, tb, M, N, K, a.data(), A.size(1), b, ldb, static_cast<float>(alpha),
+                   static_cast<float>(beta), C.data<float>(), C.stride(0));
 }
 
 void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
@@ -88,6 +128,10 @@ void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool t
     return;
   }
   TRILLION_CHECK(C.rank() == 2 && A.rank() == 2 && B.rank() == 2, "linear_gemm takes 2-D views");
+  if (recipe_.rounding == Rounding::bf16 && onednn_bf16_available()) {
+    bf16_gemm_onednn(pass, C, ta, tb, A, B, alpha, beta);
+    return;
+  }
   if (recipe_.rounding == Rounding::bf16) {
     std::vector<float> a = rounded_to_bf16(A);
     std::vector<float> b = pass == GemmPass::wgrad ? rounded_to_bf16(B) : weight_values(B);

@@ -4,7 +4,10 @@
 // accumulated in fp32. Without a recipe (ParallelContext::precision null), with the fp32 recipe
 // or on f64 tensors (gradient checks) it is exactly Backend::gemm.
 //   bf16          both operands rounded to bf16 (nearest even) into temporaries, then the
-//                 backend's fp32 GEMM: exact bf16-input emulation, fp32 accumulation.
+//                 backend's fp32 GEMM: exact bf16-input emulation, fp32 accumulation; where
+//                 oneDNN and native bf16 are available (backend/cpu/onednn_bf16.h), oneDNN's
+//                 bf16 matmul on the same bf16 operands instead (only the fp32 accumulation
+//                 order differs).
 //   block_scaled  op(A) as [M, K] and op(B)^T as [N, K] quantised with the pass's rules along K
 //                 (precision/block_scaling.h), multiplied by precision::scaled_gemm (bitwise the
 //                 kernel definition), then C = alpha * product + beta * C in fp32.
@@ -52,6 +55,12 @@ class LinearPrecision {
   // The weight operand [rows, cols] as fp32 values of bf16 numbers (from the copy when it lies
   // in the master buffer).
   std::vector<float> weight_values(const Tensor& W) const;
+  // W's first element in the bf16 copy when W lies in the master buffer, else null.
+  const bf16* weight_in_copy(const Tensor& W) const;
+  // The bf16 recipe through oneDNN (backend/cpu/onednn_bf16.h): same operands, native bf16 dot
+  // products with fp32 accumulation.
+  void bf16_gemm_onednn(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                        const Tensor& B, double alpha, double beta) const;
 
   const precision::Recipe& recipe_;
   uint64_t seed_;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "core/error.h"
@@ -50,7 +51,11 @@ precision::QuantizeOptions options(const precision::OperandRule& r) {
   return {r.format, r.scaling, r.tile_rows, r.tile_cols, nullptr};
 }
 
+// The bitwise bf16 checks are of the emulation: oneDNN's bf16 matmul (where the CPU has it)
+// differs in accumulation order and has its own test (onednn_bf16_test.cpp).
 struct Fixture {
+  Fixture() { setenv("TRILLION_ONEDNN", "0", 1); }
+  ~Fixture() { unsetenv("TRILLION_ONEDNN"); }
   MemoryTracker tracker;
   std::unique_ptr<Backend> be = make_cpu_backend(tracker);
 };
