@@ -29,16 +29,25 @@ namespace {
 // can reach nothing else).
 volatile sig_atomic_t g_forward_pid = 0;
 volatile sig_atomic_t g_forwarded_signal = 0;
+volatile sig_atomic_t g_route = 0;  // a SignalRoute
 
 extern "C" void forward_signal(int sig) {
   g_forwarded_signal = sig;
-  if (g_forward_pid > 0) ::kill(static_cast<pid_t>(g_forward_pid), sig);
+  int to_send = sig;
+  if (g_route == static_cast<int>(SignalRoute::to_mpirun) &&
+      (sig == SIGTERM || sig == SIGINT || sig == SIGHUP)) {
+    to_send = SIGUSR2;
+  } else if (g_route == static_cast<int>(SignalRoute::to_rank_program) && sig == SIGUSR2) {
+    to_send = SIGTERM;
+  }
+  if (g_forward_pid > 0) ::kill(static_cast<pid_t>(g_forward_pid), to_send);
 }
 
 }  // namespace
 
-void forward_signals_to(pid_t pid) {
+void forward_signals_to(pid_t pid, SignalRoute route) {
   g_forward_pid = pid;
+  g_route = static_cast<int>(route);
   struct sigaction sa {};
   sa.sa_handler = forward_signal;
   sigemptyset(&sa.sa_mask);
@@ -252,7 +261,7 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
     std::fprintf(stderr, "cannot run %s: %s\n", cargv[0], std::strerror(errno));
     ::_exit(127);
   }
-  forward_signals_to(pid);
+  forward_signals_to(pid, SignalRoute::to_mpirun);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
 

@@ -11,8 +11,14 @@
 
 namespace trillion::cli {
 
+// How a forwarded signal is passed on. mpirun answers SIGTERM, SIGINT and SIGHUP by killing the
+// ranks at once (SIGTERM, then SIGKILL), which leaves no time for the preemption checkpoint, but it
+// passes SIGUSR2 on and waits for the ranks. So launch sends mpirun SIGUSR2 for those three
+// (to_mpirun), and each rank's wrapper hands SIGUSR2 to its program as SIGTERM (to_rank_program):
+// the program sees a stop request as it would without mpirun, and has time to checkpoint.
+enum class SignalRoute { as_is, to_mpirun, to_rank_program };
 // SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 go to `pid` from now on.
-void forward_signals_to(pid_t pid);
+void forward_signals_to(pid_t pid, SignalRoute route = SignalRoute::as_is);
 // waitpid through EINTR; stops forwarding.
 int wait_for(pid_t pid);
 // The last signal forwarded (0: none).

@@ -13,7 +13,8 @@
 //   as its child and reports a death by signal in one tagged line, so the failed rank is known
 //   even when mpirun's own banner does not name it (it often does not under load).
 // - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to mpirun (which runs in its own
-//   process group, so a terminal's Ctrl-C reaches the job once, through us).
+//   process group, so a terminal's Ctrl-C reaches the job once, through us); the first three
+//   travel as SIGUSR2 and reach each rank's program as SIGTERM (cli/job_runner.h, SignalRoute).
 // - Inside a job that a launcher already started (srun, mpirun by hand: the MPI environment
 //   variables are set), the subcommand is exec'd in place, after checking -n against the job size.
 // - --max-restarts, --heartbeat-timeout and the fault drills (--fail-at, --hang-at,
@@ -23,6 +24,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -200,6 +202,12 @@ int run_as_rank(int argc, char** argv) {
   const pid_t pid = ::fork();
   if (pid < 0) throw Error(std::string("cannot fork: ") + std::strerror(errno));
   if (pid == 0) {
+    // Its own process group, so mpirun's signals to the wrapper's group reach the program only
+    // through the wrapper (and SIGUSR2 as SIGTERM); it dies with the wrapper, never orphaned.
+    const pid_t wrapper = ::getppid();
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != wrapper) ::_exit(137);
     std::vector<char*> cargv;
     for (const std::string& a : program) cargv.push_back(const_cast<char*>(a.c_str()));
     cargv.push_back(nullptr);
@@ -208,7 +216,7 @@ int run_as_rank(int argc, char** argv) {
                  std::strerror(errno));
     ::_exit(127);
   }
-  forward_signals_to(pid);
+  forward_signals_to(pid, SignalRoute::to_rank_program);
   const int status = wait_for(pid);
   if (WIFSIGNALED(status)) {
     char host[256] = "?";

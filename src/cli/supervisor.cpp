@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -176,7 +177,10 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
                                failures.size(), lost, wall, summary["goodput"].get<double>()));
     }
   }
-  return 0;
+  // A job stopped by SIGTERM, SIGINT or SIGHUP ends 0 after its checkpoint (it got SIGUSR2), but
+  // launch exits as a process that signal killed would, so schedulers and shells see the stop.
+  const int sig = forwarded_signal();
+  return sig != 0 && sig != SIGUSR1 && sig != SIGUSR2 ? 128 + sig : 0;
 }
 
 }  // namespace trillion::cli
