@@ -33,16 +33,21 @@ void expect_bitwise(const std::string& a, const std::string& b) {
   EXPECT_TRUE(has(cmp.output, "(bitwise equal)")) << cmp.output;
 }
 
+// The kill drill: rank 1 killed after step 5 and rank 0 after step 12 of the 20-step run; the job
+// must end 0 and bitwise the clean run at the same layout. Returns its summary.json.
+nlohmann::json kill_drill(const std::string& extra, const std::string& dir) {
+  const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra));
+  const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 12:0 -- " +
+                              train(extra) + " --run-dir " + dir);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  expect_bitwise(clean, dir);
+  return read_json(dir + "/summary.json");
+}
+
 TEST(Supervisor, TwoKilledRanksRestartAndTheRunIsBitwiseTheCleanOne) {
   for (const std::string zero : {"0", "3"}) {
-    const std::string extra = " --set parallel.zero=" + zero;
-    const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra));
     const std::string dir = fresh_dir("supervisor_kill_z" + zero);
-    const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 12:0 -- " +
-                                train(extra) + " --run-dir " + dir);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_bitwise(clean, dir);
-    const auto s = read_json(dir + "/summary.json");
+    const auto s = kill_drill(" --set parallel.zero=" + zero, dir);
     EXPECT_EQ(s["restarts"], 2);
     EXPECT_EQ(s["failures"][0]["rank"], 1);
     EXPECT_EQ(s["failures"][0]["last_step"], 5);
@@ -66,14 +71,8 @@ TEST(Supervisor, TwoKilledRanksRestartAndTheRunIsBitwiseTheCleanOne) {
 // The restarted job resumes from the sharded checkpoints and ends bitwise the clean run.
 TEST(Supervisor, KilledRanksOfTpAndPpJobsRestartAndTheRunIsBitwiseTheCleanOne) {
   for (const std::string layout : {"tp", "pp"}) {
-    const std::string extra = " --set parallel.dp=1 --set parallel." + layout + "=2";
-    const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra));
     const std::string dir = fresh_dir("supervisor_kill_" + layout);
-    const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 12:0 -- " +
-                                train(extra) + " --run-dir " + dir);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    expect_bitwise(clean, dir);
-    const auto s = read_json(dir + "/summary.json");
+    const auto s = kill_drill(" --set parallel.dp=1 --set parallel." + layout + "=2", dir);
     EXPECT_EQ(s["restarts"], 2) << layout;
     EXPECT_EQ(s["failures"][0]["rank"], 1) << layout;
     EXPECT_EQ(s["failures"][0]["resumed_from"], 4) << layout;
