@@ -8,7 +8,8 @@
 // routing-bias loads are the whole step's (summed over dp x cp). Rank 0's bytes over the cp
 // group are the ring's K/V blocks plus one all-reduce of the f counts (B x E f64) per MoE layer
 // and micro-batch; its routed rows are its T/cp tokens x top-k. Every cp rank holds exactly
-// 1/cp of the one-process run's activation bytes (every kept MoE tensor is per token).
+// 1/cp of the one-process run's activation bytes (every kept MoE tensor is per token; under ep
+// the ranks' bytes add up to it).
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -58,8 +59,8 @@ TEST_P(ContextParallelMoe, TrainsTheOneProcessRun) {
   const auto r = run_trillion(
       kEnv + "launch -n " + std::to_string(world) + " -- " + flags() + " --run-dir " + run +
       " --set parallel.cp=" + std::to_string(l.cp) + " --set parallel.cp_split=" + l.split +
-      " --set parallel.dp=" + std::to_string(l.dp) + " --set parallel.ep=" +
-      std::to_string(l.ep) + " --set parallel.zero=" + std::to_string(l.zero));
+      " --set parallel.dp=" + std::to_string(l.dp) + " --set parallel.ep=" + std::to_string(l.ep) +
+      " --set parallel.zero=" + std::to_string(l.zero));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
@@ -85,8 +86,9 @@ TEST_P(ContextParallelMoe, TrainsTheOneProcessRun) {
     const double bias = want["moe_bias_norm"].get<double>();
     EXPECT_GT(bias, 0.0);
     EXPECT_NEAR(got["moe_bias_norm"].get<double>(), bias, 1e-6 * bias) << "step " << i;
-    EXPECT_EQ(got["comm"]["cp"]["send"].get<double>() + got["comm"]["cp"]["all_reduce"].get<double>(),
-              cp_bytes)
+    EXPECT_EQ(
+        got["comm"]["cp"]["send"].get<double>() + got["comm"]["cp"]["all_reduce"].get<double>(),
+        cp_bytes)
         << got.dump();
     if (l.ep > 1) {  // dropless: every token of this rank's T/cp rows goes to top-k experts
       const auto& rows = got["moe_rows"];
@@ -98,25 +100,32 @@ TEST_P(ContextParallelMoe, TrainsTheOneProcessRun) {
   }
 
   // Activations: every kept tensor of the model (attention, router scores and gates, shared
-  // experts) is per token row, so each rank holds the one-process run's bytes / (dp cp).
-  const auto ref_summary = read_json(ref + "/summary.json"), summary = read_json(run + "/summary.json");
+  // experts) is per token row, and so are the expert rows of the last forward (the routed
+  // assignments of its tokens): without ep each rank holds the one-process run's bytes / (dp cp).
+  // Under ep a rank computes the rows routed to its experts, which depends on the routing, but
+  // every row is held by exactly one rank: the ranks' bytes add up to the one-process bytes.
+  const auto ref_summary = read_json(ref + "/summary.json");
+  const auto summary = read_json(run + "/summary.json");
   const int64_t one_process =
       ref_summary["memory_per_rank"][0]["current"]["activations"].get<int64_t>();
   ASSERT_EQ(one_process % world, 0);
+  int64_t total = 0;
   for (int rank = 0; rank < world; ++rank) {
-    EXPECT_EQ(summary["memory_per_rank"][rank]["current"]["activations"].get<int64_t>(),
-              one_process / world)
-        << "rank " << rank;
+    const int64_t held = summary["memory_per_rank"][rank]["current"]["activations"].get<int64_t>();
+    total += held;
+    if (l.ep == 1) {
+      EXPECT_EQ(held, one_process / world) << "rank " << rank;
+    }
   }
+  EXPECT_EQ(total, one_process);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, ContextParallelMoe,
-    ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
-                      Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
-                      Layout{2, "zigzag", 1, 2, 0, "cp2_ep2"},
-                      Layout{2, "zigzag", 2, 2, 1, "dp2_cp2_ep2_zero1"}),
-    [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelMoe,
+                         ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
+                                           Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
+                                           Layout{2, "zigzag", 1, 2, 0, "cp2_ep2"},
+                                           Layout{2, "zigzag", 2, 2, 1, "dp2_cp2_ep2_zero1"}),
+                         [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 }  // namespace
 }  // namespace trillion

@@ -197,8 +197,8 @@ TEST(ContextParallelPipeline, Cp2Pp2InterleavedAndDualPipeTrainTheOneProcessRun)
   const std::string ref = shared_run(kEnv + two_chunk_flags);
   for (const std::string schedule : {"interleaved", "dualpipe"}) {
     const std::string run = fresh_dir("context_cp2_pp2_" + schedule);
-    std::string layout = " --set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=\\\"" +
-                         schedule + "\\\"";
+    std::string layout =
+        " --set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=\\\"" + schedule + "\\\"";
     if (schedule == "interleaved") layout += " --set parallel.chunks=2";
     const auto r =
         run_trillion(kEnv + "launch -n 4 -- " + two_chunk_flags + " --run-dir " + run + layout);
