@@ -9,11 +9,15 @@
 // group are the ring's K/V blocks plus one all-reduce of the f counts (B x E f64) per MoE layer
 // and micro-batch; its routed rows are its T/cp tokens x top-k. Every cp rank holds exactly
 // 1/cp of the one-process run's activation bytes (every kept MoE tensor is per token; under ep
-// the ranks' bytes add up to it).
+// the ranks' bytes add up to it), and exactly plan/'s model-state bytes (ZeRO over dp x cp for
+// dense tensors, over dp x cp / ep for experts).
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
 #include "parallel/context_comm.h"
+#include "plan/layout.h"
+#include "plan/memory.h"
+#include "train/run_config.h"
 
 namespace trillion {
 namespace {
@@ -118,6 +122,23 @@ TEST_P(ContextParallelMoe, TrainsTheOneProcessRun) {
     }
   }
   EXPECT_EQ(total, one_process);
+
+  // Model states per rank: plan/'s parameters of the rank, fp32, ZeRO over dp x cp for dense
+  // tensors and over the dp x cp / ep ranks holding the same experts for routed ones.
+  const ModelConfig mc = load_run_config(config_path("moe-tiny.toml"), {}).model;
+  plan::Layout pl;
+  pl.dp = l.dp, pl.cp = l.cp, pl.ep = l.ep, pl.zero = l.zero;
+  const plan::LocalParams local =
+      plan::params_of_rank(mc.spec(), pl, plan::pipeline_shape(mc.spec(), pl), 0);
+  const plan::ModelStates dense = plan::zero_model_states(local.dense, l.zero, world, 4, 4, 8);
+  const plan::ModelStates expert =
+      plan::zero_model_states(local.expert, l.zero, world / l.ep, 4, 4, 8);
+  for (int rank = 0; rank < world; ++rank) {
+    const auto& m = summary["memory_per_rank"][rank]["current"];
+    EXPECT_EQ(m["parameters"].get<double>(), dense.parameters + expert.parameters) << rank;
+    EXPECT_EQ(m["gradients"].get<double>(), dense.gradients + expert.gradients) << rank;
+    EXPECT_EQ(m["optimizer"].get<double>(), dense.optimizer + expert.optimizer) << rank;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelMoe,
