@@ -38,7 +38,9 @@ Tensor Router::carve_stash(Carver& c) const {
 }
 
 void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
+  // T: this rank's rows of each sequence; T_seq: the whole sequence's tokens (T * cp).
   const int64_t N = ctx_.shape.tokens(), T = ctx_.shape.seq, B = N / T;
+  const int64_t T_seq = T * ctx_.sequence.cp;
   const int64_t E = config_.n_routed_experts, K = config_.top_k;
   const bool sigmoid = config_.router == "sigmoid_bias";
   be_.gemm(r.scores, false, true, x, w.router, 1.0, 0.0);
@@ -105,7 +107,7 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
       for (int64_t k = 0; k < K; ++k) {
         const int64_t e = order[k];
         r.expert[t * K + k] = static_cast<int32_t>(e);
-        r.f[b * E + e] += static_cast<double>(E) / static_cast<double>(K * T);
+        r.f[b * E + e] += 1.0;  // a count until every rank's tokens of the sequence are in
         if (taken[e] >= capacity) {
           r.dropped[t * K + k] = 1;
           ++r.dropped_count;
@@ -116,14 +118,23 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
         }
       }
     }
-    // Balance loss per sequence: alpha * sum_i f_i P_i.
+    // f needs the whole sequence's choices: the counts (exact integers, so the sum is the
+    // one-process count in any order) add over the cp ranks holding its parts.
+    if (ctx_.cp != nullptr) ctx_.cp->all_reduce(Tensor(r.f.data(), DType::f64, {B * E}));
+    const double f_scale = static_cast<double>(E) / static_cast<double>(K * T_seq);
+    for (double& f : r.f) f *= f_scale;
+    // Balance loss per sequence: alpha * sum_i f_i P_i. P is a sum over the sequence's tokens,
+    // so this rank's share alpha * sum_i f_i P_i(its tokens) adds over cp to the sequence's loss
+    // (finish_moe_step sums the shares over dp x cp).
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> P(E, 0.0);
       for (int64_t t = b * T; t < (b + 1) * T; ++t) {
         const T_* row = s + t * E;
         double total = 1.0;
         if (sigmoid) total = std::accumulate(row, row + E, 0.0);
-        for (int64_t i = 0; i < E; ++i) P[i] += double(row[i]) / total / static_cast<double>(T);
+        for (int64_t i = 0; i < E; ++i) {
+          P[i] += double(row[i]) / total / static_cast<double>(T_seq);
+        }
       }
       for (int64_t i = 0; i < E; ++i) {
         r.balance_loss += config_.balance_loss_alpha * r.f[b * E + i] * P[i];
@@ -155,7 +166,9 @@ void Router::backward_input(Tensor dx, const Tensor& dz, const std::vector<doubl
       for (int64_t k = 0; k < K; ++k) {
         ds[r.expert[t * K + k]] += (dgates[t * K + k] - weighted) / S;
       }
-      // Balance loss through P: dL/ds'_i = grad_scale * alpha * f_i of the token's sequence.
+      // Balance loss through P: dL/ds'_i = grad_scale * alpha * f_i of the token's sequence
+      // (with cp: the whole sequence's f from forward, and the 1/T of P cancels the T of the
+      // sequence's weight grad_scale * T for the whole length T, so no cp factor appears).
       const double* f = &r.f[(t / T) * E];
       if (sigmoid) {
         const double total = std::accumulate(row, row + E, 0.0);

@@ -11,7 +11,10 @@
 //     L = alpha * sum_i f_i P_i,  f_i = E / (K T) * #(tokens of the sequence choosing i),
 //     P_i = 1/T * sum_t s'_{t,i},  s' = s / sum_j s_j (sigmoid) or s (softmax).
 //   It is a per-sequence term, so it does not depend on how a batch is split over ranks; the
-//   objective adds its mean over the step's sequences (grad_scale * T per sequence).
+//   objective adds its mean over the step's sequences (grad_scale * T per sequence). Under
+//   context parallelism a rank holds T/cp tokens of each sequence: f's counts are summed over
+//   the cp group in forward (one all-reduce of B * E f64), T is the whole length, and each rank's
+//   balance_loss is its tokens' share of P, so the shares add over cp to the sequence's L.
 //   Node-limited routing (max_groups = M > 0): experts are grouped by expert-parallel rank; a
 //   token first picks the M groups with the largest sums of their top ceil(K / M) keys.
 //   Capacity (capacity_factor cf > 0, Switch): expert i takes at most ceil(cf * N * K / E) of this
@@ -40,9 +43,9 @@ struct Routing {
   Tensor gates;                 // [N, K] gate of each chosen expert (0 for a dropped one)
   std::vector<int32_t> expert;  // [N * K] chosen expert of assignment t * K + k
   std::vector<char> dropped;    // [N * K] over capacity
-  std::vector<double> f;        // [B * E] balance-loss f of each sequence and expert
+  std::vector<double> f;        // [B * E] balance-loss f of each (whole) sequence and expert
   int64_t dropped_count = 0;
-  double balance_loss = 0;  // sum over this micro-batch's sequences of L
+  double balance_loss = 0;  // sum over this micro-batch's sequences of L (cp: this rank's share)
 };
 
 class Router {

@@ -60,14 +60,21 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   // ModelConfig::validate bounds every dimension, so the counts fit int64.
   const plan::ModelCounts counts = plan::count_model(mc.spec());
   const double e = static_cast<double>(dtype_size(mc.dtype));
-  // Dense tensors split over the stages and tensor ranks, experts also over ep.
-  const double params = (static_cast<double>(counts.dense_total) +
-                         static_cast<double>(counts.routed_total) / static_cast<double>(pc.ep)) /
-                        static_cast<double>(pc.pp * pc.tp);
-  const double dp = static_cast<double>(pc.dp);
-  p.weights = params * e / (pc.zero >= 3 ? dp : 1.0);
-  p.gradients = params * e / (pc.zero >= 2 ? dp : 1.0);
-  p.optimizer = 2 * params * e / (pc.zero >= 1 ? dp : 1.0);
+  // Dense tensors split over the stages and tensor ranks, experts also over ep. ZeRO shards the
+  // dense ones over dp x cp (the gradient-reduction group) and the experts over the dp x cp / ep
+  // ranks holding the same experts (edp).
+  const double stages = static_cast<double>(pc.pp * pc.tp);
+  const double dense = static_cast<double>(counts.dense_total) / stages;
+  const double experts =
+      static_cast<double>(counts.routed_total) / static_cast<double>(pc.ep) / stages;
+  const double n_dense = static_cast<double>(pc.dp * pc.cp);
+  const double n_experts = std::max(1.0, n_dense / static_cast<double>(pc.ep));
+  auto sharded = [&](bool by_zero) {
+    return by_zero ? dense / n_dense + experts / n_experts : dense + experts;
+  };
+  p.weights = sharded(pc.zero >= 3) * e;
+  p.gradients = sharded(pc.zero >= 2) * e;
+  p.optimizer = 2 * sharded(pc.zero >= 1) * e;
   // The engine's formula where it describes the layers (dense, no cp; tp and sp split them):
   // the first stage's layers, one micro-batch in flight (the schedule may hold more).
   if (pc.cp == 1 && !mc.moe.enabled()) {

@@ -53,11 +53,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "the experts is not in this build; use parallel.ep for the experts and tp = 1",
         c.parallel.tp, c.model.moe.n_routed_experts));
   }
-  if (c.parallel.cp > 1 && c.model.moe.enabled()) {
-    throw Error(fmt::format("parallel.cp = {} with MoE layers (model.n_routed_experts = {}): "
-                            "context parallelism of MoE models is not in this build; use cp = 1",
-                            c.parallel.cp, c.model.moe.n_routed_experts));
-  }
   if (c.parallel.cp > 1 && c.diloco.islands > 1) {
     throw Error(fmt::format("parallel.cp = {} with diloco.islands = {}: DiLoCo islands of "
                             "context-parallel ranks are not in this build; use cp = 1",
@@ -299,8 +294,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     }
   }
   if (ep_.size() > 1) {
-    // Each unit's routed experts (stored last in it) reduce over edp, the rest over dp; one
-    // bucket per unit, since a unit's two parts interleave in the flat layout.
+    // Each unit's routed experts (stored last in it) reduce over edp, the rest over dp (x cp:
+    // reduce_); one bucket per unit, since a unit's two parts interleave in the flat layout.
     std::vector<UnitRange> dense, expert;
     for (int u = 0; u < params_->num_units(); ++u) {
       const UnitRange r = params_->unit_range(u);
@@ -317,7 +312,7 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     dp_options.ranges = dense;
     dp_options.bucket_elements = 0;
     parallel_ =
-        std::make_unique<parallel::DataParallel>(*params_, dp_, backend, tracker, dp_options);
+        std::make_unique<parallel::DataParallel>(*params_, reduce_, backend, tracker, dp_options);
     expert_options.ranges = expert;
     expert_options.bucket_elements = 0;
     expert_options.state_base = parallel_->state_elements();
@@ -449,7 +444,8 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
     norm_sums[0] = tensor_->global_sum_squares(norm_sums[0], replicated[0]);
   }
   if (expert_parallel_) {
-    // Dense tensors are replicated over ep (its ranks are dp ranks); experts differ per ep rank.
+    // Dense tensors are replicated over ep (its ranks are dp x cp ranks); experts differ per ep
+    // rank.
     double experts = expert_parallel_->gradient_sum_squares();
     ep_.all_reduce(Tensor(&experts, DType::f64, {1}));
     norm_sums[0] += experts;
@@ -518,7 +514,9 @@ void StepRunner::finish_moe_step(StepStats& st) {
     v[L * E + 1] += static_cast<double>(s.dropped);
   }
   const Tensor all(v.data(), DType::f64, {static_cast<int64_t>(v.size())});
-  if (dp_.size() > 1) dp_.all_reduce(all);
+  // Every token is routed on exactly one rank of dp x cp (a cp rank routes its part of each
+  // sequence, and its balance loss is its share), so the sums over reduce_ are the step's.
+  if (reduce_.size() > 1) reduce_.all_reduce(all);
   // DualPipe: each copy of a layer saw half the micro-batches; both update from the sum.
   if (mirror_) mirror_->all_reduce(all);
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();

@@ -7,7 +7,9 @@
 // per micro-batch and layer (cp-1) K/V blocks forward and (cp-1) K/V + cp dK/dV blocks backward.
 // Every rank's activation bytes equal plan/'s formula with cp (those of a T/cp sequence), as
 // summary.json reports them beside the measured ones. Bad cp layouts are refused by name.
+// cp 2 x dp 2 under ZeRO-2 and ZeRO-3 (gradients and parameters sharded over dp x cp) too.
 // cp 2 x pp 2 (1F1B, zb-h1) trains the same reference with plan/'s per-stage activation bytes;
+// interleaved 1F1B and DualPipe train a 4-layer, 4-micro-batch reference;
 // cp checkpoints resume at other layouts (cp2 x pp2 -> one process, cp2 -> tp2).
 #include <gtest/gtest.h>
 
@@ -116,7 +118,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{4, "zigzag", 1, 1, 0, "cp4_zigzag"},
                       Layout{4, "contiguous", 1, 1, 0, "cp4_contiguous"},
                       Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_zigzag"},
-                      Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"}),
+                      Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"},
+                      Layout{2, "zigzag", 1, 2, 2, "cp2_dp2_zero2_zigzag"},
+                      Layout{2, "zigzag", 1, 2, 3, "cp2_dp2_zero3_zigzag"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
@@ -181,6 +185,37 @@ TEST(ContextParallelPipeline, Cp2Pp2TrainsTheOneProcessRun) {
   }
 }
 
+// cp 2 x pp 2 under the schedules with two chunks per rank: interleaved 1F1B (4 layers: 2 stages
+// x 2 chunks) and DualPipe (its two model copies; it needs >= 2 pp micro-batches). One shared
+// one-process reference of that config (4 layers, 4 micro-batches); every rank's activations
+// (both chunks' slots) equal plan/'s formula with cp = 2 as the trainer predicts them.
+TEST(ContextParallelPipeline, Cp2Pp2InterleavedAndDualPipeTrainTheOneProcessRun) {
+  const std::string two_chunk_flags = "train " + config_path("tiny.toml") +
+                                      " --quiet --set train.steps=2 --set model.attention_block=3"
+                                      " --set train.grad_accum=4 --set model.n_layers=4"
+                                      " --set optim.grad_clip=0.5";
+  const std::string ref = shared_run(kEnv + two_chunk_flags);
+  for (const std::string schedule : {"interleaved", "dualpipe"}) {
+    const std::string run = fresh_dir("context_cp2_pp2_" + schedule);
+    std::string layout =
+        " --set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=\\\"" + schedule + "\\\"";
+    if (schedule == "interleaved") layout += " --set parallel.chunks=2";
+    const auto r =
+        run_trillion(kEnv + "launch -n 4 -- " + two_chunk_flags + " --run-dir " + run + layout);
+    ASSERT_EQ(r.exit_code, 0) << schedule << "\n" << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << schedule << "\n" << cmp.output;
+    EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
+    const auto summary = read_json(run + "/summary.json");
+    for (int rank = 0; rank < 4; ++rank) {
+      const auto& m = summary["memory_per_rank"][rank];
+      EXPECT_GT(m["predicted"]["activations"].get<int64_t>(), 0) << schedule << " rank " << rank;
+      EXPECT_EQ(m["current"]["activations"].get<int64_t>(),
+                m["predicted"]["activations"].get<int64_t>())
+          << schedule << " rank " << rank;
+    }
+  }
+}
 
 // A cp 2 x pp 2 run (4 ranks) stopped after step 3 resumes in one process, and a cp 2 run at
 // tp 2: the continued runs match the uninterrupted runs at the new layout within 1e-5.

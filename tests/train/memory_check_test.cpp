@@ -50,6 +50,26 @@ TEST(MemoryCheck, ZeroStagesAndPipelineStagesDivideWhatTheyShard) {
   EXPECT_EQ(z3.weights, base.weights / 4);
   EXPECT_EQ(z3.gradients, base.gradients / 4);
   EXPECT_EQ(plan({"parallel.pp=2"}).weights, base.weights / 2);
+  // Under cp, ZeRO shards over dp x cp (the group gradients reduce over).
+  const MemoryPlan cp = plan({"parallel.dp=2", "parallel.cp=2", "parallel.zero=1"});
+  EXPECT_EQ(cp.optimizer, base.optimizer / 4);
+  EXPECT_EQ(cp.weights, base.weights);
+}
+
+TEST(MemoryCheck, ExpertStatesShardOverTheRanksHoldingTheSameExperts) {
+  auto plan = [](const std::vector<std::string>& set) {
+    return plan_process_memory(load_run_config(config_path("moe-tiny.toml"), set));
+  };
+  const RunConfig c = load_run_config(config_path("moe-tiny.toml"), {});
+  const plan::ModelCounts counts = plan::count_model(c.model.spec());
+  const double dense = static_cast<double>(counts.dense_total),
+               experts = static_cast<double>(counts.routed_total);
+  EXPECT_EQ(plan({}).weights, 4 * (dense + experts));
+  // dp 2 x cp 2, ep 2: experts halve over ep; ZeRO-1 shards the dense moments over 4 ranks and
+  // the experts' over the 2 ranks holding the same experts.
+  const MemoryPlan p = plan({"parallel.dp=2", "parallel.cp=2", "parallel.ep=2", "parallel.zero=1"});
+  EXPECT_EQ(p.weights, 4 * (dense + experts / 2));
+  EXPECT_EQ(p.optimizer, 8 * (dense / 4 + experts / 2 / 2));
 }
 
 TEST(MemoryCheck, ARunThatCannotFitIsRefusedByBytesBeforeAnything) {
