@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "parallel/mixed_weights.h"
 
 namespace trillion::parallel {
 
@@ -25,8 +26,8 @@ bool writes_gradients(Pass pass) {
 
 }  // namespace
 
-ModelStorage DataParallel::model_storage(int stage) {
-  return {.parameters = stage < 3, .gradients = stage < 2};
+ModelStorage DataParallel::model_storage(int stage, bool mixed_precision) {
+  return {.parameters = stage < 3 && !mixed_precision, .gradients = stage < 2};
 }
 
 DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend& backend,
@@ -47,13 +48,18 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
                   : options.passes_per_unit;
   TRILLION_CHECK(static_cast<int>(expected_.size()) == params.num_units(),
                  "one expected pass count per unit");
-  const ModelStorage need = model_storage(options.stage);
+  const ModelStorage need = model_storage(options.stage, options.mixed_precision);
   TRILLION_CHECK((params.parameters().count() > 0) == need.parameters &&
                      (params.gradients().count() > 0) == need.gradients,
                  "model storage does not match the ZeRO stage");
   TRILLION_CHECK(options.ranges.empty() || options.stage <= 1,
                  "data parallelism over part of the units needs ZeRO 0 or 1");
-  params_store_ = make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
+  TRILLION_CHECK(!options.mixed_precision || options.ranges.empty(),
+                 "a precision recipe's store holds every unit whole");
+  params_store_ =
+      options.mixed_precision
+          ? make_mixed_precision_store(options.stage, params, dp, backend, tracker, plan_)
+          : make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
   grads_store_ = make_gradient_store(options.stage, params, dp, backend, tracker, plan_,
                                      options.ranges.empty());
   for (const Bucket& b : plan_.buckets()) {

@@ -47,6 +47,9 @@ struct DataParallelOptions {
   // Where this instance's optimizer state starts in the optimizer's buffers (the second
   // instance of expert parallelism follows the first's).
   int64_t state_base = 0;
+  // A precision recipe's fp32 master and bf16 compute copy, held and sharded by the store
+  // (parallel/mixed_weights.h) instead of fp32 weights in the model's buffer.
+  bool mixed_precision = false;
 };
 
 // A run of table elements that this rank writes to a sharded checkpoint: its parameters at
@@ -58,8 +61,8 @@ struct CheckpointPiece {
 
 class DataParallel : public UnitHooks {
  public:
-  // What the model must allocate itself under `stage`.
-  static ModelStorage model_storage(int stage);
+  // What the model must allocate itself under `stage` (mixed_precision: no parameters at all).
+  static ModelStorage model_storage(int stage, bool mixed_precision = false);
 
   // params must be built with model_storage(options.stage); the hooks are added to its chain.
   DataParallel(ParameterSet& params, comm::Communicator& dp, Backend& backend,

@@ -684,13 +684,6 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         source, rc.precision.recipe, dtype_name(rc.model.dtype)));
   }
 
-  if (rc.precision.recipe != "fp32" && pc.zero >= 3) {
-    throw Error(fmt::format(
-        "{}: precision.recipe = '{}' keeps a bf16 copy of the fp32 master weights, which "
-        "parallel.zero = 3 does not hold whole on any rank; use zero <= 2 or recipe fp32",
-        source, rc.precision.recipe));
-  }
-
   SectionReader dl(root["diloco"].as_table(), "diloco", source);
   DilocoConfig& di = rc.diloco;
   double mixing = std::nan("");
@@ -745,12 +738,29 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
       throw Error(fmt::format("{}: {}", source, e.what()));
     }
   }
+  if (rc.precision.recipe != "fp32" && !recipe_weights_in_store(rc) && pc.zero >= 3) {
+    throw Error(fmt::format(
+        "{}: precision.recipe = '{}' with {} keeps the fp32 master weights whole in the model, "
+        "which parallel.zero = 3 does not hold on any rank; use zero <= 2 or recipe fp32",
+        source, rc.precision.recipe, mc.moe.enabled() ? "MoE layers" : "diloco"));
+  }
+  if (recipe_weights_in_store(rc) && gc.replica_check_every > 0) {
+    throw Error(fmt::format(
+        "{}: guard.replica_check_every compares the model's fp32 parameters, but precision.recipe "
+        "= '{}' keeps them as a bf16 compute copy and an fp32 master among the optimizer state; "
+        "set guard.replica_check_every = 0 or use recipe fp32",
+        source, rc.precision.recipe));
+  }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
     throw Error(fmt::format("{}: data.vocab = {} exceeds model.vocab_size = {}", source, dc.vocab,
                             mc.vocab_size));
   }
   return rc;
+}
+
+bool recipe_weights_in_store(const RunConfig& c) {
+  return c.precision.recipe != "fp32" && !c.model.moe.enabled() && !c.diloco.enabled();
 }
 
 StreamingConfig streaming_config(const DilocoConfig& d) {

@@ -154,4 +154,11 @@ StreamingConfig streaming_config(const DilocoConfig& d);
 // The fully resolved config as TOML.
 std::string to_toml(const RunConfig& config);
 
+// Whether a recipe's fp32 master and bf16 compute copy live in the ZeRO store
+// (parallel/mixed_weights.h: sharded by ZeRO 1-3, every layer reading the bf16 weights). MoE
+// layers (their routing bias is updated in place outside any pass) and DiLoCo (its outer step
+// writes the master between steps) keep the master whole in the model's buffer instead, which
+// the norms, embedding and head read directly (ZeRO <= 2 only).
+bool recipe_weights_in_store(const RunConfig& config);
+
 }  // namespace trillion
