@@ -74,6 +74,9 @@ class GradientStore {
   virtual bool reduces_every_micro_batch() const = 0;
   virtual void begin_step() = 0;    // zero the gradients
   virtual void open(int bucket) {}  // a backward pass is about to write the bucket's gradients
+  // Every unit of the bucket has finished one more micro-batch's backward (called before the
+  // reduction that micro-batch may start).
+  virtual void end_micro_batch(int bucket) {}
   // Sum of squares of the bucket's gradients on this rank before they are reduced (called just
   // before start(); for the gradient noise scale).
   virtual double local_sum_squares(int bucket) = 0;

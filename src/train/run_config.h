@@ -126,8 +126,12 @@ struct GuardConfig {
 
 // [precision]: the recipe of the blocks' linear layers (precision/recipe.h): fp32 (the engine's
 // dtype, bit for bit), bf16, fp8, mxfp4 or nvfp4. Master weights and Adam moments stay fp32.
+// grad_dtype: the gradients kept between passes and reduced over dp, fp32 (default: 18
+// bytes/parameter with a recipe, Megatron's fp32 main gradients) or bf16 (16 bytes/parameter,
+// ZeRO §3.1; parallel/bf16_gradients.h).
 struct PrecisionConfig {
   std::string recipe = "fp32";
+  std::string grad_dtype = "fp32";
 };
 
 struct RunConfig {

@@ -268,7 +268,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   // recipe_weights_in_store says no, the fp32 master in the model's buffer and the bf16 copy of
   // the linear layers in LinearPrecision.
   const bool in_store = recipe_weights_in_store(config);
-  ModelStorage storage = parallel::DataParallel::model_storage(zero, in_store);
+  const bool bf16_grads = config.precision.grad_dtype == "bf16";
+  ModelStorage storage = parallel::DataParallel::model_storage(zero, in_store, bf16_grads);
   storage.master_weights = precision_ != nullptr && !in_store;
   params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
                                            backend, tracker, storage);
@@ -292,6 +293,7 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   // see half each).
   parallel::DataParallelOptions dp_options = parallel_options(config);
   dp_options.mixed_precision = in_store;
+  dp_options.bf16_gradients = bf16_grads;
   std::vector<int64_t> passes_of_chunk(schedule_.num_chunks, 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
     if (a.kind == schedule::ActionKind::kBackwardWeight) ++passes_of_chunk[a.chunk];
