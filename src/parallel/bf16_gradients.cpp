@@ -108,15 +108,17 @@ class Bf16Gradients : public GradientStore {
       return r;
     }
     const int64_t padded = b.chunk * plan_.ranks();
-    if (stage_ == 1) {
-      r.input = Buffer(tracker_, MemoryCategory::workspace, DType::bf16, padded);  // zeroed
-      be_.copy(r.input.view(0, {b.size()}), grads_.view(b.begin, {b.size()}));
-    } else {
+    if (stage_ >= 2) {
       TRILLION_CHECK(rounded_[bucket].count() == padded, "bucket reduced before its micro-batch");
       r.input = std::move(rounded_[bucket]);
+    } else if (padded != b.size()) {
+      r.input = Buffer(tracker_, MemoryCategory::workspace, DType::bf16, padded);  // zeroed
+      be_.copy(r.input.view(0, {b.size()}), grads_.view(b.begin, {b.size()}));
     }
+    // ZeRO-1 reduce-scatters the kept gradients in place when the bucket needs no padding.
+    const Tensor input = r.input.count() > 0 ? r.input.flat() : grads_.view(b.begin, {b.size()});
     r.output = Buffer(tracker_, MemoryCategory::gradients, DType::bf16, b.chunk);
-    r.handle = dp_.start_reduce_scatter(r.input.flat(), r.output.flat());
+    r.handle = dp_.start_reduce_scatter(input, r.output.flat());
     return r;
   }
   void complete(Reduction& r) override {

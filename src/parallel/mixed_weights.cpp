@@ -41,17 +41,14 @@ class MixedPrecisionWeights : public ParameterStore {
     Unit& g = units_[unit];
     if (!g.bound) {
       const UnitRange r = params_.unit_range(unit);
-      Tensor bf16_weights = copy_.flat();
       if (stage_ == 3) {
         prefetch(unit);
         if (g.pending) g.pending->wait();
         g.pending.reset();
-        bf16_weights = g.gathered.view(0, {r.size()});
-      } else {
-        bf16_weights = copy_.view(r.begin, {r.size()});
       }
       g.widened = Buffer(tracker_, MemoryCategory::workspace, DType::f32, r.size());
-      be_.copy(g.widened.flat(), bf16_weights);
+      be_.copy(g.widened.flat(),
+               stage_ == 3 ? g.gathered.view(0, {r.size()}) : copy_.view(r.begin, {r.size()}));
       params_.bind_parameters(unit, g.widened.raw());
       g.bound = true;
     }

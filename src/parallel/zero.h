@@ -9,6 +9,8 @@
 //   3       sharded (gather per use) sharded (bucket buffers + shard)  shard
 //
 // "refreshed": every rank updates only its owned pieces, then all-gathers the parameters.
+// A precision recipe swaps in its own parameter store (fp32 master + bf16 copy, mixed_weights.h)
+// and, with precision.grad_dtype = "bf16", its own gradient store (bf16_gradients.h).
 // Shards follow a BucketPlan (buckets.h): rank r owns chunk r of every bucket. Helpers:
 // gather_shards (all-gather every bucket's chunks into the full table layout) and take_shard
 // (copy this rank's owned pieces out of a full buffer).
