@@ -742,8 +742,9 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   if (rc.precision.recipe != "fp32" && !recipe_weights_in_store(rc) && pc.zero >= 3) {
     throw Error(fmt::format(
         "{}: precision.recipe = '{}' with {} keeps the fp32 master weights whole in the model, "
-        "which parallel.zero = 3 does not hold on any rank; use zero <= 2 or recipe fp32",
-        source, rc.precision.recipe, mc.moe.enabled() ? "MoE layers" : "diloco"));
+        "which parallel.zero = 3 does not hold on any rank; use {} or recipe fp32",
+        source, rc.precision.recipe, mc.moe.enabled() ? "MoE layers" : "diloco",
+        mc.moe.enabled() ? "zero 0 or 1 (MoE layers)" : "zero <= 2"));
   }
   const std::string& grad_dtype = rc.precision.grad_dtype;
   if (grad_dtype != "fp32" && grad_dtype != "bf16") {
