@@ -11,12 +11,14 @@
 //   block_scaled  op(A) as [M, K] and op(B)^T as [N, K] quantised with the pass's rules along K
 //                 (precision/block_scaling.h), multiplied by precision::scaled_gemm (bitwise the
 //                 kernel definition), then C = alpha * product + beta * C in fp32.
-// Weights: a recipe other than fp32 keeps a bf16 compute copy of the fp32 master parameters
-// (attach_weights; memory category `parameters`, 2 bytes per parameter, as plan/ counts it),
-// refreshed from the master before each step and each evaluation; the GEMMs read a weight
-// operand from it (the low-precision recipes quantise those bf16 values, as DeepSeek-V3's
-// Figure 6 casts BF16 weights to FP8). A weight view outside the master buffer is rounded to bf16
-// on the fly (the same values).
+// Weights: a recipe other than fp32 reads bf16 weights (the low-precision recipes quantise those
+// bf16 values, as DeepSeek-V3's Figure 6 casts BF16 weights to FP8). In training the ZeRO store
+// keeps the bf16 copy and binds every unit to its fp32-widened values (parallel/mixed_weights.h),
+// which round to bf16 exactly; where the model's buffer is the fp32 master instead (MoE, DiLoCo:
+// train/run_config.h recipe_weights_in_store), attach_weights keeps a bf16 copy of it here
+// (memory category `parameters`, 2 bytes per parameter, as plan/ counts it), refreshed before each
+// step and each evaluation. A weight view outside an attached master is rounded to bf16 on the
+// fly.
 // Stochastic rounding (the fp4 recipes' gradients) draws from Philox keyed by (seed, step, the
 // call's index in the step), so a run repeats itself; it depends on the order of the calls, so
 // two schedules of the same run round differently (fp32, bf16 and fp8 have no randomness).

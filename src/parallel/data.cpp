@@ -10,6 +10,8 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "parallel/bf16_gradients.h"
+#include "parallel/mixed_weights.h"
 
 namespace trillion::parallel {
 
@@ -25,8 +27,8 @@ bool writes_gradients(Pass pass) {
 
 }  // namespace
 
-ModelStorage DataParallel::model_storage(int stage) {
-  return {.parameters = stage < 3, .gradients = stage < 2};
+ModelStorage DataParallel::model_storage(int stage, bool mixed_precision, bool bf16_gradients) {
+  return {.parameters = stage < 3 && !mixed_precision, .gradients = stage < 2 && !bf16_gradients};
 }
 
 DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend& backend,
@@ -39,7 +41,8 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
       plan_(options.ranges.empty() ? params.unit_ranges() : options.ranges,
             options.stage == 3 ? 0 : options.bucket_elements, dp.size(), dp.rank()),
       finished_(params.num_units(), 0),
-      reduced_(plan_.buckets().size(), 0) {
+      reduced_(plan_.buckets().size(), 0),
+      folded_(plan_.buckets().size(), 0) {
   TRILLION_CHECK(options.stage >= 0 && options.stage <= 3, "ZeRO stage must be 0..3");
   TRILLION_CHECK(options.micro_batches >= 1, "at least one micro-batch per step");
   expected_ = options.passes_per_unit.empty()
@@ -47,15 +50,25 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
                   : options.passes_per_unit;
   TRILLION_CHECK(static_cast<int>(expected_.size()) == params.num_units(),
                  "one expected pass count per unit");
-  const ModelStorage need = model_storage(options.stage);
+  const ModelStorage need =
+      model_storage(options.stage, options.mixed_precision, options.bf16_gradients);
   TRILLION_CHECK((params.parameters().count() > 0) == need.parameters &&
                      (params.gradients().count() > 0) == need.gradients,
                  "model storage does not match the ZeRO stage");
   TRILLION_CHECK(options.ranges.empty() || options.stage <= 1,
                  "data parallelism over part of the units needs ZeRO 0 or 1");
-  params_store_ = make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
-  grads_store_ = make_gradient_store(options.stage, params, dp, backend, tracker, plan_,
-                                     options.ranges.empty());
+  TRILLION_CHECK(!options.mixed_precision || options.ranges.empty(),
+                 "a precision recipe's store holds every unit whole");
+  params_store_ =
+      options.mixed_precision
+          ? make_mixed_precision_store(options.stage, params, dp, backend, tracker, plan_)
+          : make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
+  TRILLION_CHECK(!options.bf16_gradients || options.mixed_precision,
+                 "bf16 gradients need a precision recipe's store");
+  grads_store_ = options.bf16_gradients
+                     ? make_bf16_gradient_store(options.stage, params, dp, backend, tracker, plan_)
+                     : make_gradient_store(options.stage, params, dp, backend, tracker, plan_,
+                                           options.ranges.empty());
   for (const Bucket& b : plan_.buckets()) {
     int64_t n = expected_[b.first_unit];
     for (int u = b.first_unit; u <= b.last_unit; ++u) {
@@ -162,6 +175,7 @@ void DataParallel::begin_step() {
   grads_store_->begin_step();
   std::fill(finished_.begin(), finished_.end(), 0);
   std::fill(reduced_.begin(), reduced_.end(), 0);
+  std::fill(folded_.begin(), folded_.end(), 0);
   wait_seconds_ = 0;
   local_sq_ = 0;
 }
@@ -196,6 +210,10 @@ void DataParallel::maybe_reduce(int b) {
                                finished_[u], expected_[u]));
     done = std::min(done, finished_[u]);
     complete = complete && finished_[u] == expected_[u];
+  }
+  if (done > folded_[b]) {
+    folded_[b] = done;
+    grads_store_->end_micro_batch(b);
   }
   if (grads_store_->reduces_every_micro_batch()) {
     if (done <= reduced_[b]) return;

@@ -47,6 +47,11 @@ struct DataParallelOptions {
   // Where this instance's optimizer state starts in the optimizer's buffers (the second
   // instance of expert parallelism follows the first's).
   int64_t state_base = 0;
+  // A precision recipe's fp32 master and bf16 compute copy, held and sharded by the store
+  // (parallel/mixed_weights.h) instead of fp32 weights in the model's buffer.
+  bool mixed_precision = false;
+  // Gradients kept and reduced in bf16 (parallel/bf16_gradients.h); needs mixed_precision.
+  bool bf16_gradients = false;
 };
 
 // A run of table elements that this rank writes to a sharded checkpoint: its parameters at
@@ -58,8 +63,9 @@ struct CheckpointPiece {
 
 class DataParallel : public UnitHooks {
  public:
-  // What the model must allocate itself under `stage`.
-  static ModelStorage model_storage(int stage);
+  // What the model must allocate itself under `stage` (mixed_precision: no parameters at all).
+  static ModelStorage model_storage(int stage, bool mixed_precision = false,
+                                    bool bf16_gradients = false);
 
   // params must be built with model_storage(options.stage); the hooks are added to its chain.
   DataParallel(ParameterSet& params, comm::Communicator& dp, Backend& backend,
@@ -134,6 +140,7 @@ class DataParallel : public UnitHooks {
   std::vector<int64_t> expected_;  // per unit: backward passes per step
   std::vector<int64_t> finished_;  // per unit: backward passes finished this step
   std::vector<int64_t> reduced_;   // per bucket: micro-batches whose reduction has started
+  std::vector<int64_t> folded_;    // per bucket: micro-batches every unit of it has finished
   std::vector<int64_t> needed_;    // per bucket: reductions per step (1, or every micro-batch)
   std::vector<Reduction> in_flight_;
   double wait_seconds_ = 0;

@@ -9,6 +9,8 @@
 //   3       sharded (gather per use) sharded (bucket buffers + shard)  shard
 //
 // "refreshed": every rank updates only its owned pieces, then all-gathers the parameters.
+// A precision recipe swaps in its own parameter store (fp32 master + bf16 copy, mixed_weights.h)
+// and, with precision.grad_dtype = "bf16", its own gradient store (bf16_gradients.h).
 // Shards follow a BucketPlan (buckets.h): rank r owns chunk r of every bucket. Helpers:
 // gather_shards (all-gather every bucket's chunks into the full table layout) and take_shard
 // (copy this rank's owned pieces out of a full buffer).
@@ -74,6 +76,9 @@ class GradientStore {
   virtual bool reduces_every_micro_batch() const = 0;
   virtual void begin_step() = 0;    // zero the gradients
   virtual void open(int bucket) {}  // a backward pass is about to write the bucket's gradients
+  // Every unit of the bucket has finished one more micro-batch's backward (called before the
+  // reduction that micro-batch may start).
+  virtual void end_micro_batch(int bucket) {}
   // Sum of squares of the bucket's gradients on this rank before they are reduced (called just
   // before start(); for the gradient noise scale).
   virtual double local_sum_squares(int bucket) = 0;

@@ -524,6 +524,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
 
   SectionReader pr(root["precision"].as_table(), "precision", source);
   pr.read("recipe", rc.precision.recipe);
+  pr.read("grad_dtype", rc.precision.grad_dtype);
   pr.reject_unknown();
   try {
     precision::recipe_named(rc.precision.recipe);
@@ -535,13 +536,6 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         "{}: precision.recipe = '{}' rounds fp32 GEMM inputs, but model.dtype = '{}'; use "
         "model.dtype = \"f32\" (f64 is for gradient checks, with recipe fp32)",
         source, rc.precision.recipe, dtype_name(rc.model.dtype)));
-  }
-
-  if (rc.precision.recipe != "fp32" && pc.zero >= 3) {
-    throw Error(fmt::format(
-        "{}: precision.recipe = '{}' keeps a bf16 copy of the fp32 master weights, which "
-        "parallel.zero = 3 does not hold whole on any rank; use zero <= 2 or recipe fp32",
-        source, rc.precision.recipe));
   }
 
   SectionReader dl(root["diloco"].as_table(), "diloco", source);
@@ -598,12 +592,52 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
       throw Error(fmt::format("{}: {}", source, e.what()));
     }
   }
+  if (rc.precision.recipe != "fp32" && !recipe_weights_in_store(rc) && pc.zero >= 3) {
+    throw Error(fmt::format(
+        "{}: precision.recipe = '{}' with {} keeps the fp32 master weights whole in the model, "
+        "which parallel.zero = 3 does not hold on any rank; use {} or recipe fp32",
+        source, rc.precision.recipe, mc.moe.enabled() ? "MoE layers" : "diloco",
+        mc.moe.enabled() ? "zero 0 or 1 (MoE layers)" : "zero <= 2"));
+  }
+  const std::string& grad_dtype = rc.precision.grad_dtype;
+  if (grad_dtype != "fp32" && grad_dtype != "bf16") {
+    throw Error(
+        fmt::format("{}: precision.grad_dtype = '{}': expected fp32 or bf16", source, grad_dtype));
+  }
+  if (grad_dtype == "bf16") {
+    std::string why;
+    if (!recipe_weights_in_store(rc)) {
+      why = rc.precision.recipe == "fp32" ? "recipe fp32 (set precision.recipe = \"bf16\")"
+                                          : (mc.moe.enabled() ? "MoE layers" : "diloco");
+    } else if (rc.optim.name != "adamw") {
+      why = fmt::format("optim.name = '{}' (use adamw)", rc.optim.name);
+    } else if (pc.tp > 1 || pc.pp > 1 || pc.cp > 1) {
+      why =
+          fmt::format("tp = {}, pp = {}, cp = {} (use data parallelism only)", pc.tp, pc.pp, pc.cp);
+    }
+    if (!why.empty()) {
+      throw Error(fmt::format(
+          "{}: precision.grad_dtype = 'bf16' is not supported with {}; or use grad_dtype fp32",
+          source, why));
+    }
+  }
+  if (recipe_weights_in_store(rc) && gc.replica_check_every > 0) {
+    throw Error(fmt::format(
+        "{}: guard.replica_check_every compares the model's fp32 parameters, but precision.recipe "
+        "= '{}' keeps them as a bf16 compute copy and an fp32 master among the optimizer state; "
+        "set guard.replica_check_every = 0 or use recipe fp32",
+        source, rc.precision.recipe));
+  }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
     throw Error(fmt::format("{}: data.vocab = {} exceeds model.vocab_size = {}", source, dc.vocab,
                             mc.vocab_size));
   }
   return rc;
+}
+
+bool recipe_weights_in_store(const RunConfig& c) {
+  return c.precision.recipe != "fp32" && !c.model.moe.enabled() && !c.diloco.enabled();
 }
 
 StreamingConfig streaming_config(const DilocoConfig& d) {
@@ -722,7 +756,7 @@ std::string to_toml(const RunConfig& c) {
                     {"on_divergence", g.on_divergence},
                     {"max_rollbacks", g.max_rollbacks},
                     {"replica_check_every", g.replica_check_every}};
-  toml::table precision{{"recipe", c.precision.recipe}};
+  toml::table precision{{"recipe", c.precision.recipe}, {"grad_dtype", c.precision.grad_dtype}};
   toml::table root{{"model", model},       {"train", train},     {"optim", optim},
                    {"data", data},         {"parallel", parallel}, {"emulate", emulate},
                    {"diloco", diloco},     {"guard", guard},       {"precision", precision}};

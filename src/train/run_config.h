@@ -126,8 +126,12 @@ struct GuardConfig {
 
 // [precision]: the recipe of the blocks' linear layers (precision/recipe.h): fp32 (the engine's
 // dtype, bit for bit), bf16, fp8, mxfp4 or nvfp4. Master weights and Adam moments stay fp32.
+// grad_dtype: the gradients kept between passes and reduced over dp, fp32 (default: 18
+// bytes/parameter with a recipe, Megatron's fp32 main gradients) or bf16 (16 bytes/parameter,
+// ZeRO §3.1; parallel/bf16_gradients.h).
 struct PrecisionConfig {
   std::string recipe = "fp32";
+  std::string grad_dtype = "fp32";
 };
 
 struct RunConfig {
@@ -153,5 +157,12 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& sour
 StreamingConfig streaming_config(const DilocoConfig& d);
 // The fully resolved config as TOML.
 std::string to_toml(const RunConfig& config);
+
+// Whether a recipe's fp32 master and bf16 compute copy live in the ZeRO store
+// (parallel/mixed_weights.h: sharded by ZeRO 1-3, every layer reading the bf16 weights). MoE
+// layers (their routing bias is updated in place outside any pass) and DiLoCo (its outer step
+// writes the master between steps) keep the master whole in the model's buffer instead, which
+// the norms, embedding and head read directly (ZeRO <= 2 only).
+bool recipe_weights_in_store(const RunConfig& config);
 
 }  // namespace trillion

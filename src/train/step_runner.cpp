@@ -259,11 +259,16 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     ctx_.precision = precision_.get();
   }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
-  ModelStorage storage = parallel::DataParallel::model_storage(zero);
-  storage.master_weights = precision_ != nullptr;
+  // A recipe's weights: fp32 master and bf16 copy in the ZeRO store (mixed_weights.h), or, where
+  // recipe_weights_in_store says no, the fp32 master in the model's buffer and the bf16 copy of
+  // the linear layers in LinearPrecision.
+  const bool in_store = recipe_weights_in_store(config);
+  const bool bf16_grads = config.precision.grad_dtype == "bf16";
+  ModelStorage storage = parallel::DataParallel::model_storage(zero, in_store, bf16_grads);
+  storage.master_weights = precision_ != nullptr && !in_store;
   params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
                                            backend, tracker, storage);
-  if (precision_) precision_->attach_weights(params_->parameters(), tracker);
+  if (precision_ && !in_store) precision_->attach_weights(params_->parameters(), tracker);
   const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
   std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
@@ -282,6 +287,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   // Backward passes per unit per step: the micro-batches its chunk runs (DualPipe's two copies
   // see half each).
   parallel::DataParallelOptions dp_options = parallel_options(config);
+  dp_options.mixed_precision = in_store;
+  dp_options.bf16_gradients = bf16_grads;
   std::vector<int64_t> passes_of_chunk(schedule_.num_chunks, 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
     if (a.kind == schedule::ActionKind::kBackwardWeight) ++passes_of_chunk[a.chunk];

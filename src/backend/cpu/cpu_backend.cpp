@@ -106,10 +106,15 @@ void CpuBackend::adamw_update(Tensor param, const Tensor& grad, Tensor m, Tensor
                      v.is_contiguous() && param.numel() == grad.numel() &&
                      param.numel() == m.numel() && param.numel() == v.numel(),
                  "adamw_update: tensors must be contiguous and equally sized");
+  // Gradients in the parameters' dtype, or bf16 (precision.grad_dtype, parallel/bf16_gradients.h)
+  // widened element by element.
+  const bool bf16_grad = grad.dtype() == DType::bf16;
+  TRILLION_CHECK(bf16_grad || grad.dtype() == param.dtype(), "adamw_update: gradient dtype");
   dispatch(param.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* w = param.data<T>();
-    const T* g = grad.data<T>();
+    const T* g32 = bf16_grad ? nullptr : grad.data<T>();
+    const bf16* g16 = bf16_grad ? static_cast<const bf16*>(grad.raw()) : nullptr;
     T* m1 = m.data<T>();
     T* m2 = v.data<T>();
     const T b1 = static_cast<T>(p.beta1), b2 = static_cast<T>(p.beta2);
@@ -120,8 +125,9 @@ void CpuBackend::adamw_update(Tensor param, const Tensor& grad, Tensor m, Tensor
     const int64_t n = param.numel();
 #pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
-      m1[i] = b1 * m1[i] + (1 - b1) * g[i];
-      m2[i] = b2 * m2[i] + (1 - b2) * g[i] * g[i];
+      const T gi = bf16_grad ? static_cast<T>(bf16_to_float(g16[i])) : g32[i];
+      m1[i] = b1 * m1[i] + (1 - b1) * gi;
+      m2[i] = b2 * m2[i] + (1 - b2) * gi * gi;
       w[i] = decay * w[i] - lr * (m1[i] * c1) / (std::sqrt(m2[i] * c2) + eps);
     }
   });
