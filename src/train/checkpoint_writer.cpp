@@ -125,6 +125,7 @@ std::vector<ShardRun> CheckpointWriter::owned_runs(int64_t* elements) {
 
 std::string CheckpointWriter::commit(int64_t step, const std::string& tmp, bool full,
                                      const CheckpointContents& c) {
+  const Timer took;
   std::string where;
   agree(step, tmp, [&] {
     if (!dir_.lead()) return;
@@ -143,6 +144,7 @@ std::string CheckpointWriter::commit(int64_t step, const std::string& tmp, bool 
                      {"pp", p.pp}, {"cp", p.cp},     {"ep", p.ep}};
     where = commit_sharded_checkpoint(dir_.path(), tmp, layout, c, config_.train.keep_checkpoints);
   });
+  costs_.commit_seconds += took.seconds();
   return where;
 }
 
@@ -167,6 +169,7 @@ void CheckpointWriter::save(int64_t step, uint64_t next_sample,
       config_toml_, std::move(extra)};
   if (config_.checkpoint.async) {
     start(step, std::move(c));
+    costs_.snapshot_seconds += took.seconds();
   } else {
     write_now(step, c);
   }

@@ -39,6 +39,8 @@ struct CheckpointCosts {
   double wait_seconds = 0;        // of which: waiting for the previous async write to finish
   int64_t waits = 0;              // checkpoints (or drains) that found a write still running
   double background_seconds = 0;  // async: the writer thread's time, while training ran
+  double snapshot_seconds = 0;    // async: copying the shard into the snapshot
+  double commit_seconds = 0;      // the lead's layout, small files, manifest, rename, retention
   double extra_bytes = 0;         // most tracked bytes held beyond the rank's state, per checkpoint
 };
 

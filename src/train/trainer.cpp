@@ -447,10 +447,11 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
   const CheckpointCosts& cc = checkpoints.costs();
-  double checkpoint_cost[4] = {cc.blocked_seconds, cc.extra_bytes, cc.wait_seconds,
-                               cc.background_seconds};  // max over ranks
-  if (world.size() > 1)
-    world.all_reduce(Tensor(checkpoint_cost, DType::f64, {4}), comm::ReduceOp::max);
+  double checkpoint_cost[6] = {cc.blocked_seconds,    cc.extra_bytes,      cc.wait_seconds,
+                               cc.background_seconds, cc.snapshot_seconds, cc.commit_seconds};
+  if (world.size() > 1) {  // the slowest rank's
+    world.all_reduce(Tensor(checkpoint_cost, DType::f64, {6}), comm::ReduceOp::max);
+  }
   // Each rank's own extra bytes: the bound is per rank (its shard, or its write buffer).
   std::vector<double> extra_per_rank(world.size(), 0.0);
   extra_per_rank[world.rank()] = cc.extra_bytes;
@@ -486,6 +487,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
         {"wait_seconds", checkpoint_cost[2]},
         {"waits", cc.waits},
         {"background_seconds", checkpoint_cost[3]},
+        {"snapshot_seconds", checkpoint_cost[4]},
+        {"commit_seconds", checkpoint_cost[5]},
         {"step_seconds", steps_run > 0 ? train_seconds / steps_run : 0.0},
         {"extra_bytes", checkpoint_cost[1]},
         {"extra_bytes_per_rank", extra_per_rank}}},

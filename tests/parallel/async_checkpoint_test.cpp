@@ -165,7 +165,7 @@ TEST(AsyncCheckpoint, TheCheckpointSectionIsCheckedWithOneLine) {
   EXPECT_EQ(error_of("[checkpoint]\nwrite_buffer_mb = 0\n"),
             "run.toml: checkpoint.write_buffer_mb = 0 must be between 0.00390625 (4 KiB) and "
             "65536; 64 is the default");
-  EXPECT_EQ(error_of("[checkpoint]\nasync = 1\n"),
+  EXPECT_EQ(error_of("[checkpoint]\nasync = \"yes\"\n"),
             "run.toml: checkpoint.async has the wrong type (expected true or false)");
   EXPECT_TRUE(has(error_of("[checkpoint]\nasync = true\n[diloco]\nislands = 1\n"),
                   "checkpoint.async = true is not supported with [diloco]"));
