@@ -91,12 +91,29 @@ struct ShardRun {
   const void* second_moment = nullptr;
 };
 
+// Memory the state files' bytes pass through on their way to disk. Empty: they go straight from
+// the runs' memory (an async checkpoint's host snapshot). Else every piece is copied into it
+// first: the staging a device-resident state needs, and all a synchronous write holds beyond the
+// rank's own state (so its extra memory is this buffer, whatever the shard's size).
+struct WriteBuffer {
+  char* data = nullptr;
+  size_t bytes = 0;
+};
+
 // Lead rank, first: removes stale temporaries and creates the step's temporary directory.
 std::string begin_sharded_checkpoint(const std::string& run_dir, int64_t step);
-// Every rank, after begin: writes its shard files and its index into `tmp` (streamed from the
-// runs' memory: nothing is gathered or copied).
+// Every rank, after begin: writes its shard files and its index into `tmp`, streamed from the
+// runs' memory through `stage` (nothing is gathered). Safe on a thread of its own: it touches
+// only the runs' memory, `stage` and files.
 void write_checkpoint_shard(const std::string& tmp, int rank, const std::vector<ShardRun>& runs,
-                            int dtype_bytes);
+                            int dtype_bytes, WriteBuffer stage = {});
+// One-process runs, streamed the same way: the full form's params.bin and optimizer.bin from runs
+// that tile the model (sorted here by global offset), and an index for commit_full_checkpoint.
+void write_full_state(const std::string& tmp, std::vector<ShardRun> runs, int64_t elements,
+                      int dtype_bytes, WriteBuffer stage = {});
+// After write_full_state: state.json, config.toml and c.extra, manifest.json last, rename, keep.
+std::string commit_full_checkpoint(const std::string& run_dir, const std::string& tmp,
+                                   const CheckpointContents& c, int dtype_bytes, int64_t keep);
 // What layout.json records beyond the shards.
 struct ShardedLayout {
   int world = 1;

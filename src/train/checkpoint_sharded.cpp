@@ -35,39 +35,62 @@ std::string begin_sharded_checkpoint(const std::string& run_dir, int64_t step) {
   return begin_temp(run_dir, step).string();
 }
 
-void write_checkpoint_shard(const std::string& tmp, int rank, const std::vector<ShardRun>& runs,
-                            int dtype_bytes) {
-  // Each file is streamed run by run from the rank's buffers; only the checksum state and, for a
-  // missing moment, one piece of zeros are allocated.
-  auto write_file = [&](const std::string& name, auto&& for_each_piece) {
-    CheckpointFileWriter file((fs::path(tmp) / name).string());
-    for_each_piece([&](const char* p, size_t bytes) { file.append(p, bytes); });
+namespace {
+
+// Streams the two state files of `runs` (in their order): `params_name` the parameters,
+// `optimizer_name` the first moments then the second. Returns their manifest entries.
+std::pair<nlohmann::json, nlohmann::json> write_state_files(const fs::path& tmp,
+                                                            const std::string& params_name,
+                                                            const std::string& optimizer_name,
+                                                            const std::vector<ShardRun>& runs,
+                                                            int dtype_bytes, WriteBuffer stage) {
+  std::vector<char> zeros;  // a missing moment without a stage: one piece, made when needed
+  auto write_file = [&](const std::string& name, auto&& for_each_run) {
+    CheckpointFileWriter file((tmp / name).string());
+    auto emit = [&](const char* from, size_t bytes) {  // from == nullptr: zeros
+      if (stage.bytes == 0 && from != nullptr) return file.append(from, bytes);
+      if (from == nullptr && stage.bytes == 0 && zeros.empty()) zeros.assign(kStreamBytes, 0);
+      char* piece = stage.bytes > 0 ? stage.data : zeros.data();
+      const size_t size = stage.bytes > 0 ? stage.bytes : zeros.size();
+      if (from == nullptr && stage.bytes > 0) std::memset(piece, 0, std::min(size, bytes));
+      for (size_t done = 0; done < bytes; done += size) {
+        const size_t n = std::min(size, bytes - done);
+        if (from != nullptr) std::memcpy(piece, from + done, n);
+        file.append(piece, n);
+      }
+    };
+    for_each_run(emit);
     return file.finish();
   };
-  const std::vector<char> zeros(kStreamBytes, 0);
-  auto moment = [&](const void* ShardRun::*which) {
+  auto part = [&](const void* ShardRun::*which) {
     return [&, which](auto&& emit) {
       for (const ShardRun& r : runs) {
-        const size_t bytes = static_cast<size_t>(r.length) * dtype_bytes;
-        if (r.*which != nullptr) {
-          emit(static_cast<const char*>(r.*which), bytes);
-          continue;
-        }
-        for (size_t done = 0; done < bytes; done += zeros.size()) {
-          emit(zeros.data(), std::min(zeros.size(), bytes - done));
-        }
+        emit(static_cast<const char*>(r.*which), static_cast<size_t>(r.length) * dtype_bytes);
       }
     };
   };
+  nlohmann::json params = write_file(params_name, part(&ShardRun::params));
+  nlohmann::json optimizer = write_file(optimizer_name, [&](auto&& emit) {
+    part(&ShardRun::first_moment)(emit);
+    part(&ShardRun::second_moment)(emit);
+  });
+  return {std::move(params), std::move(optimizer)};
+}
+
+constexpr const char* kFullIndex = "full_index.json";  // removed before the manifest is written
+
+}  // namespace
+
+void write_checkpoint_shard(const std::string& tmp, int rank, const std::vector<ShardRun>& runs,
+                            int dtype_bytes, WriteBuffer stage) {
   nlohmann::json index = nlohmann::json::object();
   index["rank"] = rank;
   index["params"] = shard_file("params", rank);
   index["optimizer"] = shard_file("optimizer", rank);
-  index["params_file"] = write_file(shard_file("params", rank), moment(&ShardRun::params));
-  index["optimizer_file"] = write_file(shard_file("optimizer", rank), [&](auto&& emit) {
-    moment(&ShardRun::first_moment)(emit);
-    moment(&ShardRun::second_moment)(emit);
-  });
+  auto [params, optimizer] = write_state_files(
+      tmp, shard_file("params", rank), shard_file("optimizer", rank), runs, dtype_bytes, stage);
+  index["params_file"] = std::move(params);
+  index["optimizer_file"] = std::move(optimizer);
   // Runs that continue each other in the model also do in the file: one range.
   std::vector<std::pair<int64_t, int64_t>> merged;
   for (const ShardRun& r : runs) {
@@ -81,8 +104,43 @@ void write_checkpoint_shard(const std::string& tmp, int rank, const std::vector<
   for (const auto& [global, length] : merged) ranges.push_back({global, length});
   index["ranges"] = ranges;
   const std::string text = index.dump();
-  write_checkpoint_file((fs::path(tmp) / fmt::format("shard_r{:05d}.json", rank)).string(), text.data(),
-              text.size());
+  write_checkpoint_file((fs::path(tmp) / fmt::format("shard_r{:05d}.json", rank)).string(),
+                        text.data(), text.size());
+}
+
+void write_full_state(const std::string& tmp, std::vector<ShardRun> runs, int64_t elements,
+                      int dtype_bytes, WriteBuffer stage) {
+  std::sort(runs.begin(), runs.end(),
+            [](const ShardRun& a, const ShardRun& b) { return a.global < b.global; });
+  int64_t next = 0;
+  for (const ShardRun& r : runs) {
+    TRILLION_CHECK(r.global == next, fmt::format("full checkpoint: a run at {} where {} was "
+                                                 "expected (the runs do not tile the model)",
+                                                 r.global, next));
+    next += r.length;
+  }
+  TRILLION_CHECK(next == elements,
+                 fmt::format("full checkpoint: the runs cover {} of {} elements", next, elements));
+  auto [params, optimizer] =
+      write_state_files(tmp, "params.bin", "optimizer.bin", runs, dtype_bytes, stage);
+  const std::string text =
+      nlohmann::json{{"params.bin", params}, {"optimizer.bin", optimizer}}.dump();
+  write_checkpoint_file((fs::path(tmp) / kFullIndex).string(), text.data(), text.size());
+}
+
+std::string commit_full_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
+                                   const CheckpointContents& c, int dtype_bytes, int64_t keep) {
+  const fs::path tmp(tmp_dir);
+  try {
+    const fs::path index_path = tmp / kFullIndex;
+    nlohmann::json manifest = parse_json(data::read_file_raw(index_path.string()), kFullIndex);
+    fs::remove(index_path);
+    put_small_files(tmp, c, dtype_bytes, manifest);
+    return seal(run_dir, tmp, c.state.step, manifest, keep);
+  } catch (const std::exception& e) {
+    abandon_checkpoint(tmp_dir);
+    throw Error(fmt::format("checkpoint of step {} not written: {}", c.state.step, e.what()));
+  }
 }
 
 std::string commit_sharded_checkpoint(const std::string& run_dir, const std::string& tmp_dir,

@@ -1,8 +1,7 @@
-// Checkpoints of a running job: write one from the runner's (possibly sharded) state, and resume
-// from the newest valid one. A multi-rank job writes a sharded checkpoint: every rank writes the
-// runs of the one-process layout it owns, straight from its buffers (no gather), and the lead
-// rank seals it with layout.json and the manifest; a one-process job (and a DiLoCo job, whose
-// islands hold different weights) writes the full form. Resuming, each rank reads from either
+// Checkpoints of a running job: resume from the newest valid one (writing them is
+// train/checkpoint_writer.h: a multi-rank job writes a sharded checkpoint, every rank the runs of
+// the one-process layout it owns; a one-process job, and a DiLoCo job whose islands hold different
+// weights, the full form). Resuming, each rank reads from either
 // form only the global ranges its own layout holds, so any layout resumes any checkpoint; a
 // corrupt checkpoint is reported in events.log and the previous one used (train/checkpoint.h holds
 // the file formats and their checks). The rest of a run's state
@@ -28,14 +27,6 @@ class CheckpointPart {
   // Every rank, after the runner's state was loaded from the verified `checkpoint_dir`.
   virtual void load(const std::string& checkpoint_dir) = 0;
 };
-
-// Collective over the world (`world`: nullptr for a one-process job). Keeps
-// config.train.keep_checkpoints. Returns the checkpoint directory on the lead rank ("" on the
-// others); a failure on any rank is an Error on every rank, and nothing of that step is left.
-std::string save_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
-                            const RunConfig& config, const std::string& config_toml, int64_t step,
-                            uint64_t next_sample, const std::vector<CheckpointPart*>& parts = {},
-                            comm::Communicator* world = nullptr);
 
 // XXH64 of the one-process tensor table's names and global shapes: what makes a sharded
 // checkpoint's ranges mean the same tensors.

@@ -216,10 +216,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
     if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel" &&
-        k != "emulate" && k != "diloco" && k != "guard" && k != "precision") {
+        k != "emulate" && k != "diloco" && k != "guard" && k != "precision" && k != "checkpoint") {
       throw Error(
           fmt::format("{}: unknown section [{}] (sections: model, train, optim, data, "
-                      "parallel, emulate, diloco, guard, precision)",
+                      "parallel, emulate, diloco, guard, precision, checkpoint)",
                       source, k));
     }
     if (!node.is_table()) throw Error(fmt::format("{}: '{}' must be a [table]", source, k));
@@ -522,6 +522,18 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         source));
   }
 
+  SectionReader ck(root["checkpoint"].as_table(), "checkpoint", source);
+  ck.read("async", rc.checkpoint.async);
+  ck.read("write_buffer_mb", rc.checkpoint.write_buffer_mb);
+  ck.reject_unknown();
+  // 4 KiB: a page; below it the buffer costs more system calls than it saves memory.
+  if (!(rc.checkpoint.write_buffer_mb >= 1.0 / 256) || !(rc.checkpoint.write_buffer_mb <= 65536)) {
+    throw Error(
+        fmt::format("{}: checkpoint.write_buffer_mb = {} must be between 0.00390625 (4 "
+                    "KiB) and 65536; 64 is the default",
+                    source, rc.checkpoint.write_buffer_mb));
+  }
+
   SectionReader pr(root["precision"].as_table(), "precision", source);
   pr.read("recipe", rc.precision.recipe);
   pr.read("grad_dtype", rc.precision.grad_dtype);
@@ -627,6 +639,12 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         "= '{}' keeps them as a bf16 compute copy and an fp32 master among the optimizer state; "
         "set guard.replica_check_every = 0 or use recipe fp32",
         source, rc.precision.recipe));
+  }
+  if (rc.checkpoint.async && di.enabled()) {
+    throw Error(fmt::format(
+        "{}: checkpoint.async = true is not supported with [diloco] (its checkpoints gather the "
+        "islands' state in one process); set checkpoint.async = false",
+        source));
   }
   if (dc.vocab == 0) dc.vocab = mc.vocab_size;
   if (dc.vocab > mc.vocab_size) {
@@ -757,9 +775,12 @@ std::string to_toml(const RunConfig& c) {
                     {"max_rollbacks", g.max_rollbacks},
                     {"replica_check_every", g.replica_check_every}};
   toml::table precision{{"recipe", c.precision.recipe}, {"grad_dtype", c.precision.grad_dtype}};
-  toml::table root{{"model", model},       {"train", train},     {"optim", optim},
-                   {"data", data},         {"parallel", parallel}, {"emulate", emulate},
-                   {"diloco", diloco},     {"guard", guard},       {"precision", precision}};
+  toml::table checkpoint{{"async", c.checkpoint.async},
+                         {"write_buffer_mb", c.checkpoint.write_buffer_mb}};
+  toml::table root{
+      {"model", model},         {"train", train},          {"optim", optim},   {"data", data},
+      {"parallel", parallel},   {"emulate", emulate},      {"diloco", diloco}, {"guard", guard},
+      {"precision", precision}, {"checkpoint", checkpoint}};
   std::stringstream ss;
   ss << root << "\n";
   return ss.str();

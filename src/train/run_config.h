@@ -134,6 +134,17 @@ struct PrecisionConfig {
   std::string grad_dtype = "fp32";
 };
 
+// [checkpoint]: how checkpoints are written (train.checkpoint_every says when). Synchronous by
+// default: training waits for the write, and a rank holds nothing beyond its state but one
+// write buffer of write_buffer_mb (its owned ranges are streamed through it). Async writes from a
+// host snapshot of the rank's owned state (one shard: parameters and both moments) on a
+// background thread while training goes on; it costs that shard of memory, which the memory plan
+// does not reserve, so it is opt-in (docs/fault-tolerance.md).
+struct CheckpointConfig {
+  bool async = false;
+  double write_buffer_mb = 64;  // MiB; the sync path's staging buffer (a shard smaller caps it)
+};
+
 struct RunConfig {
   ModelConfig model;
   TrainConfig train;
@@ -144,6 +155,7 @@ struct RunConfig {
   DilocoConfig diloco;
   GuardConfig guard;
   PrecisionConfig precision;
+  CheckpointConfig checkpoint;
   std::string source;  // where it came from, for messages
 };
 

@@ -10,8 +10,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "comm/device_mesh.h"
@@ -21,6 +21,7 @@
 #include "plan/activation_memory.h"
 #include "plan/stage_partition.h"
 #include "plan/units.h"
+#include "train/checkpoint_writer.h"
 #include "train/config_diff.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
@@ -28,12 +29,12 @@
 #include "train/fault_drill.h"
 #include "train/gemm_peak.h"
 #include "train/guard.h"
-#include "train/replica_check.h"
-#include "train/mesh_options.h"
 #include "train/memory_check.h"
+#include "train/mesh_options.h"
 #include "train/metrics.h"
 #include "train/noise_scale_log.h"
 #include "train/pipeline_trace.h"
+#include "train/replica_check.h"
 #include "train/resume.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
@@ -232,22 +233,11 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   };
   FaultDrill drill(dir.path(), world.rank());
   Heartbeat heartbeat(world.rank());
-  // What checkpoints cost this rank: wall time (training waits for the write) and tracked bytes
-  // allocated beyond its state while writing (the largest over its checkpoints).
-  double checkpoint_seconds = 0, checkpoint_extra_bytes = 0;
-  int64_t checkpoints_written = 0;
-  auto checkpoint = [&](int64_t step) {
-    const size_t before = tracker.current_total();
-    tracker.start_window();
-    const Timer took;
-    const std::string where = save_checkpoint(dir, runner, tracker, config, config_toml, step,
-                                              shard.first_sample(step), parts, &world);
-    checkpoint_seconds += took.seconds();
-    ++checkpoints_written;
-    checkpoint_extra_bytes = std::max(checkpoint_extra_bytes,
-                                      static_cast<double>(tracker.window_peak_total() - before));
-    if (!where.empty()) drill.after_checkpoint(step, where);
-  };
+  // Sync or async checkpoints (train/checkpoint_writer.h); the drill acts once one exists.
+  CheckpointWriter checkpoints(
+      dir, runner, tracker, config, config_toml, world,
+      [&](int64_t s, const std::string& where) { drill.after_checkpoint(s, where); });
+  auto checkpoint = [&](int64_t step) { checkpoints.save(step, shard.first_sample(step), parts); };
 
   const bool tty = dir.lead() && !opt.quiet && ::isatty(STDERR_FILENO);
   Timer wall;
@@ -365,6 +355,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                    : step - std::max<int64_t>(config.guard.replica_check_every, 1);
       int64_t back = 0;
       if (config.guard.on_divergence == "rollback" && rollbacks < config.guard.max_rollbacks) {
+        checkpoints.drain();  // the newest checkpoint may be the one to go back to
         back = resume_from_checkpoint(dir, runner, tracker, config, parts, newest_trusted);
       }
       if (back == 0) {
@@ -414,6 +405,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       stopped_early = true;
       break;
     }
+    checkpoints.poll(step);  // commits an async checkpoint once every rank's files are durable
     if (config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0 &&
         step < config.train.steps) {
       if (guard.consecutive_skips() == 0) {
@@ -434,6 +426,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                           "their update",
                           step, guard.consecutive_skips()));
   }
+  checkpoints.drain();  // nothing in flight outlives the run
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
     val_loss = validate();
   }
@@ -453,8 +446,19 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     }
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
-  double checkpoint_cost[2] = {checkpoint_seconds, checkpoint_extra_bytes};  // max over ranks
-  if (world.size() > 1) world.all_reduce(Tensor(checkpoint_cost, DType::f64, {2}), comm::ReduceOp::max);
+  const CheckpointCosts& cc = checkpoints.costs();
+  double checkpoint_cost[6] = {cc.blocked_seconds,    cc.extra_bytes,      cc.wait_seconds,
+                               cc.background_seconds, cc.snapshot_seconds, cc.commit_seconds};
+  if (world.size() > 1) {  // the slowest rank's
+    world.all_reduce(Tensor(checkpoint_cost, DType::f64, {6}), comm::ReduceOp::max);
+  }
+  // Each rank's own extra bytes: the bound is per rank (its shard, or its write buffer).
+  std::vector<double> extra_per_rank(world.size(), 0.0);
+  extra_per_rank[world.rank()] = cc.extra_bytes;
+  if (world.size() > 1) {
+    world.all_reduce(Tensor(extra_per_rank.data(), DType::f64, {world.size()}),
+                     comm::ReduceOp::sum);
+  }
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
   nlohmann::json pipeline;
   if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {
@@ -476,12 +480,18 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
        steps_run > 0 ? static_cast<double>(steps_run) * tokens_per_step / train_seconds : 0.0},
       {"train_seconds", train_seconds},
       {"checkpoints",
-       {{"written", checkpoints_written},
+       {{"written", cc.written},
+        {"async", config.checkpoint.async},
         {"seconds", checkpoint_cost[0]},
-        {"seconds_per_checkpoint",
-         checkpoints_written > 0 ? checkpoint_cost[0] / checkpoints_written : 0.0},
+        {"seconds_per_checkpoint", cc.written > 0 ? checkpoint_cost[0] / cc.written : 0.0},
+        {"wait_seconds", checkpoint_cost[2]},
+        {"waits", cc.waits},
+        {"background_seconds", checkpoint_cost[3]},
+        {"snapshot_seconds", checkpoint_cost[4]},
+        {"commit_seconds", checkpoint_cost[5]},
         {"step_seconds", steps_run > 0 ? train_seconds / steps_run : 0.0},
-        {"extra_bytes", checkpoint_cost[1]}}},
+        {"extra_bytes", checkpoint_cost[1]},
+        {"extra_bytes_per_rank", extra_per_rank}}},
       {"params", params},
       {"activated_params", counts.activated},
       {"model_flops_per_token", mfu_flops.flops_per_token},

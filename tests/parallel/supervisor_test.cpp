@@ -84,6 +84,49 @@ TEST(Supervisor, KilledRanksOfTpAndPpJobsRestartAndTheRunIsBitwiseTheCleanOne) {
   }
 }
 
+// With async checkpoints the drill ends bitwise too. Rank 0 dies right after step 12, while the
+// checkpoint of step 12 is in flight (it is committed at the earliest after step 13): it never
+// counts, and the restart resumes from step 8's, which step 12's save drained and committed.
+TEST(Supervisor, TheKillDrillPassesWithAsyncCheckpoints) {
+  const std::string dir = fresh_dir("supervisor_kill_async");
+  const auto s = kill_drill(" --set parallel.zero=3 --set checkpoint.async=true", dir);
+  EXPECT_EQ(s["restarts"], 2);
+  EXPECT_EQ(s["failures"][1]["rank"], 0);
+  EXPECT_EQ(s["failures"][1]["last_step"], 12);
+  EXPECT_EQ(s["failures"][1]["resumed_from"], 8);
+  EXPECT_TRUE(s["checkpoints"]["async"].get<bool>());
+}
+
+// Two failures before a new checkpoint (rank 1 after step 5, then rank 0 after step 6 of the
+// restarted attempt; both resume from step 4): each attempt's lost work counts once, so the job's
+// lost time is exactly from the end of step 4 (the newest checkpoint) to the start of the step 5
+// that finally stood: the two attempts' work since step 4 and their two restarts, no more.
+TEST(Supervisor, TwoFailuresBeforeANewCheckpointCountEachAttemptsLossOnce) {
+  const std::string dir = fresh_dir("supervisor_two_failures");
+  const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 6:0 -- " +
+                              train() + " --run-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto s = read_json(dir + "/summary.json");
+  ASSERT_EQ(s["restarts"], 2);
+  EXPECT_EQ(s["failures"][0]["last_step"], 5);
+  EXPECT_EQ(s["failures"][0]["resumed_from"], 4);
+  EXPECT_EQ(s["failures"][1]["last_step"], 6);
+  EXPECT_EQ(s["failures"][1]["resumed_from"], 4);
+  double step4_end = 0, step5_start = 0;  // the kept lines: step 4 of attempt 1, 5 of attempt 3
+  for (const auto& line : testing::read_metrics(dir)) {
+    if (line["step"] == 4) step4_end = line["time"].get<double>();
+    if (line["step"] == 5) step5_start = line["time"].get<double>() - line["seconds"].get<double>();
+  }
+  ASSERT_GT(step4_end, 0);
+  ASSERT_GT(step5_start, step4_end);
+  const double lost = s["lost_seconds"].get<double>();
+  EXPECT_NEAR(s["failures"][0]["lost_seconds"].get<double>() +
+                  s["failures"][1]["lost_seconds"].get<double>(),
+              lost, 1e-6);
+  // Unix times near 1.8e9 s carry ~4e-7 s of rounding per operation: a tolerance of 1e-4 s.
+  EXPECT_NEAR(lost, step5_start - step4_end, 1e-4);
+}
+
 TEST(Supervisor, AStoppedRankIsNamedWithinTheTimeoutAndTheJobRestarts) {
   const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train());
   const std::string dir = fresh_dir("supervisor_hang");
