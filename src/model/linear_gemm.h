@@ -10,7 +10,10 @@
 //                 order differs).
 //   block_scaled  op(A) as [M, K] and op(B)^T as [N, K] quantised with the pass's rules along K
 //                 (precision/block_scaling.h), multiplied by precision::scaled_gemm (bitwise the
-//                 kernel definition), then C = alpha * product + beta * C in fp32.
+//                 kernel definition), then C = alpha * product + beta * C in fp32. With the
+//                 recipe's wgrad_hadamard, the wgrad pass first multiplies both operands' K
+//                 blocks by one random Hadamard matrix (precision/hadamard.h; K zero-padded to
+//                 its size), whose signs depend only on the run's seed.
 // Weights: a recipe other than fp32 keeps a bf16 compute copy of the fp32 master parameters
 // (attach_weights; memory category `parameters`, 2 bytes per parameter, as plan/ counts it),
 // refreshed from the master before each step and each evaluation; the GEMMs read a weight
@@ -23,10 +26,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/memory.h"
+#include "precision/hadamard.h"
 #include "precision/recipe.h"
 
 namespace trillion {
@@ -35,7 +40,7 @@ struct ParallelContext;
 
 class LinearPrecision {
  public:
-  LinearPrecision(const precision::Recipe& recipe, uint64_t seed) : recipe_(recipe), seed_(seed) {}
+  LinearPrecision(const precision::Recipe& recipe, uint64_t seed);
   const precision::Recipe& recipe() const { return recipe_; }
   // Restarts the stochastic-rounding stream for optimizer step `step` (call before its first
   // micro-batch).
@@ -62,8 +67,9 @@ class LinearPrecision {
   void bf16_gemm_onednn(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
                         const Tensor& B, double alpha, double beta) const;
 
-  const precision::Recipe& recipe_;
+  precision::Recipe recipe_;
   uint64_t seed_;
+  std::optional<precision::RandomHadamard> wgrad_rht_;  // when recipe_.wgrad_hadamard > 0
   const Buffer* master_ = nullptr;
   Buffer copy_;  // bf16, same layout as *master_
   int64_t step_ = 0, calls_ = 0;

@@ -126,8 +126,11 @@ struct GuardConfig {
 
 // [precision]: the recipe of the blocks' linear layers (precision/recipe.h): fp32 (the engine's
 // dtype, bit for bit), bf16, fp8, mxfp4 or nvfp4. Master weights and Adam moments stay fp32.
+// wgrad_hadamard: the random Hadamard transform size on the wgrad inputs (precision/hadamard.h),
+// 0 = off; parsing resolves an absent key to the recipe's own (nvfp4: 16, others 0).
 struct PrecisionConfig {
   std::string recipe = "fp32";
+  int64_t wgrad_hadamard = -1;  // precision::kRecipeDefault until resolved
 };
 
 struct RunConfig {
