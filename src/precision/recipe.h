@@ -15,10 +15,10 @@
 //          scale; weights in 16x16 2-D blocks so W and W^T quantise alike; gradients rounded
 //          stochastically; a 16x16 random Hadamard transform on both wgrad inputs along K
 //          (precision/hadamard.h), not on forward and dgrad, as the paper applies it.
-// mxfp4 has no Hadamard transform by default: Tseng et al. run MXFP4 in the backward pass only
-// (forward in BF16/FP8) with the transform on its GEMMs, another recipe; [precision] wgrad_hadamard
-// turns the wgrad transform on for any block-scaled recipe (docs/precision.md has the measured
-// effect).
+// mxfp4 has no Hadamard transform by default: measured on Brown it raised the final loss (+0.7%
+// at seed 1) although one GEMM's error with outlier tokens fell (docs/precision.md); Tseng et
+// al. run MXFP4 in the backward pass only, with their transform in it: another recipe.
+// [precision] wgrad_hadamard turns it on for any block-scaled recipe.
 // Invariant: tile_cols of the two operands of a pass are equal (the K block, the accumulation
 // interval of the emulated kernel, precision/scaled_gemm.h).
 #pragma once
