@@ -1,7 +1,8 @@
 // `trillion bench`: measured performance, always as a ratio against a reference measured in the
 // same run (never against a datasheet number).
 //   bench gemm  — fp32 GEMM peak of this machine with the engine's BLAS and thread count;
-//                 --dtype fp8/mxfp4/nvfp4: the emulated block-scaled GEMM (bench_precision.h);
+//                 --dtype bf16 (oneDNN) or fp8/mxfp4/nvfp4 (emulated): error and speed vs fp32
+//                 (bench_precision.h);
 //   bench step  — forward + backward + optimizer of a config: tokens/s and MFU against that peak;
 //   bench allreduce — all-reduce algorithms under emulated slow links against the alpha-beta
 //                 model (the reference is the model; see bench_allreduce.h).
@@ -322,9 +323,11 @@ int bench_command(int argc, char** argv) {
   int reps = 5;
   std::string gemm_dtype = "fp32";
   auto* gemm = app.add_subcommand(
-      "gemm", "GEMM peak with the engine's BLAS and threads; emulated FP8/FP4 with --dtype");
+      "gemm",
+      "GEMM peak with the engine's BLAS and threads; bf16 and emulated FP8/FP4 with --dtype");
   gemm->add_option("--dtype", gemm_dtype,
-                   "fp32, or an emulated block-scaled GEMM: fp8, fp8-e5m2, mxfp4, nvfp4")
+                   "fp32; bf16 (oneDNN where the CPU has native bf16); or an emulated "
+                   "block-scaled GEMM: fp8, fp8-e5m2, mxfp4, nvfp4")
       ->capture_default_str();
   gemm->add_option("--size", size, "matrix size (square)")->check(CLI::Range(64, 16384));
   gemm->add_option("--reps", reps, "timed repetitions (best is reported)")

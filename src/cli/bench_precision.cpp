@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "backend/cpu/onednn_bf16.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/timer.h"
@@ -41,14 +43,16 @@ Tiles recipe_tiles(const std::string& dtype) {
     return {{MiniFormat::e2m1, Scaling::kNvfp4, 1, 16, nullptr},
             {MiniFormat::e2m1, Scaling::kNvfp4, 1, 16, nullptr}};
   }
-  throw Error(
-      fmt::format("bench gemm --dtype '{}': expected fp32, fp8, fp8-e5m2, mxfp4 or nvfp4", dtype));
+  throw Error(fmt::format(
+      "bench gemm --dtype '{}': expected fp32, bf16, fp8, fp8-e5m2, mxfp4 or nvfp4", dtype));
 }
 
 }  // namespace
 
 int bench_precision_gemm(const std::string& dtype, int64_t size, int reps, bool json) {
-  const Tiles tiles = recipe_tiles(dtype);
+  const bool is_bf16 = dtype == "bf16";
+  const Tiles tiles = is_bf16 ? Tiles{} : recipe_tiles(dtype);
+  const bool native_bf16 = is_bf16 && onednn_bf16_available();
   const int64_t n = size;
   const Philox rng(1, "bench-precision-gemm");
   std::vector<float> a(n * n), b(n * n), ref(n * n), out(n * n);
@@ -56,15 +60,35 @@ int bench_precision_gemm(const std::string& dtype, int64_t size, int reps, bool 
     a[i] = static_cast<float>(rng.normal(i));
     b[i] = 0.02f * static_cast<float>(rng.normal(n * n + i));
   }
+  // bf16: both operands rounded (nearest even) once, outside the timing, as training keeps its
+  // weights in bf16; the timed GEMM is oneDNN's bf16 matmul or, without native bf16, the fp32
+  // GEMM of the rounded values (the exact emulation).
+  std::vector<bf16> a16, b16;
+  std::vector<float> a_rounded, b_rounded;
+  if (is_bf16) {
+    a16.resize(n * n), b16.resize(n * n), a_rounded.resize(n * n), b_rounded.resize(n * n);
+    for (int64_t i = 0; i < n * n; ++i) {
+      a16[i] = float_to_bf16(a[i]), b16[i] = float_to_bf16(b[i]);
+      a_rounded[i] = bf16_to_float(a16[i]), b_rounded[i] = bf16_to_float(b16[i]);
+    }
+  }
   const int ni = static_cast<int>(n);
-  auto fp32 = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, ni, ni, 1.0f, a.data(), ni, b.data(),
-                ni, 0.0f, ref.data(), ni);
+  auto sgemm = [&](const float* x, const float* y, float* c) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ni, ni, ni, 1.0f, x, ni, y, ni, 0.0f, c,
+                ni);
   };
-  auto emulated = [&] {
-    const auto qa = precision::quantize(a.data(), n, n, n, tiles.act);
-    const auto qb = precision::quantize(b.data(), n, n, n, tiles.weight);
-    precision::scaled_gemm(qa, qb, out.data());
+  auto fp32 = [&] { sgemm(a.data(), b.data(), ref.data()); };
+  auto low_precision = [&] {
+    if (native_bf16) {
+      onednn_bf16_gemm(false, true, n, n, n, a16.data(), n, b16.data(), n, 1.0f, 0.0f, out.data(),
+                       n);
+    } else if (is_bf16) {
+      sgemm(a_rounded.data(), b_rounded.data(), out.data());
+    } else {
+      const auto qa = precision::quantize(a.data(), n, n, n, tiles.act);
+      const auto qb = precision::quantize(b.data(), n, n, n, tiles.weight);
+      precision::scaled_gemm(qa, qb, out.data());
+    }
   };
   auto best = [&](auto&& f) {
     f();  // warm-up
@@ -76,7 +100,7 @@ int bench_precision_gemm(const std::string& dtype, int64_t size, int reps, bool 
     }
     return t;
   };
-  const double t32 = best(fp32), tq = best(emulated);
+  const double t32 = best(fp32), tq = best(low_precision);
   double max_rel = 0, err2 = 0, ref2 = 0, ref_max = 0;
   for (int64_t i = 0; i < n * n; ++i) ref_max = std::max(ref_max, std::fabs(double(ref[i])));
   for (int64_t i = 0; i < n * n; ++i) {
@@ -85,9 +109,16 @@ int bench_precision_gemm(const std::string& dtype, int64_t size, int reps, bool 
     max_rel = std::max(max_rel, std::fabs(e) / ref_max);
   }
   const double flops = 2.0 * n * n * n, rms = std::sqrt(err2 / ref2);
+  const std::string path = native_bf16 ? "onednn" : "emulated";
+  std::string how = "emulated (quantise + block-scaled product)";
+  if (native_bf16) how = "oneDNN bf16 matmul (" + onednn_bf16_status() + ")";
+  if (is_bf16 && !native_bf16) {
+    how = "emulated: bf16-rounded operands through the fp32 GEMM (" + onednn_bf16_status() + ")";
+  }
   if (json) {
     std::printf("%s\n", nlohmann::json{{"dtype", dtype},
                                        {"size", size},
+                                       {"path", path},
                                        {"gflops", flops / tq / 1e9},
                                        {"fp32_gflops", flops / t32 / 1e9},
                                        {"time_vs_fp32", tq / t32},
@@ -97,11 +128,10 @@ int bench_precision_gemm(const std::string& dtype, int64_t size, int reps, bool 
                             .c_str());
   } else {
     std::printf(
-        "%s GEMM %lld^3, emulated (quantise + block-scaled product): %.1f GFLOP/s, %.2fx the "
-        "fp32 GEMM's time (%.1f GFLOP/s, same run)\nerror vs fp32: RMS relative %.4f, max %.4f "
-        "of the largest output\n",
-        dtype.c_str(), static_cast<long long>(size), flops / tq / 1e9, tq / t32, flops / t32 / 1e9,
-        rms, max_rel);
+        "%s GEMM %lld^3, %s: %.1f GFLOP/s, %.2fx the fp32 GEMM's time (%.1f GFLOP/s, same "
+        "run)\nerror vs fp32: RMS relative %.4f, max %.4f of the largest output\n",
+        dtype.c_str(), static_cast<long long>(size), how.c_str(), flops / tq / 1e9, tq / t32,
+        flops / t32 / 1e9, rms, max_rel);
   }
   return 0;
 }

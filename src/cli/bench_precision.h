@@ -1,8 +1,12 @@
-// `trillion bench gemm --dtype fp8|fp8-e5m2|mxfp4|nvfp4`: the emulated block-scaled GEMM
-// (precision/scaled_gemm.h) of an activation-shaped A [M, K] and a weight B [N, K] with each
-// recipe's tiles, timed (quantisation included) next to the fp32 GEMM of the same inputs in the
-// same run, and its error against that fp32 product (max and RMS relative); and the same error
-// for a training recipe's linear GEMM (bench step).
+// `trillion bench gemm --dtype bf16|fp8|fp8-e5m2|mxfp4|nvfp4`: a low-precision GEMM of an
+// activation-shaped A [M, K] and a weight B [N, K], timed next to the fp32 GEMM of the same
+// inputs in the same run, and its error against that fp32 product (max and RMS relative).
+//   bf16   oneDNN's bf16 matmul where the CPU has native bf16 (backend/cpu/onednn_bf16.h), the
+//          operands rounded once beforehand; elsewhere "emulated": the fp32 GEMM of the rounded
+//          operands (same numbers up to the accumulation order, fp32 speed).
+//   others the emulated block-scaled GEMM (precision/scaled_gemm.h) with each recipe's tiles,
+//          quantisation included in the time.
+// And the same error for a training recipe's linear GEMM (bench step).
 #pragma once
 
 #include <cstdint>

@@ -63,6 +63,13 @@ precision::QuantizeOptions options_of(const OperandRule& rule, const Philox* rng
 
 }  // namespace
 
+LinearPrecision::LinearPrecision(const precision::Recipe& recipe, uint64_t seed)
+    : recipe_(recipe), seed_(seed) {
+  if (recipe_.rounding == precision::Rounding::block_scaled && recipe_.wgrad_hadamard > 0) {
+    wgrad_rht_.emplace(recipe_.wgrad_hadamard, seed);
+  }
+}
+
 void LinearPrecision::attach_weights(const Buffer& master, MemoryTracker& tracker) {
   TRILLION_CHECK(master.dtype() == DType::f32, "a precision recipe needs fp32 master weights");
   master_ = &master;
@@ -97,9 +104,8 @@ std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {
   return out;
 }
 
-void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb,
-                                       const Tensor& A, const Tensor& B, double alpha,
-                                       double beta) const {
+void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                                       const Tensor& B, double alpha, double beta) const {
   const int64_t M = C.size(0), N = C.size(1), K = ta ? A.size(0) : A.size(1);
   TRILLION_CHECK((tb ? B.size(1) : B.size(0)) == K && (ta ? A.size(1) : A.size(0)) == M &&
                      (tb ? B.size(0) : B.size(1)) == N,
@@ -141,16 +147,25 @@ void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool t
   }
   // op(A) [M, K] as stored rows when not transposed; op(B)^T [N, K] is B itself when tb.
   std::vector<float> a_copy, b_copy, b_weights;
-  const RowsAlongK a = rows_along_k(A, ta, a_copy);
+  RowsAlongK a = rows_along_k(A, ta, a_copy);
   Tensor b_source = B;
   if (pass != GemmPass::wgrad) {  // B is a weight: its bf16 values
     b_weights = weight_values(B);
     b_source = Tensor(b_weights.data(), DType::f32, {B.size(0), B.size(1)});
   }
-  const RowsAlongK b = rows_along_k(b_source, !tb, b_copy);
+  RowsAlongK b = rows_along_k(b_source, !tb, b_copy);
   TRILLION_CHECK(a.k == b.k && a.rows == C.size(0) && b.rows == C.size(1),
                  fmt::format("linear_gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
                              C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));
+  // NVFP4's wgrad inputs: (dy^T R)(x^T R)^T = dy^T x, with the outliers along the tokens spread.
+  std::vector<float> a_rht, b_rht;
+  if (pass == GemmPass::wgrad && wgrad_rht_) {
+    const int64_t kp = wgrad_rht_->padded(a.k);
+    wgrad_rht_->apply(a.data, a.rows, a.k, a.ld, a_rht);
+    wgrad_rht_->apply(b.data, b.rows, b.k, b.ld, b_rht);
+    a = {a_rht.data(), a.rows, kp, kp};
+    b = {b_rht.data(), b.rows, kp, kp};
+  }
   const precision::Recipe& r = recipe_;
   const OperandRule& rule_a = pass == GemmPass::forward ? r.activation : r.gradient;
   const OperandRule& rule_b = pass == GemmPass::wgrad ? r.activation : r.weight;

@@ -10,7 +10,10 @@
 //                 order differs).
 //   block_scaled  op(A) as [M, K] and op(B)^T as [N, K] quantised with the pass's rules along K
 //                 (precision/block_scaling.h), multiplied by precision::scaled_gemm (bitwise the
-//                 kernel definition), then C = alpha * product + beta * C in fp32.
+//                 kernel definition), then C = alpha * product + beta * C in fp32. With the
+//                 recipe's wgrad_hadamard, the wgrad pass first multiplies both operands' K
+//                 blocks by one random Hadamard matrix (precision/hadamard.h; K zero-padded to
+//                 its size), whose signs depend only on the run's seed.
 // Weights: a recipe other than fp32 reads bf16 weights (the low-precision recipes quantise those
 // bf16 values, as DeepSeek-V3's Figure 6 casts BF16 weights to FP8). In training the ZeRO store
 // keeps the bf16 copy and binds every unit to its fp32-widened values (parallel/mixed_weights.h),
@@ -25,10 +28,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
 #include "core/memory.h"
+#include "precision/hadamard.h"
 #include "precision/recipe.h"
 
 namespace trillion {
@@ -37,7 +42,7 @@ struct ParallelContext;
 
 class LinearPrecision {
  public:
-  LinearPrecision(const precision::Recipe& recipe, uint64_t seed) : recipe_(recipe), seed_(seed) {}
+  LinearPrecision(const precision::Recipe& recipe, uint64_t seed);
   const precision::Recipe& recipe() const { return recipe_; }
   // Restarts the stochastic-rounding stream for optimizer step `step` (call before its first
   // micro-batch).
@@ -64,8 +69,9 @@ class LinearPrecision {
   void bf16_gemm_onednn(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
                         const Tensor& B, double alpha, double beta) const;
 
-  const precision::Recipe& recipe_;
+  precision::Recipe recipe_;
   uint64_t seed_;
+  std::optional<precision::RandomHadamard> wgrad_rht_;  // when recipe_.wgrad_hadamard > 0
   const Buffer* master_ = nullptr;
   Buffer copy_;  // bf16, same layout as *master_
   int64_t step_ = 0, calls_ = 0;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "precision/hadamard.h"
 
 namespace trillion::precision {
 
@@ -25,6 +26,7 @@ std::vector<Recipe> make_recipes() {
   nv.activation = {MiniFormat::e2m1, Scaling::kNvfp4, 1, 16, false};
   nv.weight = {MiniFormat::e2m1, Scaling::kNvfp4, 16, 16, false};
   nv.gradient = {MiniFormat::e2m1, Scaling::kNvfp4, 1, 16, true};
+  nv.wgrad_hadamard = 16;
   return {fp32, bf16, fp8, mx, nv};
 }
 
@@ -51,6 +53,20 @@ const Recipe& recipe_named(const std::string& name) {
   std::string names;
   for (const std::string& n : recipe_names()) names += (names.empty() ? "" : ", ") + n;
   throw Error(fmt::format("unknown precision recipe '{}' (recipes: {})", name, names));
+}
+
+Recipe recipe_with(const std::string& name, int64_t wgrad_hadamard) {
+  Recipe r = recipe_named(name);
+  if (wgrad_hadamard == kRecipeDefault) return r;
+  if (wgrad_hadamard != 0 && r.rounding != Rounding::block_scaled) {
+    throw Error(fmt::format(
+        "wgrad_hadamard = {} needs a block-scaled recipe (fp8, mxfp4, nvfp4), but '{}' rounds "
+        "element by element; set it to 0",
+        wgrad_hadamard, name));
+  }
+  if (wgrad_hadamard != 0) RandomHadamard(wgrad_hadamard, 0);  // throws for a bad size
+  r.wgrad_hadamard = wgrad_hadamard;
+  return r;
 }
 
 std::string planner_precision(const Recipe& r) {

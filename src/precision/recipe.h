@@ -13,7 +13,12 @@
 //          the rounding bias of 4-bit gradients stalls training).
 //   nvfp4  NVIDIA NVFP4 (2509.25149): E2M1 in 1x16 blocks with E4M3 scales and an fp32 tensor
 //          scale; weights in 16x16 2-D blocks so W and W^T quantise alike; gradients rounded
-//          stochastically.
+//          stochastically; a 16x16 random Hadamard transform on both wgrad inputs along K
+//          (precision/hadamard.h), not on forward and dgrad, as the paper applies it.
+// mxfp4 has no Hadamard transform by default: measured on Brown it raised the final loss (+0.7%
+// at seed 1) although one GEMM's error with outlier tokens fell (docs/precision.md); Tseng et
+// al. run MXFP4 in the backward pass only, with their transform in it: another recipe.
+// [precision] wgrad_hadamard turns it on for any block-scaled recipe.
 // Invariant: tile_cols of the two operands of a pass are equal (the K block, the accumulation
 // interval of the emulated kernel, precision/scaled_gemm.h).
 #pragma once
@@ -46,11 +51,20 @@ struct Recipe {
   // Bytes per parameter of the compute copy of the weights (plan/'s weight bytes): 4 for fp32
   // (the master is the compute copy), 2 otherwise (bf16 weights beside the fp32 master).
   int weight_bytes = 4;
+  // The size of the random Hadamard transform applied to both wgrad operands along K before
+  // quantisation (precision/hadamard.h); 0: none. Block-scaled recipes only.
+  int64_t wgrad_hadamard = 0;
 };
 
 // The recipe called `name`; throws Error listing the names otherwise.
 const Recipe& recipe_named(const std::string& name);
 const std::vector<std::string>& recipe_names();  // fp32, bf16, fp8, mxfp4, nvfp4
+
+// recipe_named(name) with wgrad_hadamard replaced (kRecipeDefault: the recipe's own). Throws
+// Error for a size RandomHadamard refuses, or a non-zero size on a recipe that rounds element
+// by element (fp32, bf16: there is no block for the transform to spread an outlier over).
+constexpr int64_t kRecipeDefault = -1;
+Recipe recipe_with(const std::string& name, int64_t wgrad_hadamard);
 
 // The planner's precision (plan/hardware.h: bf16, fp16, fp8, fp4) a recipe's GEMMs run at:
 // fp32 -> "" (no planner precision: the planner models mixed precision only), bf16 -> bf16,

@@ -537,11 +537,19 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   SectionReader pr(root["precision"].as_table(), "precision", source);
   pr.read("recipe", rc.precision.recipe);
   pr.read("grad_dtype", rc.precision.grad_dtype);
+  rc.precision.wgrad_hadamard = precision::kRecipeDefault;
+  pr.read("wgrad_hadamard", rc.precision.wgrad_hadamard);
   pr.reject_unknown();
   try {
     precision::recipe_named(rc.precision.recipe);
   } catch (const Error& e) {
     throw Error(fmt::format("{}: precision.recipe: {}", source, e.what()));
+  }
+  try {
+    rc.precision.wgrad_hadamard =
+        precision::recipe_with(rc.precision.recipe, rc.precision.wgrad_hadamard).wgrad_hadamard;
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: precision.{}", source, e.what()));
   }
   if (rc.precision.recipe != "fp32" && rc.model.dtype != DType::f32) {
     throw Error(fmt::format(
@@ -775,6 +783,12 @@ std::string to_toml(const RunConfig& c) {
                     {"max_rollbacks", g.max_rollbacks},
                     {"replica_check_every", g.replica_check_every}};
   toml::table precision{{"recipe", c.precision.recipe}, {"grad_dtype", c.precision.grad_dtype}};
+  // Written only when it differs from the recipe's, so --set precision.recipe=... on a resolved
+  // config gets the new recipe's transform.
+  if (c.precision.wgrad_hadamard != precision::kRecipeDefault &&
+      c.precision.wgrad_hadamard != precision::recipe_named(c.precision.recipe).wgrad_hadamard) {
+    precision.insert("wgrad_hadamard", c.precision.wgrad_hadamard);
+  }
   toml::table checkpoint{{"async", c.checkpoint.async},
                          {"write_buffer_mb", c.checkpoint.write_buffer_mb}};
   toml::table root{

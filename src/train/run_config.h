@@ -129,9 +129,12 @@ struct GuardConfig {
 // grad_dtype: the gradients kept between passes and reduced over dp, fp32 (default: 18
 // bytes/parameter with a recipe, Megatron's fp32 main gradients) or bf16 (16 bytes/parameter,
 // ZeRO §3.1; parallel/bf16_gradients.h).
+// wgrad_hadamard: the random Hadamard transform size on the wgrad inputs (precision/hadamard.h),
+// 0 = off; parsing resolves an absent key to the recipe's own (nvfp4: 16, others 0).
 struct PrecisionConfig {
   std::string recipe = "fp32";
   std::string grad_dtype = "fp32";
+  int64_t wgrad_hadamard = -1;  // precision::kRecipeDefault until resolved
 };
 
 // [checkpoint]: how checkpoints are written (train.checkpoint_every says when). Synchronous by

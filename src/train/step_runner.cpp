@@ -255,7 +255,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
   if (config.precision.recipe != "fp32") {
     precision_ = std::make_unique<LinearPrecision>(
-        precision::recipe_named(config.precision.recipe), config.train.seed);
+        precision::recipe_with(config.precision.recipe, config.precision.wgrad_hadamard),
+        config.train.seed);
     ctx_.precision = precision_.get();
   }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.

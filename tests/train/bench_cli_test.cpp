@@ -3,6 +3,8 @@
 // with tp 2), bench attention.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <map>
 
 #include "cli_util.h"
@@ -92,5 +94,39 @@ TEST(BenchCli, EmulatedLowPrecisionGemmReportsItsErrorVsFp32) {
   EXPECT_LT(rms["nvfp4"], rms["mxfp4"]);
   const auto bad = run_trillion("bench gemm --dtype int3");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
-  EXPECT_NE(bad.output.find("--dtype 'int3': expected fp32, fp8"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("--dtype 'int3': expected fp32, bf16, fp8"), std::string::npos)
+      << bad.output;
+}
+
+// bf16 through oneDNN where the CPU has native bf16 ("emulated" otherwise, and with
+// TRILLION_ONEDNN=0). bf16 keeps 8 significant bits: rounding an operand to nearest has relative
+// error at most u = 2^-8, a product of two rounded operands at most 2u (+u^2), and so does each
+// output relative to the sum of its |products|. Over a random GEMM the RMS relative error is
+// about 0.6u (uniform rounding errors: sqrt(2) * u / sqrt(3) * E[1/x^2]^(1/2) over a binade),
+// far above fp32's 2^-24 and below u; oneDNN and the emulation differ only in the fp32
+// accumulation order, so they report the same error to a few percent.
+TEST(BenchCli, Bf16GemmErrorIsWithinTheBf16Bound) {
+  auto run = [](bool allow_onednn) {
+    if (!allow_onednn) setenv("TRILLION_ONEDNN", "0", 1);
+    const auto r = run_trillion("bench gemm --size 256 --reps 1 --json --dtype bf16", false);
+    unsetenv("TRILLION_ONEDNN");
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    return nlohmann::json::parse(r.output);
+  };
+  const auto native = run(true), emulated = run(false);
+  EXPECT_EQ(emulated["path"], "emulated");
+  const double u = std::ldexp(1.0, -8);
+  for (const auto& j : {native, emulated}) {
+    EXPECT_EQ(j["dtype"], "bf16");
+    EXPECT_GT(j["gflops"].get<double>(), 0);
+    const double rms = j["rms_rel_error"].get<double>();
+    EXPECT_GT(rms, u / 4) << j["path"];
+    EXPECT_LT(rms, u) << j["path"];
+    EXPECT_LT(j["max_error_rel_to_max"].get<double>(), 2 * u) << j["path"];
+  }
+  EXPECT_NEAR(native["rms_rel_error"].get<double>(), emulated["rms_rel_error"].get<double>(),
+              0.05 * emulated["rms_rel_error"].get<double>());
+  std::printf("bf16 GEMM 256^3: path %s, RMS relative %.5f (emulated %.5f)\n",
+              native["path"].get<std::string>().c_str(), native["rms_rel_error"].get<double>(),
+              emulated["rms_rel_error"].get<double>());
 }

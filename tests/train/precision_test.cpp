@@ -80,6 +80,27 @@ TEST(PrecisionConfig, RecipesAreValidatedWithClearMessages) {
   EXPECT_TRUE(has(e, "optim.name = 'lamb' (use adamw)")) << e;
   e = error_of(model + "[guard]\nreplica_check_every = 5\n[precision]\nrecipe = \"bf16\"\n");
   EXPECT_TRUE(has(e, "set guard.replica_check_every = 0 or use recipe fp32")) << e;
+  // The wgrad Hadamard transform: the recipe's own unless set; a power of two, block-scaled only.
+  auto hadamard = [&](const std::string& precision) {
+    return parse_run_config(model + "[precision]\n" + precision, "run.toml", {})
+        .precision.wgrad_hadamard;
+  };
+  EXPECT_EQ(hadamard("recipe = \"nvfp4\"\n"), 16);
+  EXPECT_EQ(hadamard("recipe = \"mxfp4\"\n"), 0);
+  EXPECT_EQ(hadamard("recipe = \"nvfp4\"\nwgrad_hadamard = 0\n"), 0);
+  EXPECT_EQ(hadamard("recipe = \"mxfp4\"\nwgrad_hadamard = 32\n"), 32);
+  e = error_of(model + "[precision]\nrecipe = \"nvfp4\"\nwgrad_hadamard = 12\n");
+  EXPECT_TRUE(has(e, "run.toml: precision.") && has(e, "size 12: expected a power of two")) << e;
+  e = error_of(model + "[precision]\nrecipe = \"bf16\"\nwgrad_hadamard = 16\n");
+  EXPECT_TRUE(has(e, "needs a block-scaled recipe") && has(e, "set it to 0")) << e;
+  // Only a value other than the recipe's is written: --set precision.recipe on a resolved
+  // config then gets the new recipe's transform.
+  const std::string off = to_toml(
+      parse_run_config(model + "[precision]\nrecipe = \"nvfp4\"\nwgrad_hadamard = 0\n", "r", {}));
+  EXPECT_TRUE(has(off, "wgrad_hadamard = 0")) << off;
+  EXPECT_EQ(parse_run_config(off, "r", {}).precision.wgrad_hadamard, 0);
+  EXPECT_FALSE(has(to_toml(parse_run_config(model + "[precision]\nrecipe = \"nvfp4\"\n", "r", {})),
+                   "wgrad_hadamard"));
   // The resolved config names the recipe (what a run directory records and --resume reads).
   EXPECT_TRUE(has(to_toml(parse_run_config(model + "[precision]\nrecipe = \"fp8\"\n", "r", {})),
                   "[precision]\ngrad_dtype = 'fp32'\nrecipe = 'fp8'"));

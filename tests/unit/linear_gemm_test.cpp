@@ -170,6 +170,46 @@ TEST(LinearGemm, BlockScaledPassesAreTheReferenceKernelBitwise) {
   }
 }
 
+// nvfp4's random Hadamard transform is on wgrad only: forward and dgrad equal the recipe without
+// it bitwise; wgrad is the reference kernel on the transformed, quantised operands (the
+// gradient's stochastic rounding turned off here so the oracle can quantise alike).
+TEST(LinearGemm, Nvfp4TransformsTheWgradInputsOnly) {
+  Fixture f;
+  const int64_t N = 100, I = 48, O = 40;  // N (wgrad's K) not a multiple of 16: zero padding
+  std::vector<float> x = gaussian(N * I, 15), w = bf16_rounded(gaussian(O * I, 16, 0.05f));
+  std::vector<float> dy = gaussian(N * O, 17, 1e-3f);
+  precision::Recipe with = recipe_named("nvfp4");
+  with.gradient.stochastic = false;
+  precision::Recipe without = with;
+  without.wgrad_hadamard = 0;
+  ASSERT_EQ(with.wgrad_hadamard, 16);
+  LinearPrecision lp(with, 9), plain(without, 9);
+  std::vector<float> y(N * O), y_plain(N * O), dx(N * I), dx_plain(N * I);
+  lp.gemm(*f.be, GemmPass::forward, view(y, N, O), false, true, view(x, N, I), view(w, O, I), 1, 0);
+  plain.gemm(*f.be, GemmPass::forward, view(y_plain, N, O), false, true, view(x, N, I),
+             view(w, O, I), 1, 0);
+  EXPECT_EQ(y, y_plain);
+  lp.gemm(*f.be, GemmPass::dgrad, view(dx, N, I), false, false, view(dy, N, O), view(w, O, I), 1,
+          0);
+  plain.gemm(*f.be, GemmPass::dgrad, view(dx_plain, N, I), false, false, view(dy, N, O),
+             view(w, O, I), 1, 0);
+  EXPECT_EQ(dx, dx_plain);
+  std::vector<float> dw(O * I), dw_plain(O * I);
+  lp.gemm(*f.be, GemmPass::wgrad, view(dw, O, I), true, false, view(dy, N, O), view(x, N, I), 1, 0);
+  plain.gemm(*f.be, GemmPass::wgrad, view(dw_plain, O, I), true, false, view(dy, N, O),
+             view(x, N, I), 1, 0);
+  EXPECT_NE(dw, dw_plain);
+  const precision::RandomHadamard rht(16, 9);
+  std::vector<float> ta, tb;
+  rht.apply(transposed(dy, N, O).data(), O, N, N, ta);
+  rht.apply(transposed(x, N, I).data(), I, N, N, tb);
+  const auto qa = precision::quantize(ta.data(), O, 112, 112, options(with.gradient));
+  const auto qb = precision::quantize(tb.data(), I, 112, 112, options(with.activation));
+  std::vector<float> ref(O * I);
+  precision::scaled_gemm_reference(qa, qb, ref.data());
+  EXPECT_EQ(dw, ref);
+}
+
 // The GEMM error of each recipe against fp32 on the forward pass (x ~ N(0, 1), W ~ N(0, 0.02^2)):
 // bf16 ~ 2^-9 per element, fp8 a few percent, fp4 ten to twenty percent.
 TEST(LinearGemm, ErrorVsFp32IsTheFormatsPrecision) {
