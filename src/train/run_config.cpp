@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -62,8 +63,8 @@ void check_tensor_parallel(const RunConfig& rc, const std::string& source) {
   const ModelConfig& m = rc.model;
   auto divides = [&](const char* key, int64_t v, const char* fix) {
     if (v % tp != 0) {
-      throw Error(fmt::format("{}: parallel.tp = {} does not divide {} = {}; {}", source, tp, key,
-                              v, fix));
+      throw Error(
+          fmt::format("{}: parallel.tp = {} does not divide {} = {}; {}", source, tp, key, v, fix));
     }
   };
   divides("model.n_heads", m.n_heads, "choose a tp that divides the attention heads");
@@ -200,6 +201,39 @@ void apply_override(toml::table& root, const std::string& assignment, const std:
   }
 }
 
+// The keys that have an old name (issue 15 names them [checkpoint] interval and keep).
+constexpr std::pair<const char*, const char*> kRenamed[] = {
+    {"checkpoint.interval", "train.checkpoint_every"},
+    {"checkpoint.keep", "train.keep_checkpoints"}};
+constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+
+// A --set of one name of a renamed key replaces the file's value under the other name too (so a
+// resolved config.toml takes --set train.checkpoint_every); two --set of the two names are kept
+// and must agree.
+void drop_other_name(toml::table& root, const std::string& assignment,
+                     std::set<std::string>& set_keys) {
+  const std::string key = assignment.substr(0, assignment.find('='));
+  set_keys.insert(key);
+  for (const auto& [name, old_name] : kRenamed) {
+    const std::string other = key == name ? old_name : key == old_name ? name : "";
+    if (other.empty() || set_keys.contains(other)) continue;
+    const size_t dot = other.find('.');
+    if (toml::table* t = root[other.substr(0, dot)].as_table()) t->erase(other.substr(dot + 1));
+  }
+}
+
+// The value of a key that may be given under its name or its old one (kUnset: not given).
+int64_t one_of_two_names(const std::string& source, const char* name, int64_t value,
+                         const char* old_name, int64_t old_value, int64_t fallback) {
+  if (value != kUnset && old_value != kUnset && value != old_value) {
+    throw Error(
+        fmt::format("{}: {} = {} and {} = {} disagree: {} is the old name of {}; set one "
+                    "of them",
+                    source, name, value, old_name, old_value, old_name, name));
+  }
+  return value != kUnset ? value : old_value != kUnset ? old_value : fallback;
+}
+
 }  // namespace
 
 RunConfig parse_run_config(const std::string& text, const std::string& source,
@@ -212,7 +246,11 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
     throw Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column,
                             e.description()));
   }
-  for (const std::string& o : overrides) apply_override(root, o, source);
+  std::set<std::string> set_keys;
+  for (const std::string& o : overrides) {
+    apply_override(root, o, source);
+    drop_other_name(root, o, set_keys);
+  }
   for (const auto& [key, node] : root) {
     const std::string k(key.str());
     if (k != "model" && k != "train" && k != "optim" && k != "data" && k != "parallel" &&
@@ -286,8 +324,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   t.read("log_every", tc.log_every);
   t.read("eval_every", tc.eval_every);
   t.read("eval_batches", tc.eval_batches);
-  t.read("checkpoint_every", tc.checkpoint_every);
-  t.read("keep_checkpoints", tc.keep_checkpoints);
+  // The old names of checkpoint.interval and checkpoint.keep (read with [checkpoint] below).
+  int64_t old_interval = kUnset, old_keep = kUnset;
+  t.read("checkpoint_every", old_interval);
+  t.read("keep_checkpoints", old_keep);
   t.read("noise_scale_decay", tc.noise_scale_decay);
   t.read("tensorboard", tc.tensorboard);
   t.reject_unknown();
@@ -300,8 +340,6 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   at_least("train.log_every", tc.log_every, 1);
   at_least("train.eval_every", tc.eval_every, 0);
   at_least("train.eval_batches", tc.eval_batches, 1);
-  at_least("train.checkpoint_every", tc.checkpoint_every, 0);
-  at_least("train.keep_checkpoints", tc.keep_checkpoints, 1);
   if (!(tc.noise_scale_decay >= 0 && tc.noise_scale_decay < 1)) {
     throw Error(
         fmt::format("{}: train.noise_scale_decay = {} must be in [0, 1) (0.99 averages "
@@ -507,9 +545,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   at_least("guard.max_rollbacks", gc.max_rollbacks, 0);
   at_least("guard.replica_check_every", gc.replica_check_every, 0);
   if (!std::isfinite(gc.spike_zscore) || gc.spike_zscore < 0) {
-    throw Error(fmt::format("{}: guard.spike_zscore = {} must be a finite number >= 0 (0: no "
-                            "spike detection; 6 is a cautious threshold)",
-                            source, gc.spike_zscore));
+    throw Error(
+        fmt::format("{}: guard.spike_zscore = {} must be a finite number >= 0 (0: no "
+                    "spike detection; 6 is a cautious threshold)",
+                    source, gc.spike_zscore));
   }
   if (gc.on_divergence != "stop" && gc.on_divergence != "rollback") {
     throw Error(fmt::format("{}: guard.on_divergence = '{}': expected stop or rollback", source,
@@ -525,7 +564,17 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   SectionReader ck(root["checkpoint"].as_table(), "checkpoint", source);
   ck.read("async", rc.checkpoint.async);
   ck.read("write_buffer_mb", rc.checkpoint.write_buffer_mb);
+  int64_t interval = kUnset, keep = kUnset;
+  ck.read("interval", interval);
+  ck.read("keep", keep);
   ck.reject_unknown();
+  rc.checkpoint.interval =
+      one_of_two_names(source, "checkpoint.interval", interval, "train.checkpoint_every",
+                       old_interval, rc.checkpoint.interval);
+  rc.checkpoint.keep = one_of_two_names(source, "checkpoint.keep", keep, "train.keep_checkpoints",
+                                        old_keep, rc.checkpoint.keep);
+  at_least("checkpoint.interval", rc.checkpoint.interval, 0);
+  at_least("checkpoint.keep", rc.checkpoint.keep, 1);
   // 4 KiB: a page; below it the buffer costs more system calls than it saves memory.
   if (!(rc.checkpoint.write_buffer_mb >= 1.0 / 256) || !(rc.checkpoint.write_buffer_mb <= 65536)) {
     throw Error(
@@ -721,8 +770,6 @@ std::string to_toml(const RunConfig& c) {
                     {"log_every", t.log_every},
                     {"eval_every", t.eval_every},
                     {"eval_batches", t.eval_batches},
-                    {"checkpoint_every", t.checkpoint_every},
-                    {"keep_checkpoints", t.keep_checkpoints},
                     {"noise_scale_decay", t.noise_scale_decay},
                     {"tensorboard", t.tensorboard}};
   const OptimConfig& o = c.optim;
@@ -776,12 +823,10 @@ std::string to_toml(const RunConfig& c) {
                      {"fragment_pattern", di.fragment_pattern},
                      {"outer_precision", di.outer_precision}};
   const GuardConfig& g = c.guard;
-  toml::table guard{{"max_skips", g.max_skips},
-                    {"spike_zscore", g.spike_zscore},
-                    {"spike_window", g.spike_window},
-                    {"on_divergence", g.on_divergence},
-                    {"max_rollbacks", g.max_rollbacks},
-                    {"replica_check_every", g.replica_check_every}};
+  toml::table guard{
+      {"max_skips", g.max_skips},         {"spike_zscore", g.spike_zscore},
+      {"spike_window", g.spike_window},   {"on_divergence", g.on_divergence},
+      {"max_rollbacks", g.max_rollbacks}, {"replica_check_every", g.replica_check_every}};
   toml::table precision{{"recipe", c.precision.recipe}, {"grad_dtype", c.precision.grad_dtype}};
   // Written only when it differs from the recipe's, so --set precision.recipe=... on a resolved
   // config gets the new recipe's transform.
@@ -789,7 +834,9 @@ std::string to_toml(const RunConfig& c) {
       c.precision.wgrad_hadamard != precision::recipe_named(c.precision.recipe).wgrad_hadamard) {
     precision.insert("wgrad_hadamard", c.precision.wgrad_hadamard);
   }
-  toml::table checkpoint{{"async", c.checkpoint.async},
+  toml::table checkpoint{{"interval", c.checkpoint.interval},
+                         {"keep", c.checkpoint.keep},
+                         {"async", c.checkpoint.async},
                          {"write_buffer_mb", c.checkpoint.write_buffer_mb}};
   toml::table root{
       {"model", model},         {"train", train},          {"optim", optim},   {"data", data},

@@ -14,15 +14,13 @@
 namespace trillion {
 
 struct TrainConfig {
-  int64_t micro_batch = 8;       // B: sequences per micro-batch
-  int64_t grad_accum = 1;        // micro-batches per optimizer step
-  int64_t steps = 100;           // optimizer steps
-  uint64_t seed = 1234;          // parameter init and data order
-  int64_t log_every = 10;        // steps between progress lines
-  int64_t eval_every = 0;        // steps between validation passes (0: only at the end)
-  int64_t eval_batches = 8;      // micro-batches per validation pass
-  int64_t checkpoint_every = 0;  // steps between checkpoints (0: only at the end)
-  int64_t keep_checkpoints = 2;  // newest checkpoints kept on disk
+  int64_t micro_batch = 8;   // B: sequences per micro-batch
+  int64_t grad_accum = 1;    // micro-batches per optimizer step
+  int64_t steps = 100;       // optimizer steps
+  uint64_t seed = 1234;      // parameter init and data order
+  int64_t log_every = 10;    // steps between progress lines
+  int64_t eval_every = 0;    // steps between validation passes (0: only at the end)
+  int64_t eval_batches = 8;  // micro-batches per validation pass
   // The gradient noise scale's moving-average decay (optim/noise_scale.h; 0.99 averages ~100
   // steps). Measured when a step has two or more gradient estimates (dp ranks, or micro-batches
   // under ZeRO-2/3).
@@ -59,8 +57,9 @@ struct DataConfig {
 // (`schedule`, with `chunks` model chunks per rank; with pp = 1 the chunks are stages of one
 // process) and whether backward passes are split into dgrad and wgrad. tp, pp, cp and ep are
 // read so `trillion inspect` can show any layout; tp trains (Megatron-style, with sp), cp trains
-// with ring attention over the `cp_split` of each sequence (docs/context-parallel.md). train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp
-// sequences of it, so any dp trains the same run (docs/multiprocess.md).
+// with ring attention over the `cp_split` of each sequence (docs/context-parallel.md).
+// train.micro_batch is the global micro-batch: each dp rank runs micro_batch / dp sequences of it,
+// so any dp trains the same run (docs/multiprocess.md).
 struct ParallelConfig {
   int64_t dp = 1;
   int64_t tp = 1, pp = 1, cp = 1, ep = 1;
@@ -115,9 +114,9 @@ struct DilocoConfig {
 // [guard]: what a step with a non-finite loss or gradient norm, or a loss spike, does
 // (train/guard.h), and the replicas' silent-data-corruption check.
 struct GuardConfig {
-  int64_t max_skips = 5;        // consecutive skipped updates before on_divergence
-  double spike_zscore = 0;      // > 0: a loss this many standard deviations above the mean of
-                                // the last spike_window accepted losses skips its update
+  int64_t max_skips = 5;    // consecutive skipped updates before on_divergence
+  double spike_zscore = 0;  // > 0: a loss this many standard deviations above the mean of
+                            // the last spike_window accepted losses skips its update
   int64_t spike_window = 50;
   std::string on_divergence = "stop";  // stop | rollback (to the newest checkpoint)
   int64_t max_rollbacks = 3;           // rollbacks before on_divergence stops anyway
@@ -137,13 +136,16 @@ struct PrecisionConfig {
   int64_t wgrad_hadamard = -1;  // precision::kRecipeDefault until resolved
 };
 
-// [checkpoint]: how checkpoints are written (train.checkpoint_every says when). Synchronous by
-// default: training waits for the write, and a rank holds nothing beyond its state but one
-// write buffer of write_buffer_mb (its owned ranges are streamed through it). Async writes from a
-// host snapshot of the rank's owned state (one shard: parameters and both moments) on a
-// background thread while training goes on; it costs that shard of memory, which the memory plan
-// does not reserve, so it is opt-in (docs/fault-tolerance.md).
+// [checkpoint]: when checkpoints are written (interval, keep; train.checkpoint_every and
+// train.keep_checkpoints are their old names, still read) and how. Synchronous by default:
+// training waits for the write, and a rank holds nothing beyond its state but one write buffer
+// of write_buffer_mb (its owned ranges are streamed through it). Async writes from a host
+// snapshot of the rank's owned state (one shard: parameters and both moments) on a background
+// thread while training goes on; it costs that shard of memory (the memory plan's checkpoint
+// term), so it is opt-in (docs/fault-tolerance.md).
 struct CheckpointConfig {
+  int64_t interval = 0;  // steps between checkpoints (0: only at the end)
+  int64_t keep = 2;      // newest checkpoints kept on disk
   bool async = false;
   double write_buffer_mb = 64;  // MiB; the sync path's staging buffer (a shard smaller caps it)
 };

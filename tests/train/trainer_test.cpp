@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "cli_util.h"
+#include "core/error.h"
 #include "train/run_config.h"
 
 using namespace trillion;
@@ -146,4 +147,52 @@ TEST(RunConfig, ResolvedTomlRoundTrips) {
   EXPECT_EQ(to_toml(a), to_toml(b));
   EXPECT_EQ(b.optim.schedule, "wsd");
   EXPECT_EQ(b.model.head_dim, 8);
+}
+
+// Issue 15 names them [checkpoint] interval and keep; train.checkpoint_every and
+// train.keep_checkpoints are their old names, still read. Both given with different values is one
+// line; a --set of either name replaces the file's value under both (so a resolved config.toml
+// takes --set train.checkpoint_every).
+TEST(RunConfig, CheckpointIntervalAndKeepAcceptTheirOldNames) {
+  const std::string model =
+      "[model]\nvocab_size = 64\nd_model = 32\nn_layers = 1\nn_heads = 2\nffn_hidden = 64\n"
+      "seq_len = 16\n";
+  auto parse = [&](const std::string& tail, const std::vector<std::string>& set = {}) {
+    return parse_run_config(model + tail, "run.toml", set).checkpoint;
+  };
+  auto error_of = [&](const std::string& tail, const std::vector<std::string>& set = {}) {
+    try {
+      parse_run_config(model + tail, "run.toml", set);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(parse("").interval, 0);
+  EXPECT_EQ(parse("").keep, 2);
+  const CheckpointConfig named = parse("[checkpoint]\ninterval = 4\nkeep = 3\n");
+  EXPECT_EQ(named.interval, 4);
+  EXPECT_EQ(named.keep, 3);
+  const CheckpointConfig old = parse("[train]\ncheckpoint_every = 5\nkeep_checkpoints = 1\n");
+  EXPECT_EQ(old.interval, 5);
+  EXPECT_EQ(old.keep, 1);
+  EXPECT_EQ(parse("[train]\ncheckpoint_every = 4\n[checkpoint]\ninterval = 4\n").interval, 4);
+  EXPECT_EQ(error_of("[train]\ncheckpoint_every = 8\n[checkpoint]\ninterval = 4\n"),
+            "run.toml: checkpoint.interval = 4 and train.checkpoint_every = 8 disagree: "
+            "train.checkpoint_every is the old name of checkpoint.interval; set one of them");
+  EXPECT_EQ(error_of("[checkpoint]\nkeep = 2\n", {"train.keep_checkpoints=3"}), "");
+  EXPECT_EQ(error_of("", {"checkpoint.keep=2", "train.keep_checkpoints=3"}),
+            "run.toml: checkpoint.keep = 2 and train.keep_checkpoints = 3 disagree: "
+            "train.keep_checkpoints is the old name of checkpoint.keep; set one of them");
+  EXPECT_EQ(error_of("[checkpoint]\nkeep = 0\n"), "run.toml: checkpoint.keep = 0 must be >= 1");
+  EXPECT_EQ(error_of("[train]\ncheckpoint_every = -1\n"),
+            "run.toml: checkpoint.interval = -1 must be >= 0");
+  // The resolved config writes the names; an old-name --set on it replaces the value.
+  const RunConfig resolved = parse_run_config(model + "[train]\ncheckpoint_every = 5\n", "a", {});
+  const std::string text = to_toml(resolved);
+  EXPECT_NE(text.find("interval = 5\nkeep = 2\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("checkpoint_every"), std::string::npos) << text;
+  EXPECT_EQ(parse_run_config(text, "resolved", {"train.checkpoint_every=7"}).checkpoint.interval,
+            7);
+  EXPECT_EQ(parse_run_config(text, "resolved", {}).checkpoint.interval, 5);
 }
