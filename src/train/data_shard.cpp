@@ -17,8 +17,8 @@ DataShard::DataShard(const RunConfig& c, const RunDatasets& d, int dp_rank, int 
       full_tokens_(local_batch_ * c.model.seq_len),
       full_targets_(local_batch_ * c.model.seq_len) {}
 
-void DataShard::keep_own_rows(const int32_t* tokens_in, const int32_t* targets_in,
-                              int32_t* tokens, int32_t* targets) const {
+void DataShard::keep_own_rows(const int32_t* tokens_in, const int32_t* targets_in, int32_t* tokens,
+                              int32_t* targets) const {
   const int64_t Tl = static_cast<int64_t>(positions_.size());
   for (int64_t b = 0; b < local_batch_; ++b) {
     for (int64_t t = 0; t < Tl; ++t) {
@@ -29,12 +29,17 @@ void DataShard::keep_own_rows(const int32_t* tokens_in, const int32_t* targets_i
 }
 
 uint64_t DataShard::first_sample(int64_t step) const {
-  return static_cast<uint64_t>(step * grad_accum_ * micro_batch_);
+  return base_sample_ + static_cast<uint64_t>((step - base_step_) * global_batch());
+}
+
+void DataShard::resume_at(int64_t step, uint64_t next_sample) {
+  base_step_ = step;
+  base_sample_ = next_sample;
 }
 
 void DataShard::train_batch(int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) const {
-  const uint64_t first = first_sample(step) + static_cast<uint64_t>(micro * micro_batch_ +
-                                                                    dp_rank_ * local_batch_);
+  const uint64_t first =
+      first_sample(step) + static_cast<uint64_t>(micro * micro_batch_ + dp_rank_ * local_batch_);
   if (static_cast<int64_t>(positions_.size()) == seq_len_) {
     train_.batch(first, static_cast<int>(local_batch_), tokens, targets);
     return;

@@ -6,6 +6,9 @@
 // on the layout (a resumed or re-laid-out run reads exactly the same tokens). Under context
 // parallelism a rank keeps, of each of those sequences, the rows of its cp coordinate
 // (model/sequence_split.h): [B_local, T/cp] tokens and their targets.
+// A resumed run goes on at the checkpoint's next sample (resume_at), not at step x the new
+// global batch: a resume that changes train.micro_batch or train.grad_accum reads the very next
+// samples of the stream, skipping and repeating none.
 #pragma once
 
 #include <cstdint>
@@ -26,13 +29,19 @@ class DataShard {
   void train_batch(int64_t step, int64_t micro, int32_t* tokens, int32_t* targets) const;
   // This rank's part of validation micro-batch `i`.
   void validation_batch(int64_t i, int32_t* tokens, int32_t* targets) const;
-  // Global index of the first training sample of step `step` (what a checkpoint records).
+  // Global index of the first training sample after `step` steps (what a checkpoint records as
+  // its next sample): base + (step - base_step) x the global batch.
   uint64_t first_sample(int64_t step) const;
+  // The run continues after step `step` at global sample `next_sample` (a checkpoint's).
+  void resume_at(int64_t step, uint64_t next_sample);
+  int64_t global_batch() const { return micro_batch_ * grad_accum_; }
 
  private:
   data::DataLoader train_, validation_;
   int64_t micro_batch_, grad_accum_, local_batch_;
   int dp_rank_;
+  int64_t base_step_ = 0;
+  uint64_t base_sample_ = 0;
   std::vector<int64_t> positions_;  // this cp rank's positions of a sequence (all T: cp = 1)
   int64_t seq_len_;
   // Keeps this cp rank's rows of [B_local, T] tokens and targets read into the scratch.

@@ -23,9 +23,10 @@ uint64_t model_fingerprint(const TensorTable& global_table) {
   return XXH64(text.data(), text.size(), 0);
 }
 
-int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
-                               const RunConfig& config, const std::vector<CheckpointPart*>& parts,
-                               int64_t max_step) {
+CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
+                                       MemoryTracker& tracker, const RunConfig& config,
+                                       const std::vector<CheckpointPart*>& parts,
+                                       int64_t max_step) {
   std::vector<std::string> all = list_checkpoints(dir.path());
   // Zero-padded "step_N" names: the step is the number after the prefix.
   std::erase_if(all, [&](const std::string& ckpt) {
@@ -67,14 +68,14 @@ int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTrac
     runner.optimizer().set_steps_taken(reader.state().optimizer_steps);
     for (CheckpointPart* part : parts) part->load(ckpt);
     dir.event(fmt::format("resumed from {} at step {}", ckpt, reader.state().step));
-    return reader.state().step;
+    return reader.state();
   }
   if (!all.empty()) {
     throw Error(fmt::format(
         "no valid checkpoint in '{}/checkpoints' (all are corrupt; see events.log)", dir.path()));
   }
   dir.event("no checkpoint to resume from; starting at step 0");
-  return 0;
+  return {};
 }
 
 }  // namespace trillion

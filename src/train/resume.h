@@ -33,11 +33,11 @@ class CheckpointPart {
 uint64_t model_fingerprint(const TensorTable& global_table);
 
 // Loads the newest valid checkpoint (of a step <= max_step) into the runner and the parts and
-// returns its step; 0 when the run has none. Throws Error when checkpoints exist but every one
-// is corrupt.
-int64_t resume_from_checkpoint(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
-                               const RunConfig& config,
-                               const std::vector<CheckpointPart*>& parts = {},
-                               int64_t max_step = INT64_MAX);
+// returns its state (step, next data sample, ...); all zeros when the run has none. Throws Error
+// when checkpoints exist but every one is corrupt.
+CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
+                                       MemoryTracker& tracker, const RunConfig& config,
+                                       const std::vector<CheckpointPart*>& parts = {},
+                                       int64_t max_step = INT64_MAX);
 
 }  // namespace trillion

@@ -158,15 +158,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   auto backend = make_cpu_backend(tracker);
   // With [diloco] the runner trains one island (train/diloco.h); the data shard stays global.
   Islands islands(mesh, config);
-  StepRunner runner(islands.runner_config(), *backend, tracker,
-                    RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
-                               &mesh.group(comm::MeshGroup::ep),
-                               &mesh.group(comm::MeshGroup::edp),
-                               &mesh.group(comm::MeshGroup::tp),
-                               &mesh.group(comm::MeshGroup::cp),
-                               &mesh.group(comm::MeshGroup::dp_cp)});
-  const DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp),
-                        runner.context().sequence, mesh.coord().cp);
+  StepRunner runner(
+      islands.runner_config(), *backend, tracker,
+      RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp), &mesh.group(comm::MeshGroup::ep),
+                 &mesh.group(comm::MeshGroup::edp), &mesh.group(comm::MeshGroup::tp),
+                 &mesh.group(comm::MeshGroup::cp), &mesh.group(comm::MeshGroup::dp_cp)});
+  DataShard shard(config, datasets, mesh.coord().dp, static_cast<int>(pc.dp),
+                  runner.context().sequence, mesh.coord().cp);
   const int64_t tokens_per_step = runner.tokens_per_step() * islands.count();  // global
   std::unique_ptr<Diloco> diloco;
   if (islands.enabled()) {
@@ -177,17 +175,28 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   std::vector<CheckpointPart*> parts{&noise};
   if (diloco) parts.push_back(diloco.get());
 
-  const int64_t start_step =
-      opt.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts) : int64_t{0};
+  const CheckpointState resumed =
+      opt.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts) : CheckpointState{};
+  const int64_t start_step = resumed.step;
+  // The data goes on at the checkpoint's next sample, whatever the global batch is now.
+  shard.resume_at(resumed.step, resumed.next_sample);
   if (opt.stop_after_step > 0 && start_step >= opt.stop_after_step) {
-    throw Error(fmt::format("--stop-after {}: the run resumes after step {}, so that step is "
-                            "already done; pass a later step (nothing was trained)",
-                            opt.stop_after_step, start_step));
+    throw Error(
+        fmt::format("--stop-after {}: the run resumes after step {}, so that step is "
+                    "already done; pass a later step (nothing was trained)",
+                    opt.stop_after_step, start_step));
   }
   if (start_step == 0) runner.init_parameters(config.train.seed);
   if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
   if (!changes.empty()) dir.event("resumed with a changed config: " + describe(changes));
+  const uint64_t at_this_batch = static_cast<uint64_t>(start_step * shard.global_batch());
+  if (start_step > 0 && resumed.next_sample != at_this_batch) {
+    dir.event(
+        fmt::format("the data goes on at global sample {}, the checkpoint's next sample "
+                    "(step {} at this run's {} samples per step would be sample {})",
+                    resumed.next_sample, start_step, shard.global_batch(), at_this_batch));
+  }
 
   // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
   // others; the job's peak, MFU's denominator, is that times the number of processes.
@@ -210,13 +219,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
       "over pp {} ({} stage(s) on this rank); MFU counts {})",
       params, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
-      backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero, config.optim.name,
-      pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
+      backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero,
+      config.optim.name, pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
-  dir.event(fmt::format("memory plan per process: at least {}; {} available on this machine for "
-                        "{} process(es)",
-                        memory_plan.describe(), plan::format_bytes(available_memory_bytes()),
-                        local_process_count()));
+  dir.event(fmt::format(
+      "memory plan per process: at least {}; {} available on this machine for "
+      "{} process(es)",
+      memory_plan.describe(), plan::format_bytes(available_memory_bytes()), local_process_count()));
   if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
   if (pc.allreduce != "mpi" || config.emulate.sites > 1) {
     dir.event(describe_mesh_options(mesh_options(config, world.size())));
@@ -271,7 +280,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
                         {"loss", st.loss},
                         {"lr", st.lr},
                         {"grad_norm", st.grad_norm},
-                        {"tokens", step * tokens_per_step},
+                        {"tokens", shard.first_sample(step) * mc.seq_len},
+                        {"sample", shard.first_sample(step - 1)},  // the step's first
                         {"tokens_per_s", tokens_per_s},
                         {"mfu", mfu},
                         {"seconds", st.seconds},
@@ -306,14 +316,13 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     dir.metrics(line.dump());
 
     const double eta = train_seconds / steps_run * static_cast<double>(config.train.steps - step);
-    const std::string progress =
-        fmt::format("step {}/{} | loss {:.4f}{}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
-                    "MFU {} | elapsed {} | ETA {}",
-                    step, config.train.steps, st.loss,
-                    eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
-                    st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm,
-                    tokens_per_s, format_percent(mfu), format_duration(wall.seconds()),
-                    format_duration(eta));
+    const std::string progress = fmt::format(
+        "step {}/{} | loss {:.4f}{}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
+        "MFU {} | elapsed {} | ETA {}",
+        step, config.train.steps, st.loss,
+        eval_now ? fmt::format(" | val {:.4f}", val_loss) : std::string(),
+        st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm, tokens_per_s,
+        format_percent(mfu), format_duration(wall.seconds()), format_duration(eta));
     if (tty) {
       std::fprintf(stderr, "\r%-100s", progress.c_str());
       if (eval_now || step == config.train.steps) std::fprintf(stderr, "\n");
@@ -328,8 +337,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     if (flip_requested(world.rank(), step)) flip_one_bit(runner.parameters());
     std::string fault;
     if (config.guard.replica_check_every > 0 && step % config.guard.replica_check_every == 0) {
-      fault = compare_replicas(runner.parameters(), runner.data_group(),
-                               runner.expert_data_group());
+      fault =
+          compare_replicas(runner.parameters(), runner.data_group(), runner.expert_data_group());
       if (!fault.empty()) {
         fault = fmt::format("replica check after step {} (pipeline rank {}): {}", step,
                             runner.pipeline_rank(), fault);
@@ -343,9 +352,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       const std::string reason =
           !fault.empty() ? fault
           : guard.diverged()
-              ? fmt::format("training diverged: {} consecutive steps up to step {} skipped their "
-                            "update (last: {})",
-                            guard.consecutive_skips(), step, why)
+              ? fmt::format(
+                    "training diverged: {} consecutive steps up to step {} skipped their "
+                    "update (last: {})",
+                    guard.consecutive_skips(), step, why)
               : std::string("another rank found a fault or diverged (see its message)");
       // A checkpoint the run may go back to: after a divergence, one whose next step was
       // accepted (a checkpoint right before the streak may hold the update that caused it);
@@ -353,12 +363,12 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       const int64_t newest_trusted =
           diverged ? step - guard.consecutive_skips() - 1
                    : step - std::max<int64_t>(config.guard.replica_check_every, 1);
-      int64_t back = 0;
+      CheckpointState back;
       if (config.guard.on_divergence == "rollback" && rollbacks < config.guard.max_rollbacks) {
         checkpoints.drain();  // the newest checkpoint may be the one to go back to
         back = resume_from_checkpoint(dir, runner, tracker, config, parts, newest_trusted);
       }
-      if (back == 0) {
+      if (back.step == 0) {
         dir.event(reason);
         throw Error(fmt::format(
             "{}; {}. No checkpoint was written from a skipped step; the newest is in "
@@ -378,16 +388,19 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       guard.clear_streak();
       if (diverged) {
         // The batches that led there are skipped (PaLM 2204.02311 §5.1 does the same).
-        dir.event(fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; training "
-                              "goes on at step {}, so the batches of steps {}..{} are skipped",
-                              back, rollbacks, config.guard.max_rollbacks, reason, step + 1,
-                              back + 1, step));
+        dir.event(
+            fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; training "
+                        "goes on at step {}, so the batches of steps {}..{} are skipped",
+                        back.step, rollbacks, config.guard.max_rollbacks, reason, step + 1,
+                        back.step + 1, step));
       } else {
         // A hardware fault: the same batches again give the run the fault interrupted.
-        dir.event(fmt::format("rolled back to the checkpoint of step {} ({} of {}): {}; steps "
-                              "{}..{} run again",
-                              back, rollbacks, config.guard.max_rollbacks, reason, back + 1, step));
-        step = back;
+        dir.event(fmt::format(
+            "rolled back to the checkpoint of step {} ({} of {}): {}; steps "
+            "{}..{} run again",
+            back.step, rollbacks, config.guard.max_rollbacks, reason, back.step + 1, step));
+        step = back.step;
+        shard.resume_at(back.step, back.next_sample);
       }
       continue;
     }
@@ -406,14 +419,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       break;
     }
     checkpoints.poll(step);  // commits an async checkpoint once every rank's files are durable
-    if (config.train.checkpoint_every > 0 && step % config.train.checkpoint_every == 0 &&
+    if (config.checkpoint.interval > 0 && step % config.checkpoint.interval == 0 &&
         step < config.train.steps) {
       if (guard.consecutive_skips() == 0) {
         checkpoint(step);
       } else {  // never from a skip streak: the state may be what produces the non-finite steps
-        dir.event(fmt::format("checkpoint of step {} not written: the last {} step(s) skipped "
-                              "their update",
-                              step, guard.consecutive_skips()));
+        dir.event(
+            fmt::format("checkpoint of step {} not written: the last {} step(s) skipped "
+                        "their update",
+                        step, guard.consecutive_skips()));
       }
     }
     heartbeat.beat(step);
@@ -422,9 +436,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   if ((steps_run > 0 || start_step == 0) && guard.consecutive_skips() == 0) {
     checkpoint(step);
   } else if (guard.consecutive_skips() > 0) {
-    dir.event(fmt::format("final checkpoint of step {} not written: the last {} step(s) skipped "
-                          "their update",
-                          step, guard.consecutive_skips()));
+    dir.event(
+        fmt::format("final checkpoint of step {} not written: the last {} step(s) skipped "
+                    "their update",
+                    step, guard.consecutive_skips()));
   }
   checkpoints.drain();  // nothing in flight outlives the run
   if (!(config.train.eval_every > 0 && step % config.train.eval_every == 0 && steps_run > 0)) {
@@ -446,19 +461,8 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     }
   }
   const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
-  const CheckpointCosts& cc = checkpoints.costs();
-  double checkpoint_cost[6] = {cc.blocked_seconds,    cc.extra_bytes,      cc.wait_seconds,
-                               cc.background_seconds, cc.snapshot_seconds, cc.commit_seconds};
-  if (world.size() > 1) {  // the slowest rank's
-    world.all_reduce(Tensor(checkpoint_cost, DType::f64, {6}), comm::ReduceOp::max);
-  }
-  // Each rank's own extra bytes: the bound is per rank (its shard, or its write buffer).
-  std::vector<double> extra_per_rank(world.size(), 0.0);
-  extra_per_rank[world.rank()] = cc.extra_bytes;
-  if (world.size() > 1) {
-    world.all_reduce(Tensor(extra_per_rank.data(), DType::f64, {world.size()}),
-                     comm::ReduceOp::sum);
-  }
+  const nlohmann::json checkpoint_costs =
+      checkpoints.summary(steps_run > 0 ? train_seconds / steps_run : 0.0, memory_plan.checkpoint);
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
   nlohmann::json pipeline;
   if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {
@@ -479,19 +483,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"tokens_per_s",
        steps_run > 0 ? static_cast<double>(steps_run) * tokens_per_step / train_seconds : 0.0},
       {"train_seconds", train_seconds},
-      {"checkpoints",
-       {{"written", cc.written},
-        {"async", config.checkpoint.async},
-        {"seconds", checkpoint_cost[0]},
-        {"seconds_per_checkpoint", cc.written > 0 ? checkpoint_cost[0] / cc.written : 0.0},
-        {"wait_seconds", checkpoint_cost[2]},
-        {"waits", cc.waits},
-        {"background_seconds", checkpoint_cost[3]},
-        {"snapshot_seconds", checkpoint_cost[4]},
-        {"commit_seconds", checkpoint_cost[5]},
-        {"step_seconds", steps_run > 0 ? train_seconds / steps_run : 0.0},
-        {"extra_bytes", checkpoint_cost[1]},
-        {"extra_bytes_per_rank", extra_per_rank}}},
+      {"checkpoints", checkpoint_costs},
       {"params", params},
       {"activated_params", counts.activated},
       {"model_flops_per_token", mfu_flops.flops_per_token},

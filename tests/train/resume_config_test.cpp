@@ -17,8 +17,8 @@ namespace {
 
 using testing::config_path;
 using testing::fresh_dir;
-using testing::run_trillion;
 using testing::has;
+using testing::run_trillion;
 using testing::slurp;
 namespace fs = std::filesystem;
 
@@ -69,6 +69,46 @@ TEST(ConfigDiff, ResumeSaysWhatChangedAndRefusesANewShape) {
     EXPECT_GT(t, now - 3600);
     EXPECT_LE(t, now);
   }
+  fs::remove_all(dir);
+}
+
+// A resume that changes the global batch (train.grad_accum, train.micro_batch, with any dp) goes
+// on at the checkpoint's next sample: step s reads from next_sample + (s - resumed step) x the new
+// global batch, so no sample is skipped or read twice. 3 steps of 2 x 4 samples (0, 8, 16), then
+// grad_accum 1 (24, 28, 32), then dp 2 with micro_batch 8 (36, 44).
+TEST(Resume, AChangedGlobalBatchGoesOnAtTheCheckpointsNextSample) {
+  const std::string dir = fresh_dir("resume_next_sample");
+  const std::string base =
+      "train " + config_path("tiny.toml") + " --quiet --set checkpoint.interval=3 --run-dir " + dir;
+  ASSERT_EQ(
+      run_trillion(base + " --set train.steps=6 --set train.grad_accum=2 --stop-after 3").exit_code,
+      0);
+  auto state = [&](int step) {
+    return testing::read_json(dir + "/checkpoints/step_0000000" + std::to_string(step) +
+                              "/state.json")["next_sample"]
+        .get<int64_t>();
+  };
+  EXPECT_EQ(state(3), 24);
+  const auto r = run_trillion(base + " --resume --set train.steps=6 --set train.grad_accum=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(slurp(dir + "/events.log"),
+                  "the data goes on at global sample 24, the checkpoint's next sample (step 3 at "
+                  "this run's 4 samples per step would be sample 12)"))
+      << slurp(dir + "/events.log");
+  EXPECT_EQ(state(6), 36);
+  const auto two = run_trillion("launch -n 2 -- " + base +
+                                " --resume --set train.steps=8 --set train.micro_batch=8"
+                                " --set parallel.dp=2");
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  std::vector<int64_t> samples, tokens;
+  for (const auto& m : testing::read_metrics(dir)) {
+    samples.push_back(m["sample"].get<int64_t>());
+    tokens.push_back(m["tokens"].get<int64_t>());
+  }
+  EXPECT_EQ(samples, (std::vector<int64_t>{0, 8, 16, 24, 28, 32, 36, 44}));
+  // Tokens trained so far: the next sample x seq_len 32.
+  EXPECT_EQ(tokens, (std::vector<int64_t>{256, 512, 768, 896, 1024, 1152, 1408, 1664}));
+  EXPECT_EQ(testing::read_json(dir + "/checkpoints/step_00000008/state.json")["next_sample"], 52);
   fs::remove_all(dir);
 }
 
