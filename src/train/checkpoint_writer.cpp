@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/file_io.h"
+#include "train/memory_check.h"
 
 namespace trillion {
 
@@ -130,8 +131,7 @@ std::string CheckpointWriter::commit(int64_t step, const std::string& tmp, bool 
   agree(step, tmp, [&] {
     if (!dir_.lead()) return;
     if (full) {
-      where =
-          commit_full_checkpoint(dir_.path(), tmp, c, dtype_bytes_, config_.train.keep_checkpoints);
+      where = commit_full_checkpoint(dir_.path(), tmp, c, dtype_bytes_, config_.checkpoint.keep);
       return;
     }
     ShardedLayout layout;
@@ -142,7 +142,7 @@ std::string CheckpointWriter::commit(int64_t step, const std::string& tmp, bool 
     const ParallelConfig& p = config_.parallel;
     layout.writer = {{"dp", p.dp}, {"zero", p.zero}, {"tp", p.tp},
                      {"pp", p.pp}, {"cp", p.cp},     {"ep", p.ep}};
-    where = commit_sharded_checkpoint(dir_.path(), tmp, layout, c, config_.train.keep_checkpoints);
+    where = commit_sharded_checkpoint(dir_.path(), tmp, layout, c, config_.checkpoint.keep);
   });
   costs_.commit_seconds += took.seconds();
   return where;
@@ -195,7 +195,7 @@ void CheckpointWriter::write_now(int64_t step, CheckpointContents& c) {
     c.params = &params;
     c.first_moment = &m;
     c.second_moment = &v;
-    committed(step, write_checkpoint(dir_.path(), c, config_.train.keep_checkpoints), "");
+    committed(step, write_checkpoint(dir_.path(), c, config_.checkpoint.keep), "");
     return;
   }
   const std::string tmp = temp_path(dir_.path(), step);
@@ -322,6 +322,44 @@ void CheckpointWriter::finish(int64_t after_step) {
                               "after step {})",
                               after_step)
                 : std::string(" (async: committed when drained)"));
+}
+
+}  // namespace trillion
+
+namespace trillion {
+
+nlohmann::json CheckpointWriter::summary(double step_seconds, double planned_extra_bytes) {
+  const CheckpointCosts& cc = costs_;
+  double cost[6] = {cc.blocked_seconds,    cc.extra_bytes,      cc.wait_seconds,
+                    cc.background_seconds, cc.snapshot_seconds, cc.commit_seconds};
+  if (world_.size() > 1) {  // the slowest rank's
+    world_.all_reduce(Tensor(cost, DType::f64, {6}), comm::ReduceOp::max);
+  }
+  // Each rank's own extra bytes, measured and predicted: the bound is per rank (its shard, or
+  // its write buffer).
+  int64_t owned = 0;
+  owned_runs(&owned);
+  const int n = world_.size();
+  std::vector<double> per_rank(2 * n, 0.0);
+  per_rank[world_.rank()] = cc.extra_bytes;
+  per_rank[n + world_.rank()] = checkpoint_extra_bytes(config_, owned, runner_.global_elements(),
+                                                       runner_.table().total_elements());
+  if (n > 1) world_.all_reduce(Tensor(per_rank.data(), DType::f64, {2 * n}), comm::ReduceOp::sum);
+  return {{"written", cc.written},
+          {"async", config_.checkpoint.async},
+          {"seconds", cost[0]},
+          {"seconds_per_checkpoint", cc.written > 0 ? cost[0] / cc.written : 0.0},
+          {"wait_seconds", cost[2]},
+          {"waits", cc.waits},
+          {"background_seconds", cost[3]},
+          {"snapshot_seconds", cost[4]},
+          {"commit_seconds", cost[5]},
+          {"step_seconds", step_seconds},
+          {"extra_bytes", cost[1]},
+          {"extra_bytes_per_rank", std::vector<double>(per_rank.begin(), per_rank.begin() + n)},
+          {"predicted_extra_bytes", planned_extra_bytes},
+          {"predicted_extra_bytes_per_rank",
+           std::vector<double>(per_rank.begin() + n, per_rank.end())}};
 }
 
 }  // namespace trillion

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +68,10 @@ class CheckpointWriter {
   void drain();
   bool in_flight() const { return pending_ != nullptr; }
   const CheckpointCosts& costs() const { return costs_; }
+  // Collective: summary.json's `checkpoints` (times of the slowest rank, the extra bytes measured
+  // per rank beside the memory plan's: `planned_extra_bytes` for the busiest rank, and
+  // checkpoint_extra_bytes of each rank's owned elements).
+  nlohmann::json summary(double step_seconds, double planned_extra_bytes);
 
  private:
   struct Pending;

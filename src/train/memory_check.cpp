@@ -10,8 +10,12 @@
 
 #include "core/error.h"
 #include "plan/activation_memory.h"
+#include "plan/layout.h"
+#include "plan/memory.h"
 #include "plan/model_spec.h"
 #include "plan/units.h"
+#include "precision/recipe.h"
+#include "schedule/action.h"
 
 namespace trillion {
 
@@ -40,14 +44,63 @@ double meminfo_available() {
   return 0;
 }
 
+// The moments the optimizer keeps (optim/: AdamW and LAMB two, SGD its momentum or none).
+int moment_count(const RunConfig& c) {
+  if (c.optim.name == "sgd") return c.optim.beta1 > 0 ? 1 : 0;
+  return 2;
+}
+
+// Bytes per parameter of each model state as StepRunner stores them for the precision recipe,
+// split into what ZeRO shards (zero_model_states' three terms) and an fp32 master kept whole in
+// the model's buffer. recipe_weights_in_store is the one place that says where the master lives.
+struct StateBytes {
+  double weights = 0, gradients = 0, optimizer = 0, whole_master = 0;
+};
+StateBytes state_bytes(const RunConfig& c) {
+  const double e = static_cast<double>(dtype_size(c.model.dtype));
+  const double moments = moment_count(c) * e;
+  if (c.precision.recipe == "fp32") return {e, e, moments, 0};
+  const double copy = precision::recipe_named(c.precision.recipe).weight_bytes;  // bf16
+  if (recipe_weights_in_store(c)) {  // parallel/mixed_weights.h: the master beside the moments
+    return {copy, c.precision.grad_dtype == "bf16" ? 2.0 : 4.0, 4 + moments, 0};
+  }
+  return {copy, 4, moments, 4};  // model/linear_gemm.h: the copy of the whole fp32 model buffer
+}
+
+plan::Layout layout_of(const RunConfig& c) {
+  const ParallelConfig& pc = c.parallel;
+  plan::Layout l;
+  l.tp = static_cast<int>(pc.tp), l.pp = static_cast<int>(pc.pp), l.cp = static_cast<int>(pc.cp);
+  l.ep = static_cast<int>(pc.ep), l.dp = static_cast<int>(pc.dp);
+  l.sp = pc.sp;
+  l.zero = static_cast<int>(pc.zero);
+  l.schedule = schedule::parse_schedule_kind(pc.schedule);
+  l.chunks = pc.pp == 1                                           ? 1
+             : l.schedule == schedule::ScheduleKind::kDualPipe    ? 2
+             : l.schedule == schedule::ScheduleKind::kInterleaved ? static_cast<int>(pc.chunks)
+                                                                  : 1;
+  return l;
+}
+
 }  // namespace
 
 std::string MemoryPlan::describe() const {
   using plan::format_bytes;
   return fmt::format(
-      "{} (data {}, weights {}, gradients {}, optimizer {}, activations {} of one micro-batch)",
+      "{} (data {}, weights {}, gradients {}, optimizer {}, activations {} of one micro-batch{}, "
+      "checkpoint {})",
       format_bytes(total()), format_bytes(data), format_bytes(weights), format_bytes(gradients),
-      format_bytes(optimizer), format_bytes(activations));
+      format_bytes(optimizer), format_bytes(activations),
+      context > 0 ? fmt::format(", ring attention {}", format_bytes(context)) : std::string(),
+      format_bytes(checkpoint));
+}
+
+double checkpoint_extra_bytes(const RunConfig& c, int64_t owned, int64_t global, int64_t local) {
+  const int64_t e = static_cast<int64_t>(dtype_size(c.model.dtype));
+  if (c.diloco.enabled()) return static_cast<double>((3 * global + local) * e);
+  if (c.checkpoint.async) return static_cast<double>((1 + moment_count(c)) * owned * e);
+  const int64_t buffer = static_cast<int64_t>(c.checkpoint.write_buffer_mb * (1 << 20)) / e;
+  return static_cast<double>(std::min(buffer, owned) * e);
 }
 
 MemoryPlan plan_process_memory(const RunConfig& config) {
@@ -57,34 +110,57 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   if (config.data.source != "shards") {
     p.data = 4.0 * static_cast<double>(config.data.tokens + config.data.val_tokens);  // int32
   }
-  // ModelConfig::validate bounds every dimension, so the counts fit int64.
-  const plan::ModelCounts counts = plan::count_model(mc.spec());
-  const double e = static_cast<double>(dtype_size(mc.dtype));
-  // Dense tensors split over the stages and tensor ranks, experts also over ep. ZeRO shards the
-  // dense ones over dp x cp (the gradient-reduction group) and the experts over the dp x cp / ep
-  // ranks holding the same experts (edp).
-  const double stages = static_cast<double>(pc.pp * pc.tp);
-  const double dense = static_cast<double>(counts.dense_total) / stages;
-  const double experts =
-      static_cast<double>(counts.routed_total) / static_cast<double>(pc.ep) / stages;
-  const double n_dense = static_cast<double>(pc.dp * pc.cp);
-  const double n_experts = std::max(1.0, n_dense / static_cast<double>(pc.ep));
-  auto sharded = [&](bool by_zero) {
-    return by_zero ? dense / n_dense + experts / n_experts : dense + experts;
-  };
-  p.weights = sharded(pc.zero >= 3) * e;
-  p.gradients = sharded(pc.zero >= 2) * e;
-  p.optimizer = 2 * sharded(pc.zero >= 1) * e;
-  // The engine's formula where it describes the layers (dense, no cp; tp and sp split them):
-  // the first stage's layers, one micro-batch in flight (the schedule may hold more).
-  if (pc.cp == 1 && !mc.moe.enabled()) {
-    const int64_t batch = std::max<int64_t>(1, config.train.micro_batch / pc.dp);
-    const plan::StageExtent first{0, std::max<int64_t>(1, mc.n_layers / pc.pp), pc.pp == 1};
-    p.activations = static_cast<double>(
-        plan::engine_activation_bytes(mc.spec(), batch, mc.seq_len, mc.activation_policy(),
-                                      static_cast<int64_t>(e), static_cast<int64_t>(e), first, 1,
-                                      {pc.tp, pc.sp, pc.cp})
-            .total());
+  // ModelConfig::validate bounds every dimension, so the counts fit int64. Each pipeline rank's
+  // dense tensors are split over tp (replicated ones whole), experts also over ep. ZeRO shards the
+  // dense ones over dp x cp (the gradient-reduction group; under DiLoCo, an island's) and the
+  // experts over the dp x cp / ep ranks holding the same experts (edp).
+  const plan::ModelSpec spec = mc.spec();
+  const plan::Layout layout = layout_of(config);
+  const plan::PipelineShape shape = plan::pipeline_shape(spec, layout);
+  const int islands = config.diloco.enabled() ? static_cast<int>(config.diloco.islands) : 1;
+  const int n_dense = static_cast<int>(pc.dp / islands * pc.cp);
+  const int n_experts = std::max(1, n_dense / static_cast<int>(pc.ep));
+  const int zero = static_cast<int>(pc.zero);
+  const StateBytes b = state_bytes(config);
+  double owned = 0, local = 0;
+  for (int r = 0; r < layout.pp; ++r) {
+    const plan::LocalParams held = plan::params_of_rank(spec, layout, shape, r);
+    const plan::ModelStates d =
+        plan::zero_model_states(held.dense, zero, n_dense, b.weights, b.gradients, b.optimizer);
+    const plan::ModelStates x =
+        plan::zero_model_states(held.expert, zero, n_experts, b.weights, b.gradients, b.optimizer);
+    const double master = (held.dense + held.expert) * b.whole_master;
+    if (d.total() + x.total() + master > p.weights + p.gradients + p.optimizer) {
+      p.weights = d.parameters + x.parameters;
+      p.gradients = d.gradients + x.gradients;
+      p.optimizer = d.optimizer + x.optimizer + master;
+    }
+    // What a checkpoint writes from this position: all it holds under ZeRO-0 (dp rank 0), its
+    // chunks under ZeRO 1-3.
+    owned = std::max(owned, zero >= 1 ? held.dense / n_dense + held.expert / n_experts
+                                      : held.dense + held.expert);
+    local = std::max(local, held.dense + held.expert);
+  }
+  p.checkpoint = checkpoint_extra_bytes(config, static_cast<int64_t>(owned),
+                                        plan::count_model(spec).total, static_cast<int64_t>(local));
+  // The engine's formula where it describes the layers (dense; tp, sp and cp split them): the
+  // first stage's layers, one micro-batch in flight (the schedule may hold more).
+  const int64_t e = static_cast<int64_t>(dtype_size(mc.dtype));
+  const int64_t batch = std::max<int64_t>(1, config.train.micro_batch / pc.dp);
+  const plan::TensorSplit split{pc.tp, pc.sp, pc.cp};
+  if (!mc.moe.enabled()) {
+    const plan::StageUnits& u = shape.stages[shape.rank_stages[0][0]];
+    const int64_t first = std::max(u.first_unit, 1) - 1;
+    const int64_t last = std::min<int64_t>(u.last_unit, mc.n_layers) - 1;
+    const plan::StageExtent stage{first, last - first + 1, u.last_unit == mc.n_layers + 1};
+    p.activations = static_cast<double>(plan::engine_activation_bytes(spec, batch, mc.seq_len,
+                                                                      mc.activation_policy(), e, e,
+                                                                      stage, 1, split)
+                                            .total());
+  }
+  if (pc.cp > 1) {
+    p.context =
+        static_cast<double>(plan::context_ring_buffer_bytes(spec, batch, mc.seq_len, e, split));
   }
   return p;
 }

@@ -14,6 +14,7 @@
 
 #include "../train/cli_util.h"
 #include "core/error.h"
+#include "train/memory_check.h"
 #include "train/run_config.h"
 
 namespace trillion {
@@ -45,6 +46,24 @@ std::vector<std::string> files_of(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
+}
+
+// A run's summary.json against the memory plan (train/memory_check.h) of its layout `layout`
+// plus `set`: every rank's measured extra bytes equal the plan's formula for the elements it owns,
+// and the largest equals the plan's checkpoint term (the busiest rank's).
+void expect_planned_checkpoint_bytes(const std::string& dir, std::vector<std::string> layout,
+                                     const std::string& set) {
+  if (!set.empty()) layout.push_back(set);
+  const auto c = read_json(dir + "/summary.json")["checkpoints"];
+  const auto measured = c["extra_bytes_per_rank"], predicted = c["predicted_extra_bytes_per_rank"];
+  ASSERT_EQ(measured.size(), predicted.size()) << c;
+  for (size_t r = 0; r < measured.size(); ++r) {
+    EXPECT_EQ(measured[r].get<double>(), predicted[r].get<double>()) << dir << " rank " << r;
+  }
+  const double plan =
+      plan_process_memory(load_run_config(config_path("tiny.toml"), layout)).checkpoint;
+  EXPECT_EQ(c["predicted_extra_bytes"].get<double>(), plan) << dir;
+  EXPECT_EQ(c["extra_bytes"].get<double>(), plan) << dir;
 }
 
 TEST(AsyncCheckpoint, WritesTheSyncRunsFilesByteForByte) {
@@ -97,10 +116,84 @@ TEST(AsyncCheckpoint, ARankHoldsItsWriteBufferOrItsShardAndNothingMore) {
       EXPECT_EQ(extra(async), shard) << n << " " << r;
       EXPECT_EQ(shard, 3 * owned);
     }
+    // The memory plan's checkpoint term is what was measured.
+    for (const auto& [dir, set] : {std::pair<std::string, std::string>{sync, ""},
+                                   {staged, "checkpoint.write_buffer_mb=0.015625"},
+                                   {async, "checkpoint.async=true"}}) {
+      expect_planned_checkpoint_bytes(
+          dir,
+          n == 1 ? std::vector<std::string>{}
+                 : std::vector<std::string>{"parallel.dp=2", "parallel.zero=3"},
+          set);
+    }
     EXPECT_EQ(total, 4.0 * kParams);  // the ranks' parts tile the model
     EXPECT_EQ(files_of(staged + "/checkpoints/step_00000008").size(), n == 1 ? 6u : 9u);
     const auto cmp = run_trillion("compare " + sync + " " + staged + " --tol 0");
     EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  }
+}
+
+// The same at ZeRO-0 dp 2 (rank 0 owns the whole model, rank 1 nothing: it holds no buffer and no
+// snapshot), at tp 2 (rank 0 owns its half of every split tensor and the replicated norms, rank 1
+// its half only) and at pp 2 (each rank its stage; the plan is the larger): 4 steps, the final
+// checkpoint, with the small buffer and async.
+TEST(AsyncCheckpoint, TheMemoryPlansCheckpointBytesAreTheMeasuredOnesAtZero0Tp2AndPp2) {
+  const std::string staged = "checkpoint.write_buffer_mb=0.015625", async = "checkpoint.async=true";
+  const std::vector<std::string> zero0{"parallel.dp=2", "parallel.zero=0"}, tp2{"parallel.tp=2"},
+      pp2{"parallel.pp=2"};
+  for (const auto& [layout, set] :
+       {std::pair{zero0, staged}, std::pair{zero0, async}, std::pair{tp2, staged},
+        std::pair{tp2, async}, std::pair{pp2, async}}) {
+    std::string flags;
+    for (const std::string& kv : layout) flags += " --set " + kv;
+    const std::string dir = shared_run(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
+                                       " --quiet --set train.steps=4" + flags + " --set " + set);
+    SCOPED_TRACE(flags + " " + set);
+    expect_planned_checkpoint_bytes(dir, layout, set);
+    const auto per_rank = read_json(dir + "/summary.json")["checkpoints"]["extra_bytes_per_rank"];
+    ASSERT_EQ(per_rank.size(), 2u);
+    if (layout == zero0) {
+      EXPECT_EQ(per_rank[0].get<double>(), set == async ? 12.0 * kParams : 16384.0);
+      EXPECT_EQ(per_rank[1].get<double>(), 0.0);
+    } else if (set == async) {
+      // The shards tile the model and differ by 32-element norms, 12 bytes each: tp rank 0 also
+      // owns the 5 replicated ones; pp stage 1 holds the final one.
+      EXPECT_EQ(per_rank[0].get<double>() + per_rank[1].get<double>(), 12.0 * kParams);
+      EXPECT_EQ(per_rank[0].get<double>() - per_rank[1].get<double>(),
+                layout == tp2 ? 12.0 * 5 * 32 : -12.0 * 32);
+    }
+  }
+}
+
+// What the time of checkpoints is reported as (structure, not timing): async stands still for
+// its snapshot and commits and overlaps the writes; sync has no snapshot, no background time and
+// no wait.
+TEST(AsyncCheckpoint, SummaryReportsTheCostFields) {
+  for (int n : {1, 2}) {
+    const auto sync = read_json(shared_run(run(n, 8, "")) + "/summary.json")["checkpoints"];
+    const auto async = read_json(shared_run(run(n, 8, kAsync)) + "/summary.json")["checkpoints"];
+    for (const char* key :
+         {"seconds", "seconds_per_checkpoint", "wait_seconds", "waits", "background_seconds",
+          "snapshot_seconds", "commit_seconds", "step_seconds", "extra_bytes",
+          "extra_bytes_per_rank", "predicted_extra_bytes", "predicted_extra_bytes_per_rank"}) {
+      EXPECT_TRUE(sync.contains(key)) << key << " " << sync;
+      EXPECT_TRUE(async.contains(key)) << key << " " << async;
+    }
+    EXPECT_EQ(async["written"], 2);
+    for (const char* key : {"seconds", "seconds_per_checkpoint", "background_seconds",
+                            "snapshot_seconds", "commit_seconds", "step_seconds"}) {
+      EXPECT_GT(async[key].get<double>(), 0) << key << " " << async;
+    }
+    EXPECT_GE(async["wait_seconds"].get<double>(), 0);
+    EXPECT_NEAR(async["seconds_per_checkpoint"].get<double>(), async["seconds"].get<double>() / 2,
+                1e-12);
+    EXPECT_EQ(sync["written"], 2);
+    EXPECT_GT(sync["seconds"].get<double>(), 0);
+    EXPECT_GT(sync["commit_seconds"].get<double>(), 0);
+    EXPECT_EQ(sync["snapshot_seconds"].get<double>(), 0);
+    EXPECT_EQ(sync["background_seconds"].get<double>(), 0);
+    EXPECT_EQ(sync["wait_seconds"].get<double>(), 0);
+    EXPECT_EQ(sync["waits"], 0);
   }
 }
 

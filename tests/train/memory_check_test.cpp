@@ -8,6 +8,8 @@
 #include <filesystem>
 
 #include "cli_util.h"
+#include "memory_plan_cases.h"
+#include "plan/activation_memory.h"
 #include "plan/model_spec.h"
 #include "train/run_config.h"
 
@@ -18,6 +20,7 @@ using testing::config_path;
 using testing::fresh_dir;
 using testing::read_json;
 using testing::run_trillion;
+using testing::shared_run;
 namespace fs = std::filesystem;
 
 TEST(MemoryCheck, PlanEqualsTheEngineAllocationOfAOneProcessRun) {
@@ -49,11 +52,34 @@ TEST(MemoryCheck, ZeroStagesAndPipelineStagesDivideWhatTheyShard) {
   const MemoryPlan z3 = plan({"parallel.dp=4", "parallel.zero=3"});
   EXPECT_EQ(z3.weights, base.weights / 4);
   EXPECT_EQ(z3.gradients, base.gradients / 4);
-  EXPECT_EQ(plan({"parallel.pp=2"}).weights, base.weights / 2);
+  // pp 2: the busiest stage, layer 1 + the final norm + the head (9280 + 32 + 64 x 32), not half.
+  EXPECT_EQ(plan({"parallel.pp=2"}).weights, 4.0 * (9280 + 32 + 64 * 32));
+  EXPECT_EQ(base.weights, 4.0 * 22688);
   // Under cp, ZeRO shards over dp x cp (the group gradients reduce over).
   const MemoryPlan cp = plan({"parallel.dp=2", "parallel.cp=2", "parallel.zero=1"});
   EXPECT_EQ(cp.optimizer, base.optimizer / 4);
   EXPECT_EQ(cp.weights, base.weights);
+}
+
+// Every recipe (fp32, bf16, fp8, mxfp4, nvfp4) x ZeRO 0-3 x grad_dtype in one process: the plan
+// is what the engine holds (the dp 2 cases: tests/parallel/memory_plan_mpi_test.cpp).
+TEST(MemoryCheck, PlanEqualsTheEngineStateForEveryRecipeZeroStageAndGradDtype) {
+  const auto cases = testing::precision_memory_cases(1);
+  EXPECT_EQ(cases.size(), 36u);  // 5 recipes x 4 stages x fp32 gradients, 4 x 4 with bf16 ones
+  for (const auto& set : cases) testing::expect_plan_equals_engine(set, nullptr);
+  // The recipes' own bytes: bf16 weights beside an fp32 master among the optimizer state.
+  auto plan = [](const std::vector<std::string>& set) {
+    return plan_process_memory(load_run_config(config_path("tiny.toml"), set));
+  };
+  const double P = 22688;
+  const MemoryPlan bf16 = plan({"precision.recipe=\"bf16\"", "precision.grad_dtype=\"bf16\""});
+  EXPECT_EQ(bf16.weights, 2 * P);
+  EXPECT_EQ(bf16.gradients, 2 * P);
+  EXPECT_EQ(bf16.optimizer, 12 * P);
+  const MemoryPlan nvfp4 = plan({"precision.recipe=\"nvfp4\"", "parallel.dp=2", "parallel.zero=3"});
+  EXPECT_EQ(nvfp4.weights, 2 * P / 2);
+  EXPECT_EQ(nvfp4.gradients, 4 * P / 2);
+  EXPECT_EQ(nvfp4.optimizer, 12 * P / 2);
 }
 
 TEST(MemoryCheck, ExpertStatesShardOverTheRanksHoldingTheSameExperts) {
@@ -70,6 +96,42 @@ TEST(MemoryCheck, ExpertStatesShardOverTheRanksHoldingTheSameExperts) {
   const MemoryPlan p = plan({"parallel.dp=2", "parallel.cp=2", "parallel.ep=2", "parallel.zero=1"});
   EXPECT_EQ(p.weights, 4 * (dense + experts / 2));
   EXPECT_EQ(p.optimizer, 8 * (dense / 4 + experts / 2 / 2));
+  // A recipe on a MoE model keeps the fp32 master whole in the model's buffer (optimizer bytes,
+  // never sharded) and a bf16 copy of it, with the moments sharded as usual: what the engine holds.
+  for (const std::string zero : {"0", "1"}) {
+    testing::expect_plan_equals_engine({"precision.recipe=\"bf16\"", "parallel.zero=" + zero},
+                                       nullptr, "moe-tiny.toml");
+  }
+  const MemoryPlan bf16 = plan({"precision.recipe=\"bf16\""});
+  EXPECT_EQ(bf16.weights, 2 * (dense + experts));
+  EXPECT_EQ(bf16.optimizer, (4 + 8) * (dense + experts));
+}
+
+// Under context parallelism the plan keeps the activations (of T/cp rows of every sequence) and
+// adds ring attention's K/V blocks: what a cp 2 run (the reshard test's reference) holds on each
+// rank, its peak activations and the ring buffers among its workspace.
+TEST(MemoryCheck, ContextParallelActivationsAndRingBuffersArePlanned) {
+  auto plan = [](const std::vector<std::string>& set) {
+    return plan_process_memory(load_run_config(config_path("tiny.toml"), set));
+  };
+  const MemoryPlan one = plan({}), cp = plan({"parallel.cp=2"});
+  EXPECT_EQ(one.context, 0.0);
+  EXPECT_GT(cp.activations, 0.0);
+  EXPECT_LT(cp.activations, one.activations);
+  const RunConfig c = load_run_config(config_path("tiny.toml"), {"parallel.cp=2"});
+  // 2 K/V + 3 dK/dV blocks of B 4 x T/cp 16 x 2 x KV 2 x HD 8 fp32 values.
+  EXPECT_EQ(cp.context, 5.0 * 4 * 16 * 2 * 2 * 8 * 4);
+  EXPECT_EQ(cp.context, static_cast<double>(plan::context_ring_buffer_bytes(
+                            c.model.spec(), 4, 32, 4, {1, c.parallel.sp, 2})));
+  const std::string run =
+      shared_run("launch -n 2 -- train " + config_path("tiny.toml") +
+                 " --quiet --set train.steps=6 --set train.checkpoint_every=3 --set parallel.cp=2");
+  const auto ranks = read_json(run + "/summary.json")["memory_per_rank"];
+  ASSERT_EQ(ranks.size(), 2u);
+  for (const auto& rank : ranks) {
+    EXPECT_EQ(rank["peak"]["activations"].get<double>(), cp.activations) << rank;
+    EXPECT_GE(rank["current"]["workspace"].get<double>(), cp.context) << rank;
+  }
 }
 
 TEST(MemoryCheck, ARunThatCannotFitIsRefusedByBytesBeforeAnything) {
