@@ -321,6 +321,7 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
         watchdog->timeout);
     out.restartable = true;
     out.failed_rank = beat.rank;
+    out.detected_seconds = beat.age;
     return out;
   }
   if (out.code == 0) return out;
@@ -329,7 +330,8 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
   // consequence, not a machine's failure, so they are never restarted.
   out.on_request =
       g_forwarded_signal != 0 || out.failure.starts_with("trillion launch: the job stopped after");
-  if (g_forwarded_signal != 0 && !out.failure.starts_with("trillion launch: the job stopped after")) {
+  if (g_forwarded_signal != 0 &&
+      !out.failure.starts_with("trillion launch: the job stopped after")) {
     out.failure = fmt::format("trillion launch: the job stopped after {} was forwarded to it ({})",
                               strsignal(g_forwarded_signal), out.failure);
   }

@@ -48,6 +48,8 @@ struct JobOutcome {
   bool restartable = false;  // a rank died by a signal or hung (not a user error, not a request)
   bool on_request = false;   // stopped by a forwarded signal
   int failed_rank = -1;
+  // A hang: seconds from the hung rank's last heartbeat to the watchdog naming it (-1: no hang).
+  double detected_seconds = -1;
 };
 
 // Runs `cmd` (mpirun ...) in its own process group. TRILLION_LAUNCH_VERBOSE shows everything.

@@ -66,6 +66,30 @@ void append_event(const std::string& run_dir, const std::string& line) {
   std::ofstream(run_dir + "/events.log", std::ios::app) << stamp << " " << line << "\n";
 }
 
+// The step the trainer resumed from, from what events.log gained since byte `from` ("resumed from
+// DIR at step N", or "no checkpoint to resume from"): the newest checkpoint that verified, which
+// the directory listing cannot tell (a corrupt one is skipped). -1 when the attempt never said.
+long long resumed_step_since(const std::string& run_dir, uintmax_t from) {
+  std::ifstream in(run_dir + "/events.log");
+  in.seekg(static_cast<std::streamoff>(from));
+  long long step = -1;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(" no checkpoint to resume from") != std::string::npos) step = 0;
+    const size_t at = line.find(" resumed from ");
+    const size_t n = line.rfind(" at step ");
+    if (at != std::string::npos && n != std::string::npos && n > at) {
+      step = std::atoll(line.c_str() + n + 9);
+    }
+  }
+  return step;
+}
+
+uintmax_t file_bytes(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t n = std::filesystem::file_size(path, ec);
+  return ec ? 0 : n;
+}
+
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -96,6 +120,9 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
   // only work done since then, or the restart and the earlier attempts' losses count twice.
   double attempt_began = started;
   long long resumed_from = -1;
+  // Of the last failure, to recount it when the restart resumes from an older checkpoint.
+  std::vector<StepTime> failed_steps;
+  double failed_floor = started;
   for (int attempt = 0;; ++attempt) {
     std::vector<std::string> cmd = base;
     const bool has_resume =
@@ -108,7 +135,24 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
       ::setenv("TRILLION_HEARTBEAT_DIR", watchdog.dir.c_str(), 1);
     }
     attempt_began = unix_now();
+    const uintmax_t events_before = file_bytes(run_dir + "/events.log");
     const JobOutcome out = run_job(cmd, verbose, args.heartbeat_timeout > 0 ? &watchdog : nullptr);
+    const long long resumed = attempt > 0 ? resumed_step_since(run_dir, events_before) : -1;
+    if (resumed >= 0 && resumed != resumed_from) {
+      // The newest checkpoint was corrupt: the work back to the one the restart used is lost.
+      double since = started;
+      for (const StepTime& t : failed_steps) {
+        if (t.step == resumed && t.time > 0) since = t.time;
+      }
+      const double work = std::max(0.0, failed_at - std::max(since, failed_floor));
+      lost += work - failures.back()["lost_seconds"].get<double>();
+      failures.back()["lost_seconds"] = work;
+      failures.back()["resumed_from"] = resumed;
+      append_event(run_dir, fmt::format("supervisor: restart {} resumed from step {}, not {} (the "
+                                        "newer checkpoints did not verify); {:.1f} s lost to it",
+                                        attempt, resumed, resumed_from, work));
+      resumed_from = resumed;
+    }
     if (attempt > 0 && resumed_from >= 0) {  // the restart's cost: until the first new step began
       for (const StepTime& t : read_step_times(run_dir)) {
         if (t.step == resumed_from + 1 && t.time > 0) {
@@ -142,12 +186,15 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     }
     const double work = std::max(0.0, failed_at - std::max(since, attempt_began));
     lost += work;
+    failed_steps = steps;
+    failed_floor = attempt_began;
     failures.push_back({{"attempt", attempt + 1},
                         {"rank", out.failed_rank},
                         {"last_step", last_step},
                         {"resumed_from", resumed_from},
                         {"cause", out.failure},
                         {"lost_seconds", work}});
+    if (out.detected_seconds >= 0) failures.back()["detected_seconds"] = out.detected_seconds;
     const std::string line = fmt::format(
         "supervisor: restart {} of {} after: {} (last step logged {}, newest checkpoint "
         "step {}; {:.1f} s since it: the work to redo and the failure's detection)",
