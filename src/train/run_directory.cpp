@@ -1,9 +1,8 @@
 // See run_directory.h.
 #include "train/run_directory.h"
 
-#include <fmt/format.h>
-
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -38,6 +37,18 @@ void truncate_metrics(const std::string& path, int64_t last_step) {
   }
   data::write_file_atomic(path, {kept});
 }
+// Throws when `path` exists but this process may not create files in it (EACCES, EROFS).
+void check_writable(const std::string& path, const char* what) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec) || ::access(path.c_str(), W_OK | X_OK) == 0) return;
+  const std::string problem = std::strerror(errno);
+  throw Error(
+      fmt::format("cannot {} '{}': {}; make it writable for this user (chmod u+w, or "
+                  "run as its owner) and run again, or choose another --run-dir (nothing "
+                  "was changed: its checkpoints are intact)",
+                  what, path, problem));
+}
+
 }  // namespace
 
 RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_events)
@@ -48,8 +59,20 @@ RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_ev
                     "or choose a new --run-dir (nothing was changed)",
                     dir_));
   }
+  // A directory the trainer cannot write would fail the first checkpoint, after the training it
+  // was to keep: said now, before anything is trained or changed. Every rank checks, since each
+  // writes its own shard.
+  check_writable(dir_ + "/checkpoints", "write checkpoints in");
   if (!lead_) return;
-  fs::create_directories(dir_);
+  std::error_code made;
+  fs::create_directories(dir_, made);
+  if (made) {
+    throw Error(
+        fmt::format("cannot create run directory '{}': {}; choose a --run-dir you can "
+                    "write",
+                    dir_, made.message()));
+  }
+  check_writable(dir_, "write the run directory");
   // One trainer per run directory: two would mix checkpoints and logs. The lock dies with the
   // process, so a killed trainer never leaves the directory locked.
   const std::string lock_path = dir_ + "/.lock";
@@ -64,9 +87,10 @@ RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_ev
     lock_fd_ = -1;
     std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    throw Error(fmt::format("run directory '{}' is in use by another trainer{}; wait for it to "
-                            "finish or choose another --run-dir (nothing was changed)",
-                            dir_, pid.empty() ? "" : " (pid " + pid + ")"));
+    throw Error(
+        fmt::format("run directory '{}' is in use by another trainer{}; wait for it to "
+                    "finish or choose another --run-dir (nothing was changed)",
+                    dir_, pid.empty() ? "" : " (pid " + pid + ")"));
   }
   const std::string me = std::to_string(::getpid()) + "\n";
   if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {

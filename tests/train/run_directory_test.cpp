@@ -1,7 +1,10 @@
 // One trainer per run directory (issue 15: two were accepted and mixed checkpoints and logs),
-// and a scheduler's preemption warning (SIGUSR1) checkpoints and stops a one-process run.
+// a scheduler's preemption warning (SIGUSR1, SIGUSR2, SIGHUP) checkpoints and stops a one-process
+// run, and a run directory whose checkpoints cannot be written is refused before anything.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -12,8 +15,9 @@ namespace {
 
 using testing::config_path;
 using testing::fresh_dir;
-using testing::run_shell;
 using testing::has;
+using testing::run_shell;
+using testing::slurp;
 
 TEST(RunDirectoryLock, ASecondTrainerOnTheSameDirectoryIsRefused) {
   const std::string dir = fresh_dir("run_dir_lock");
@@ -32,16 +36,80 @@ TEST(RunDirectoryLock, ASecondTrainerOnTheSameDirectoryIsRefused) {
   EXPECT_TRUE(has(events, "stopping after step")) << events;  // the first one, undisturbed
 }
 
-TEST(RunDirectoryLock, Sigusr1CheckpointsAndStopsAOneProcessRun) {
-  const std::string dir = fresh_dir("preempt_usr1");
-  const auto r = run_shell("timeout --preserve-status -s USR1 3 " + std::string(TRILLION_BINARY) +
-                           " train " + config_path("tiny.toml") +
+// `sig` 3 s into an endless one-process run: it finishes its step, checkpoints, stops, exits 0.
+void expect_signal_checkpoints_and_stops(const std::string& sig) {
+  const std::string dir = fresh_dir("preempt_" + sig);
+  const auto r = run_shell("timeout --preserve-status -s " + sig + " 3 " +
+                           std::string(TRILLION_BINARY) + " train " + config_path("tiny.toml") +
                            " --quiet --set train.steps=1000000 --run-dir " + dir + " 2>&1");
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << sig << ": " << r.output;
   std::ifstream in(dir + "/events.log");
   const std::string events((std::istreambuf_iterator<char>(in)), {});
-  EXPECT_TRUE(has(events, "(signal)")) << events;
-  EXPECT_FALSE(std::filesystem::is_empty(dir + "/checkpoints"));
+  EXPECT_TRUE(has(events, "(signal)")) << sig << ": " << events;
+  EXPECT_TRUE(has(events, "/checkpoints/step_")) << sig << ": " << events;
+  EXPECT_FALSE(std::filesystem::is_empty(dir + "/checkpoints")) << sig;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RunDirectoryLock, Sigusr1CheckpointsAndStopsAOneProcessRun) {
+  expect_signal_checkpoints_and_stops("USR1");
+}
+
+// The other usual scheduler warnings before a preemption do the same.
+TEST(RunDirectoryLock, Sigusr2AndSighupCheckpointAndStopAOneProcessRun) {
+  expect_signal_checkpoints_and_stops("USR2");
+  expect_signal_checkpoints_and_stops("HUP");
+}
+
+// Runs `trillion ARGS` as the unprivileged user nobody when this test runs as root (root ignores
+// permission bits), else as this user.
+testing::CommandResult trillion_unprivileged(const std::string& args) {
+  const std::string as =
+      ::geteuid() == 0 ? "setpriv --reuid=65534 --regid=65534 --clear-groups " : "";
+  return run_shell(as + std::string(TRILLION_BINARY) + " " + args + " 2>&1");
+}
+
+// A checkpoints/ the trainer may not write (the run directory itself writable) is one line and
+// exit 2 before anything is trained or changed, the checkpoint in it intact; made writable again,
+// --resume goes on from it. The same through `trillion launch -n 2` (every rank writes its shard).
+TEST(RunDirectoryLock, ACheckpointDirectoryWithoutWritePermissionIsOneLineAndLosesNothing) {
+  namespace fs = std::filesystem;
+  for (const std::string launch : {"", "launch -n 2 -- "}) {
+    SCOPED_TRACE(launch);
+    const std::string dir = fresh_dir(launch.empty() ? "no_write" : "no_write_sharded");
+    const std::string train = launch + "train " + config_path("tiny.toml") +
+                              " --quiet --set train.steps=8 --set checkpoint.interval=4" +
+                              (launch.empty() ? "" : " --set parallel.dp=2") + " --run-dir " + dir;
+    const auto first = trillion_unprivileged(train + " --stop-after 4");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    const std::string ckpt = dir + "/checkpoints";
+    const std::string metrics = slurp(dir + "/metrics.jsonl"), events = slurp(dir + "/events.log");
+    const std::string manifest = slurp(ckpt + "/step_00000004/manifest.json");
+    ASSERT_FALSE(manifest.empty());
+    fs::permissions(ckpt, fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write,
+                    fs::perm_options::remove);
+    const auto refused = trillion_unprivileged(train + " --resume");
+    EXPECT_EQ(refused.exit_code, 2) << refused.output;
+    EXPECT_TRUE(has(refused.output, "trillion train: error: cannot write checkpoints in '" + ckpt +
+                                        "': Permission denied; make it writable for this user"))
+        << refused.output;
+    EXPECT_TRUE(has(refused.output, "(nothing was changed: its checkpoints are intact)"))
+        << refused.output;
+    if (launch.empty()) {
+      EXPECT_EQ(std::count(refused.output.begin(), refused.output.end(), '\n'), 1)
+          << refused.output;
+    }
+    EXPECT_EQ(slurp(dir + "/metrics.jsonl"), metrics);
+    EXPECT_EQ(slurp(dir + "/events.log"), events);
+    EXPECT_EQ(slurp(ckpt + "/step_00000004/manifest.json"), manifest);
+    fs::permissions(ckpt, fs::perms::owner_write, fs::perm_options::add);
+    const auto resumed = trillion_unprivileged(train + " --resume");
+    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+    EXPECT_TRUE(
+        has(slurp(dir + "/events.log"), "resumed from " + ckpt + "/step_00000004 at step 4"));
+    EXPECT_TRUE(fs::exists(ckpt + "/step_00000008/manifest.json"));
+    fs::remove_all(dir);
+  }
 }
 
 }  // namespace
