@@ -1,13 +1,14 @@
 // Resharding (issue 15): a sharded checkpoint written at one layout resumes at another, and the
 // continued run matches an uninterrupted run at the new layout within 1e-5 (`trillion compare`,
 // DESIGN.md principle 1). configs/tiny.toml, 6 steps, a checkpoint every 3: stop after 3 at the
-// old layout, resume at the new one. Layouts: dp 4 ZeRO-1 -> dp 2 ZeRO-3; tp 2 -> one process;
-// pp 2 -> tp 2. Also: each rank's shard holds exactly its part (file sizes = its ranges, summing
-// to the model), and the data position (next_sample) is the one-process run's, whatever the dp.
-// Bad inputs at dp 2: a disk that fills during one rank's shard write (every rank stops with that
-// rank's one line, the previous checkpoint survives, --resume needs no cleanup and is bitwise the
-// clean run), a truncated shard (the previous checkpoint is used), a checkpoint of another model
-// (one line naming both sizes). What a checkpoint costs in memory: async_checkpoint_test.cpp.
+// old layout, resume at the new one. Layouts: dp 4 ZeRO-1 -> dp 2 ZeRO-3 and -> tp 2; dp 2 ->
+// dp 4 ZeRO-2; one process -> cp 2; tp 2 -> one process and -> pp 2; pp 2 -> tp 2. Also: each
+// rank's shard holds exactly its part (file sizes = its ranges, summing to the model), and the data
+// position (next_sample) is the one-process run's, whatever the dp. Bad inputs at dp 2: a disk that
+// fills during one rank's shard write (every rank stops with that rank's one line, the previous
+// checkpoint survives, --resume needs no cleanup and is bitwise the clean run), a truncated shard
+// (the previous checkpoint is used), a checkpoint of another model (one line naming both sizes).
+// What a checkpoint costs in memory: async_checkpoint_test.cpp.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -20,10 +21,10 @@ namespace {
 using testing::config_path;
 using testing::fresh_dir;
 using testing::has;
+using testing::one_thread_per_rank;
 using testing::read_json;
 using testing::run_trillion;
 using testing::shared_run;
-using testing::one_thread_per_rank;
 using testing::slurp;
 namespace fs = std::filesystem;
 
@@ -66,6 +67,24 @@ TEST(Reshard, Tp2ResumesInOneProcess) {
 
 TEST(Reshard, Pp2ResumesAtTp2) {
   expect_reshard(2, "--set parallel.pp=2", 2, "--set parallel.tp=2", "reshard_pp2_tp2");
+}
+
+TEST(Reshard, Dp4Zero1ResumesAtTp2) {
+  expect_reshard(4, "--set parallel.dp=4 --set parallel.zero=1", 2, "--set parallel.tp=2",
+                 "reshard_dp4z1_tp2");
+}
+
+TEST(Reshard, Dp2ResumesAtDp4Zero2) {
+  expect_reshard(2, "--set parallel.dp=2", 4, "--set parallel.dp=4 --set parallel.zero=2",
+                 "reshard_dp2_dp4z2");
+}
+
+TEST(Reshard, OneProcessResumesAtCp2) {
+  expect_reshard(1, "", 2, "--set parallel.cp=2", "reshard_tp1_cp2");
+}
+
+TEST(Reshard, Tp2ResumesAtPp2) {
+  expect_reshard(2, "--set parallel.tp=2", 2, "--set parallel.pp=2", "reshard_tp2_pp2");
 }
 
 // Each of the 4 ranks writes its ZeRO-1 chunks and nothing else: its two files hold exactly its
@@ -112,10 +131,10 @@ TEST(ShardedBadInput, ADiskFullDuringOneRanksWriteLosesNothing) {
   const auto full = run_trillion(dp2(8, 4) + " --run-dir " + dir);
   ::unsetenv("TRILLION_DISK_FULL_AT_STEP");
   EXPECT_EQ(full.exit_code, 2) << full.output;
-  EXPECT_TRUE(has(full.output,
-                  "checkpoint of step 8 not written: cannot write checkpoint file '" + dir +
-                      "/checkpoints/.tmp-step_00000008/params_r00001.bin': No space left on "
-                      "device"))
+  EXPECT_TRUE(
+      has(full.output, "checkpoint of step 8 not written: cannot write checkpoint file '" + dir +
+                           "/checkpoints/.tmp-step_00000008/params_r00001.bin': No space left on "
+                           "device"))
       << full.output;
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir + "/checkpoints")) {
