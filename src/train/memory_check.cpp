@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -116,7 +117,20 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   // experts over the dp x cp / ep ranks holding the same experts (edp).
   const plan::ModelSpec spec = mc.spec();
   const plan::Layout layout = layout_of(config);
-  const plan::PipelineShape shape = plan::pipeline_shape(spec, layout);
+  // A layout the pipeline cannot hold is the engine's to refuse, with its own message (the
+  // schedule's, the stage partition's), right after this check: planned then as even stages.
+  std::optional<plan::PipelineShape> shape;
+  try {
+    shape = plan::pipeline_shape(spec, layout);
+  } catch (const Error&) {
+  }
+  auto held_by = [&](int r) {
+    if (shape) return plan::params_of_rank(spec, layout, *shape, r);
+    const plan::ModelCounts counts = plan::count_model(spec);
+    const double split = static_cast<double>(pc.pp * pc.tp);
+    return plan::LocalParams{static_cast<double>(counts.dense_total) / split,
+                             static_cast<double>(counts.routed_total) / split / pc.ep};
+  };
   const int islands = config.diloco.enabled() ? static_cast<int>(config.diloco.islands) : 1;
   const int n_dense = static_cast<int>(pc.dp / islands * pc.cp);
   const int n_experts = std::max(1, n_dense / static_cast<int>(pc.ep));
@@ -124,7 +138,7 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   const StateBytes b = state_bytes(config);
   double owned = 0, local = 0;
   for (int r = 0; r < layout.pp; ++r) {
-    const plan::LocalParams held = plan::params_of_rank(spec, layout, shape, r);
+    const plan::LocalParams held = held_by(r);
     const plan::ModelStates d =
         plan::zero_model_states(held.dense, zero, n_dense, b.weights, b.gradients, b.optimizer);
     const plan::ModelStates x =
@@ -148,8 +162,8 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   const int64_t e = static_cast<int64_t>(dtype_size(mc.dtype));
   const int64_t batch = std::max<int64_t>(1, config.train.micro_batch / pc.dp);
   const plan::TensorSplit split{pc.tp, pc.sp, pc.cp};
-  if (!mc.moe.enabled()) {
-    const plan::StageUnits& u = shape.stages[shape.rank_stages[0][0]];
+  if (!mc.moe.enabled() && shape) {
+    const plan::StageUnits& u = shape->stages[shape->rank_stages[0][0]];
     const int64_t first = std::max(u.first_unit, 1) - 1;
     const int64_t last = std::min<int64_t>(u.last_unit, mc.n_layers) - 1;
     const plan::StageExtent stage{first, last - first + 1, u.last_unit == mc.n_layers + 1};
