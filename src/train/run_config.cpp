@@ -573,8 +573,12 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
                        old_interval, rc.checkpoint.interval);
   rc.checkpoint.keep = one_of_two_names(source, "checkpoint.keep", keep, "train.keep_checkpoints",
                                         old_keep, rc.checkpoint.keep);
-  at_least("checkpoint.interval", rc.checkpoint.interval, 0);
-  at_least("checkpoint.keep", rc.checkpoint.keep, 1);
+  // A bad value is named by the key it was given under.
+  at_least(interval == kUnset && old_interval != kUnset ? "train.checkpoint_every"
+                                                        : "checkpoint.interval",
+           rc.checkpoint.interval, 0);
+  at_least(keep == kUnset && old_keep != kUnset ? "train.keep_checkpoints" : "checkpoint.keep",
+           rc.checkpoint.keep, 1);
   // 4 KiB: a page; below it the buffer costs more system calls than it saves memory.
   if (!(rc.checkpoint.write_buffer_mb >= 1.0 / 256) || !(rc.checkpoint.write_buffer_mb <= 65536)) {
     throw Error(

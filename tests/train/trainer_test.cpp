@@ -186,6 +186,8 @@ TEST(RunConfig, CheckpointIntervalAndKeepAcceptTheirOldNames) {
             "train.keep_checkpoints is the old name of checkpoint.keep; set one of them");
   EXPECT_EQ(error_of("[checkpoint]\nkeep = 0\n"), "run.toml: checkpoint.keep = 0 must be >= 1");
   EXPECT_EQ(error_of("[train]\ncheckpoint_every = -1\n"),
+            "run.toml: train.checkpoint_every = -1 must be >= 0");
+  EXPECT_EQ(error_of("[checkpoint]\ninterval = -1\n"),
             "run.toml: checkpoint.interval = -1 must be >= 0");
   // The resolved config writes the names; an old-name --set on it replaces the value.
   const RunConfig resolved = parse_run_config(model + "[train]\ncheckpoint_every = 5\n", "a", {});
