@@ -23,7 +23,16 @@ namespace trillion::cli {
 namespace {
 
 // One rank's numbers of one repetition, in the order they are gathered.
-enum Field { kOverlapped, kSerialized, kAlone, kCompute, kWait, kFields };
+enum Field {
+  kOverlapped,
+  kSerialized,
+  kAlone,
+  kCompute,
+  kWait,
+  kSerialCompute,
+  kSerialWait,
+  kFields
+};
 
 double max_over_mean(const std::vector<double>& per_rank) {
   double total = 0, mx = 0;
@@ -82,10 +91,10 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
     ring.forward(out, l, q);
     ring.backward(dq, g, out, q, l);
     at(rep, me, serialized ? kSerialized : kOverlapped) = t.seconds();
-    if (!serialized) {
-      at(rep, me, kCompute) = ring.counters().compute_seconds - before.compute_seconds;
-      at(rep, me, kWait) = ring.counters().wait_seconds - before.wait_seconds;
-    }
+    at(rep, me, serialized ? kSerialCompute : kCompute) =
+        ring.counters().compute_seconds - before.compute_seconds;
+    at(rep, me, serialized ? kSerialWait : kWait) =
+        ring.counters().wait_seconds - before.wait_seconds;
   };
   for (int rep = 0; rep < reps; ++rep) {
     fwd_bwd(false, rep);
@@ -133,6 +142,8 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
                      {"ring_alone_s", at(best, r, kAlone)},
                      {"compute_s", at(best, r, kCompute)},
                      {"ring_wait_s", at(best, r, kWait)},
+                     {"serialized_compute_s", at(best, r, kSerialCompute)},
+                     {"serialized_wait_s", at(best, r, kSerialWait)},
                      {"visible_pairs", fwd_pairs[r]},
                      {"backward_visible_pairs", bwd_pairs[r]}});
   }
@@ -170,10 +181,12 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
       "  slowest rank, repetition %d of %d: overlapped %.4f s, serialized %.4f s, ring "
       "alone %.4f s; hidden (serialized - overlapped) / ring alone = %.1f%%\n",
       best + 1, reps, overlapped, serialized, alone, 100 * hidden);
-  std::printf("  rank  overlapped s  compute s  ring wait s  serialized s  ring alone s\n");
+  std::printf("        ------ overlapped ------   ------ serialized ------\n");
+  std::printf("  rank   total  compute  ring wait    total  compute  ring wait  ring alone\n");
   for (int r = 0; r < o.cp; ++r) {
-    std::printf("  %4d  %12.4f  %9.4f  %11.4f  %12.4f  %12.4f\n", r, at(best, r, kOverlapped),
-                at(best, r, kCompute), at(best, r, kWait), at(best, r, kSerialized),
+    std::printf("  %4d  %6.4f   %6.4f     %6.4f   %6.4f   %6.4f     %6.4f      %6.4f\n", r,
+                at(best, r, kOverlapped), at(best, r, kCompute), at(best, r, kWait),
+                at(best, r, kSerialized), at(best, r, kSerialCompute), at(best, r, kSerialWait),
                 at(best, r, kAlone));
   }
   return 0;
