@@ -1,9 +1,11 @@
 // `trillion bench attention --cp N`: causal ring attention (parallel/context.h) over N processes
 // (run under `trillion launch -n N -- bench attention --cp N ...`), forward + backward of a
-// [batch, seq] sequence split zigzag or contiguous. Reports per rank: the best fwd+bwd time, the
-// time in the block kernels, the time blocked on the ring, the ring's communication alone (the
-// same passes with no compute) and so the fraction of communication hidden behind compute
-// (1 - blocked / communication alone), and the causal (query, key) pairs each rank attended
+// [batch, seq] sequence split zigzag or contiguous. Each repetition times, on the slowest rank,
+// the ring overlapped (as training runs it: a hop travels while a block is computed), the same
+// ring serialized (every hop waited for right after it starts) and the ring's hops alone (no
+// compute). Reports the fraction of the ring's transfer time that overlapping hides,
+// (serialized - overlapped) / alone, unclamped; per rank the block kernels' and the ring waits'
+// time of the overlapped run; and the causal (query, key) pairs each rank attended per pass
 // (max/mean: 1 under zigzag).
 #pragma once
 

@@ -1,10 +1,13 @@
 // See context.h.
 #include "parallel/context.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <limits>
 
 #include "core/timer.h"
+#include "plan/context_ring.h"
 
 namespace trillion::parallel {
 
@@ -25,6 +28,7 @@ RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Com
       shape_(shape.attention()),
       seq_len_(seq_len),
       blocks_(blocks) {
+  TRILLION_CHECK(cp.size() > 1, "RingAttention: one process attends with the local kernel");
   TRILLION_CHECK(split.cp == cp.size() && shape.seq * cp.size() == seq_len,
                  "RingAttention: the split, the cp group and the local shape disagree");
   split_.spans(seq_len, cp.rank());  // throws the user-facing error if T does not cut evenly
@@ -35,11 +39,17 @@ RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Com
 }
 
 template <typename F>
-void RingAttention::for_pairs(int source, F&& f) {
+void RingAttention::for_pairs(int source, RingPassCounts& counts, F&& f) {
   for (const AttentionSpan& q : split_.spans(seq_len_, ring_.rank())) {
     for (const AttentionSpan& k : split_.spans(seq_len_, source)) {
-      if (k.position > q.position + q.len - 1) continue;  // every key after every query
+      if (k.position > q.position + q.len - 1) {  // every key after every query
+        ++counts.blocks_skipped;
+        continue;
+      }
       f(q, k);
+      counts.visible_pairs += visible_pairs(q, k);
+      ++counts.blocks_computed;
+      ring_.progress();
     }
   }
 }
@@ -49,58 +59,67 @@ void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv) {
   be_.fill(out, 0.0);
   be_.fill(lse, -std::numeric_limits<double>::infinity());
   be_.copy(kv_[0], kv_of(qkv));
-  ++counters_.forward_calls;
+  ++counters_.forward.calls;
+  const uint64_t sent_before = ring_.bytes_sent();
   for (int step = 0; step < cp; ++step) {
     const Tensor& cur = kv_[step % 2];
-    if (step + 1 < cp) ring_.start(cur, kv_[(step + 1) % 2], RingStream::kv);
-    const int source = ring_.source_after(step);
-    const int64_t total_pairs = static_cast<int64_t>(split_.spans(seq_len_, ring_.rank()).size()) *
-                                static_cast<int64_t>(split_.spans(seq_len_, source).size());
-    int64_t computed = 0;
+    if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
     Timer t;
-    for_pairs(source, [&](const AttentionSpan& q, const AttentionSpan& k) {
-      be_.flash_attention_block_forward(out, lse, qkv, cur, shape_, q, k, blocks_);
-      counters_.visible_pairs += visible_pairs(q, k);
-      ++computed;
-      ring_.progress();
-    });
+    for_pairs(ring_.source_after(step), counters_.forward,
+              [&](const AttentionSpan& q, const AttentionSpan& k) {
+                be_.flash_attention_block_forward(out, lse, qkv, cur, shape_, q, k, blocks_);
+              });
     counters_.compute_seconds += t.seconds();
-    counters_.blocks_computed += computed;
-    counters_.blocks_skipped += total_pairs - computed;
     counters_.wait_seconds += ring_.wait();
   }
+  check_bytes(ring_.bytes_sent() - sent_before, plan::context_ring_bytes(cp, block_bytes()).forward,
+              "forward");
 }
 
-void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
-                             const Tensor& qkv, const Tensor& lse) {
+void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
+                             const Tensor& lse) {
   const int cp = ring_.size();
   be_.fill(dqkv, 0.0);
   be_.copy(kv_[0], kv_of(qkv));
-  ++counters_.backward_calls;
+  ++counters_.backward.calls;
+  const uint64_t sent_before = ring_.bytes_sent();
   // dkv_[2] receives the accumulator arriving from the previous rank; dkv_[step % 2] is this
   // step's (and, once sent, must stay untouched until the next wait).
   const Tensor& arriving = dkv_[2];
   for (int step = 0; step < cp; ++step) {
     const Tensor& cur = kv_[step % 2];
     const Tensor& mine = dkv_[step % 2];
-    if (step + 1 < cp) ring_.start(cur, kv_[(step + 1) % 2], RingStream::kv);
+    if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
     be_.fill(mine, 0.0);
     Timer t;
-    for_pairs(ring_.source_after(step), [&](const AttentionSpan& q, const AttentionSpan& k) {
-      be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape_, q, k,
-                                         blocks_);
-      ring_.progress();
-    });
+    for_pairs(ring_.source_after(step), counters_.backward,
+              [&](const AttentionSpan& q, const AttentionSpan& k) {
+                be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape_, q,
+                                                   k, blocks_);
+              });
     counters_.compute_seconds += t.seconds();
     // Both the next K/V block and the accumulator of this step's block (from the previous rank,
     // which held the same block one step earlier) have arrived after this wait.
     counters_.wait_seconds += ring_.wait();
     if (step > 0) be_.add(mine, arriving);
-    ring_.start(mine, arriving, RingStream::dkv);
+    start(mine, arriving, RingStream::dkv);
   }
   counters_.wait_seconds += ring_.wait();
   // The accumulator arriving last is this rank's own block, with every rank's contribution.
   be_.copy(kv_of(dqkv), arriving);
+  check_bytes(ring_.bytes_sent() - sent_before,
+              plan::context_ring_bytes(cp, block_bytes()).backward, "backward");
+}
+
+void RingAttention::start(const Tensor& send, const Tensor& recv, RingStream stream) {
+  ring_.start(send, recv, stream);
+  if (serialized_) counters_.wait_seconds += ring_.wait();
+}
+
+void RingAttention::check_bytes(uint64_t sent, uint64_t formula, const char* pass) const {
+  TRILLION_CHECK(sent == formula, fmt::format("ring attention {}: sent {} bytes over the cp group, "
+                                              "plan/context_ring.h says {}",
+                                              pass, sent, formula));
 }
 
 uint64_t RingAttention::block_bytes() const {
@@ -109,7 +128,7 @@ uint64_t RingAttention::block_bytes() const {
 
 double RingAttention::forward_flops() const {
   return 4.0 * static_cast<double>(shape_.B * shape_.NH * shape_.HD) *
-         static_cast<double>(counters_.visible_pairs);
+         static_cast<double>(counters_.forward.visible_pairs);
 }
 
 Tensor RingAttention::kv_of(const Tensor& qkv) const {

@@ -11,8 +11,9 @@
 //             and after cp hops lands on the rank that owns the block.
 // Pairs whose keys all come after their queries are skipped (never computed, counted as
 // skipped). GQA: K/V blocks hold the rank's KV heads, shared by NH/KV query heads each.
-// Counters: visible (query, key) pairs per rank give the causal attention FLOPs
-// (4 HD per pair and head forward: Q K^T and P V), the measure of load balance.
+// Counters, per pass (forward, backward): visible (query, key) pairs per rank give the causal
+// attention FLOPs (4 HD per pair and head forward: Q K^T and P V), the measure of load balance;
+// computed and skipped span pairs. Backward visits the same pairs as forward.
 // Buffers (workspace, per rank): 2 K/V blocks (current + receiving) and 3 dK/dV blocks (this
 // step's, the one being sent, the one arriving), each B * T/cp * 2 KV HD elements.
 #pragma once
@@ -27,13 +28,18 @@
 
 namespace trillion::parallel {
 
+// What one pass (forward or backward) did, summed over its calls.
+struct RingPassCounts {
+  int64_t visible_pairs = 0;    // (query, key) pairs attended, per batch row and head
+  int64_t blocks_computed = 0;  // (query span, key span) kernel calls
+  int64_t blocks_skipped = 0;   // fully masked span pairs (every key after every query)
+  int64_t calls = 0;
+};
+
 struct RingCounters {
-  int64_t visible_pairs = 0;   // (query, key) pairs attended, per batch row and head, forward
-  int64_t blocks_computed = 0;  // (query span, key span) kernel calls, forward
-  int64_t blocks_skipped = 0;   // fully masked span pairs, forward
-  double wait_seconds = 0;      // blocked on the ring (forward and backward)
-  double compute_seconds = 0;   // in the block kernels
-  int64_t forward_calls = 0, backward_calls = 0;
+  RingPassCounts forward, backward;
+  double wait_seconds = 0;     // blocked on the ring (forward and backward)
+  double compute_seconds = 0;  // in the block kernels
 };
 
 // Causal (query, key) pairs of a query span against a key span: keys at or before each query.
@@ -51,6 +57,9 @@ class RingAttention final : public ContextAttention {
                 const Tensor& lse) override;
 
   const RingCounters& counters() const { return counters_; }
+  // For measurement (bench attention --cp): wait for every hop right after starting it, so no
+  // transfer overlaps a block kernel. Same results, same bytes.
+  void set_serialized(bool on) { serialized_ = on; }
   // Bytes of one rank's K/V block (what one ring hop carries).
   uint64_t block_bytes() const;
   // Causal attention FLOPs this rank did in forward passes (4 HD per visible pair and head).
@@ -58,9 +67,14 @@ class RingAttention final : public ContextAttention {
 
  private:
   Tensor kv_of(const Tensor& qkv) const;  // the K | V columns of qkv, [N, 2 KV HD] (a view)
-  // Every (query span, key span) pair of this rank's queries against `source`'s keys.
+  // ring_.start, and under set_serialized(true) its wait.
+  void start(const Tensor& send, const Tensor& recv, RingStream stream);
+  // The invariant that plan/'s ring bytes are the engine's: what one call sent, checked.
+  void check_bytes(uint64_t sent, uint64_t formula, const char* pass) const;
+  // Every (query span, key span) pair of this rank's queries against `source`'s keys with a
+  // visible key, counted into `counts` (the others as skipped).
   template <typename F>
-  void for_pairs(int source, F&& f);
+  void for_pairs(int source, RingPassCounts& counts, F&& f);
 
   Backend& be_;
   CpRing ring_;
@@ -71,6 +85,7 @@ class RingAttention final : public ContextAttention {
   Buffer buffers_;  // kv[2], dkv[3]
   Tensor kv_[2], dkv_[3];
   RingCounters counters_;
+  bool serialized_ = false;
 };
 
 }  // namespace trillion::parallel

@@ -2,10 +2,9 @@
 // in backward, their dK/dV accumulators) around. Rank r sends to r+1 and receives from r-1
 // (mod cp) with non-blocking send/recv, so the block in flight travels while the current one is
 // computed. The cp group's Communicator counts every byte (send/recv kinds); the volumes per
-// layer and micro-batch, per rank, with S = one rank's K/V block = B * T/cp * 2 KV HD elements:
-//   forward   (cp - 1) S sent and received        (the K/V of every other rank, once)
-//   backward  (cp - 1) S K/V + cp S dK/dV          (K/V again; each dK/dV accumulator makes cp
-//                                                   hops and ends on its owner)
+// layer and micro-batch are plan/context_ring.h's (forward (cp - 1) K/V blocks, backward
+// (cp - 1) K/V + cp dK/dV blocks), which RingAttention checks its counters against on every call
+// and plan/step_model times.
 // Invariant: start() may be called again only after wait(); tags keep the K/V and dK/dV streams
 // apart, so both may be in flight at once.
 #pragma once
@@ -36,19 +35,12 @@ class CpRing {
   void progress();
   // Waits for everything started since the last wait; returns the seconds spent blocked.
   double wait();
+  // Bytes this rank has sent over the cp group (its Communicator's send counter).
+  uint64_t bytes_sent() const { return cp_.counters().sent(comm::Collective::send); }
 
  private:
   comm::Communicator& cp_;
   std::vector<comm::Handle> in_flight_;
 };
-
-// Bytes one rank sends over the cp group per layer and micro-batch (the formula above), for a
-// K/V block of `block_bytes`.
-inline uint64_t ring_forward_bytes(int cp, uint64_t block_bytes) {
-  return static_cast<uint64_t>(cp - 1) * block_bytes;
-}
-inline uint64_t ring_backward_bytes(int cp, uint64_t block_bytes) {
-  return cp == 1 ? 0 : static_cast<uint64_t>(2 * cp - 1) * block_bytes;
-}
 
 }  // namespace trillion::parallel

@@ -9,12 +9,6 @@ bool layer_is_full(const ActivationPolicy& p, int64_t layer) {
 }
 }  // namespace
 
-int64_t context_ring_buffer_bytes(const ModelSpec& m, int64_t batch, int64_t seq_len,
-                                  int64_t elem, const TensorSplit& split) {
-  if (split.cp <= 1) return 0;
-  return 5 * batch * (seq_len / split.cp) * 2 * (m.n_kv_heads / split.tp) * m.head_dim * elem;
-}
-
 ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t seq_len,
                                         const ActivationPolicy& p, int64_t elem, int64_t stat,
                                         const StageExtent& stage, int64_t slots,

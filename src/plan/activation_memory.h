@@ -71,18 +71,13 @@ struct StageExtent {
 // context-parallel degree: each cp rank holds T/cp rows of every sequence, so every activation
 // above is that of a T/cp sequence (the tiled attention state included: lse is B NH T/cp; ring
 // attention never forms a T x T matrix). The K/V blocks ring attention receives are workspace,
-// not activations: context_ring_buffer_bytes.
+// not activations: plan/context_ring.h.
 struct TensorSplit {
   int64_t tp = 1;
   bool sp = false;
   int64_t cp = 1;
   bool sequence_parallel() const { return sp && tp > 1; }
 };
-
-// Ring attention's buffers per rank (parallel/context.h): 2 K/V blocks (current + arriving) and
-// 3 dK/dV blocks, each B * T/cp * 2 * KV/tp * HD elements; 0 with cp = 1.
-int64_t context_ring_buffer_bytes(const ModelSpec& m, int64_t batch, int64_t seq_len,
-                                  int64_t elem_bytes, const TensorSplit& split);
 
 // Activation bytes of one stage with `slots` micro-batches in flight (the whole model, one slot,
 // by default), on one tp rank. m must be the engine's block (require_engine_block); tp must

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/context_ring.h"
 #include "plan/parameter_table.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
@@ -415,13 +416,16 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
       mem.activations = live_peak_bytes(l, microbatches, r, chunk_bytes);
     // Temporaries: fp32 logits and their gradient on the head's rank (vocab-parallel over TP);
     // the recompute working set of one layer; under ZeRO-3 two layers' gathered bf16 weights
-    // (prefetch); MoE dispatch send + receive buffers.
+    // (prefetch); MoE dispatch send + receive buffers; ring attention's K/V and dK/dV blocks
+    // (plan/context_ring.h, 16-bit).
     if (has_head) mem.temporary += tokens * static_cast<double>(m.vocab) / t * 8.0;
     if (l.recompute == Recompute::kFull) mem.temporary += tokens * full_layer;
     if (l.recompute == Recompute::kSelective)
       mem.temporary += tokens * (full_layer - selective_layer);
     if (l.zero == 3) mem.temporary += 2 * 2.0 * largest_layer_params;
     if (any_moe) mem.temporary += 2 * tokens / t * m.top_k * h * e;
+    mem.temporary += static_cast<double>(
+        context_ring_buffer_bytes(m, l.micro_batch, seq, 2, {l.tp, l.sequence_parallel(), l.cp}));
     // Fixed reservation (CUDA context, NCCL, workspaces; the cluster file's overhead_gb) plus 5%
     // allocator fragmentation of the dynamic part.
     mem.overhead = overhead_bytes + 0.05 * (mem.activations + mem.temporary);

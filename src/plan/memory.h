@@ -125,7 +125,7 @@ LocalParams params_per_gpu(const ModelSpec& m, const Layout& l);
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0;  // model states after ZeRO sharding
   double activations = 0;                            // in-flight micro-batches' stored tensors
-  double temporary = 0;  // logits, one layer's recompute set, ZeRO-3 prefetch, MoE buffers
+  double temporary = 0;  // logits, one layer's recompute set, ZeRO-3 prefetch, MoE, CP ring
   double overhead = 0;   // CUDA context, library workspaces, allocator fragmentation
   int rank = 0;          // the pipeline rank this is of
   double total() const {

@@ -117,9 +117,12 @@ Plan make_plan(PlanInputs in) {
       {"overlap",
        fmt::format("TP/SP collectives {:.0f}% hidden; EP all-to-all {:.0f}% hidden under "
                    "DualPipe (DeepSeek-V3 §3.2.1), {:.0f}% otherwise; DP reduce-scatter/all-gather "
-                   "hidden behind one micro-batch's backward/forward; CP all-gather exposed "
-                   "(Llama 3 §3.3.2); pipeline sends {}",
+                   "hidden behind one micro-batch's backward/forward; {}; pipeline sends {}",
                    100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other,
+                   e.cp_all_gather ? "CP all-gather exposed (Llama 3 §3.3.2)"
+                                   : "CP ring hops hidden behind each ring step's attention "
+                                     "blocks where they last long enough, the last dK/dV hop "
+                                     "exposed",
                    e.blocking_p2p ? "block each F and B (DeepSpeed's PipelineEngine)"
                                   : "asynchronous (they delay only through the bubble)")},
       {"tokens", p.run.chinchilla_tokens

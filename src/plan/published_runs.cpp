@@ -119,6 +119,8 @@ std::vector<PublishedRun> published_runs() {
     in.search.fixed.allocation = Allocation::kLive;
     in.search.fields.allocation = true;
     in.search.keep = 1;
+    // Llama 3's context parallelism all-gathers K and V (§3.3.2), not the engine's ring.
+    in.search.efficiency.cp_all_gather = true;
     run.metric = RunMetric::kMfu;
     run.published = r.mfu;
     run.tolerance = 0.04;

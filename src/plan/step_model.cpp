@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "plan/context_ring.h"
 #include "plan/efficiency.h"
 #include "plan/parameter_table.h"
 #include "schedule/generators.h"
@@ -119,13 +120,14 @@ PassCost layer_cost(const Context& c, bool moe) {
   }
   // Attention core.
   const double heads = split(nh, t);
-  double core_forward = 0;
+  double core_forward = 0, core_backward = 0;
   if (m.attention_kernel == AttentionKernel::kFlash) {
     const double flops =
         T * attention_flops_per_token_layer(m, c.seq, AttentionFlops::kCausal) / 3 / t;
     core_forward = flash_attention_forward_seconds(gpu, flops, static_cast<double>(c.seq) / l.cp);
+    core_backward = kFlashBackwardRatio * core_forward;
     r.f += core_forward;
-    r.b += kFlashBackwardRatio * core_forward;
+    r.b += core_backward;
   } else {
     // Scores Q K^T and P V as batched GEMMs over (micro-batch x heads), full square (Megatron
     // computes every score and masks); backward runs four GEMMs of the same shapes.
@@ -134,8 +136,9 @@ PassCost layer_cost(const Context& c, bool moe) {
     core_forward =
         gemm_seconds(gpu, Precision::kBf16, q, s, static_cast<double>(m.qk_dim()), batch, e16) +
         gemm_seconds(gpu, Precision::kBf16, q, static_cast<double>(m.v_dim()), s, batch, e16);
+    core_backward = 2 * core_forward;
     r.f += core_forward;
-    r.b += 2 * core_forward;
+    r.b += core_backward;
   }
   // Elementwise work: the layer's stored activations pass through HBM (1 pass forward, the rest
   // backward); recomputation replays the forward's share.
@@ -158,14 +161,22 @@ PassCost layer_cost(const Context& c, bool moe) {
                     : 2 * all_reduce_seconds(link, act, t);
     tp_forward *= 1 - c.eff.tp_overlap;
   }
-  // CP (Llama 3 §3.3.2): all-gather K and V forward, reduce-scatter dK, dV backward; exposed.
-  double cp_each = 0;
+  // CP: the engine's ring (plan/context_ring.h): (cp - 1) K/V hops forward, (2 cp - 1) K/V and
+  // dK/dV hops backward, each hidden behind one ring step's block kernels where they last long
+  // enough; or, as Llama 3 §3.3.2 runs it, all-gather K and V forward and reduce-scatter dK, dV
+  // backward, exposed.
+  double cp_forward = 0, cp_backward = 0;
   if (l.cp > 1) {
-    const double kv = m.is_mla() ? heads : split(static_cast<double>(m.n_kv_heads), t);
-    const double kv_bytes =
-        static_cast<double>(l.micro_batch) * c.seq * kv * (m.qk_dim() + m.v_dim()) * 2.0;
-    cp_each = all_gather_seconds(link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp)),
-                                 kv_bytes, l.cp);
+    const LinkCost link = link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp));
+    const double block =
+        static_cast<double>(context_ring_block_bytes(m, l.micro_batch, c.seq, 2, {t, sp, l.cp}));
+    if (c.eff.cp_all_gather) {
+      cp_forward = cp_backward = all_gather_seconds(link, block * l.cp, l.cp);
+    } else {
+      const RingSeconds ring =
+          context_ring_exposed_seconds(l.cp, block, link, core_forward, core_backward);
+      cp_forward = ring.forward, cp_backward = ring.backward;
+    }
   }
   // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies
   // (dispatch in FP8 under an FP8 layout, combine in BF16; DeepSeek-V3 §3.3.2). The copies for
@@ -189,18 +200,23 @@ PassCost layer_cost(const Context& c, bool moe) {
     const bool dual = l.pp > 1 && l.schedule == schedule::ScheduleKind::kDualPipe;
     ep_each = 2 * t_a2a * (1 - (dual ? c.eff.ep_overlap_dualpipe : c.eff.ep_overlap_other));
   }
-  r.f += tp_forward + cp_each + ep_each;
-  r.b += tp_forward + cp_each + ep_each;
+  r.f += tp_forward + cp_forward + ep_each;
+  r.b += tp_forward + cp_backward + ep_each;
   r.tp = 2 * tp_forward;
-  r.cp = 2 * cp_each;
+  r.cp = cp_forward + cp_backward;
   r.ep = 2 * ep_each;
   // Recompute: full replays the forward (its TP collectives too; Megatron's checkpointed layer);
-  // selective replays the attention core and the cheap elementwise products.
+  // selective replays the attention core and the cheap elementwise products. Both replay the
+  // attention core, so the forward ring too (the engine's recompute_core runs it again).
   if (l.recompute == Recompute::kFull) {
     r.recompute = gemm_forward + core_forward + elem + tp_forward;
     r.tp += tp_forward;
   } else if (l.recompute == Recompute::kSelective) {
     r.recompute = core_forward + 0.25 * elem;
+  }
+  if (l.recompute != Recompute::kNone) {
+    r.b += cp_forward;
+    r.cp += cp_forward;
   }
   r.b += r.recompute;
   return r;

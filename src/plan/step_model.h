@@ -4,8 +4,9 @@
 // attention by FlashAttention's efficiency or, materialised, as batched GEMMs of the score
 // matrix; elementwise work moves the layer's activations through HBM; communication is costed
 // with the alpha-beta model per link class: TP all-reduces (or SP all-gathers/reduce-scatters),
-// the CP K/V all-gather, the EP all-to-all (mostly hidden by DualPipe's overlapped F&B), PP
-// point-to-point (asynchronous, or blocking each F and B as DeepSpeed's pipeline does), and the
+// the CP ring's hops that its block kernels do not hide (plan/context_ring.h), the EP
+// all-to-all (mostly hidden by DualPipe's overlapped F&B), PP point-to-point (asynchronous, or
+// blocking each F and B as DeepSpeed's pipeline does), and the
 // DP/ZeRO collectives overlapped with one micro-batch's backward and forward as Megatron's
 // distributed optimizer does (ZeRO-2's per-micro-batch reduce-scatter with the next
 // micro-batch). The pipeline bubble comes from playing the layout's schedule in the schedule
@@ -44,6 +45,10 @@ struct Efficiency {
   // receive and its send (2 transfers each). Megatron and the engine send asynchronously (false),
   // and a transfer then delays the step only through the simulated bubble.
   bool blocking_p2p = false;
+  // Context parallelism as Llama 3 runs it (§3.3.2: K and V all-gathered before attention, dK
+  // and dV reduce-scattered after it, exposed) instead of the engine's ring (plan/context_ring.h:
+  // each hop hidden behind a ring step's block kernels where they last long enough).
+  bool cp_all_gather = false;
 };
 
 struct StepBreakdown {

@@ -32,14 +32,15 @@ nlohmann::json comm_json(const std::string& group, const comm::CommCounters& c) 
 }
 
 nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t,
-                               double predicted_activations) {
-  constexpr int K = kMemoryCategories, W = 2 * K + 1;
+                               double predicted_activations, double predicted_ring_buffers) {
+  constexpr int K = kMemoryCategories, W = 2 * K + 2;
   std::vector<double> mine(W), all(W * world.size());
   for (int c = 0; c < K; ++c) {
     mine[c] = static_cast<double>(t.current(static_cast<MemoryCategory>(c)));
     mine[K + c] = static_cast<double>(t.peak(static_cast<MemoryCategory>(c)));
   }
   mine[2 * K] = predicted_activations;
+  mine[2 * K + 1] = predicted_ring_buffers;
   world.all_gather(Tensor(mine.data(), DType::f64, {W}),
                    Tensor(all.data(), DType::f64, {W * world.size()}));
   nlohmann::json ranks = nlohmann::json::array();
@@ -52,7 +53,10 @@ nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t
     }
     nlohmann::json rank{{"rank", r}, {"current", current}, {"peak", peak}};
     if (all[W * r + 2 * K] >= 0) {
-      rank["predicted"] = {{"activations", static_cast<uint64_t>(all[W * r + 2 * K])}};
+      rank["predicted"]["activations"] = static_cast<uint64_t>(all[W * r + 2 * K]);
+    }
+    if (all[W * r + 2 * K + 1] >= 0) {
+      rank["predicted"]["workspace_context_ring"] = static_cast<uint64_t>(all[W * r + 2 * K + 1]);
     }
     ranks.push_back(rank);
   }

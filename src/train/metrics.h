@@ -18,10 +18,13 @@ nlohmann::json memory_json(const MemoryTracker& tracker);
 // Bytes sent per collective kind, under the group's name (kinds with traffic only).
 nlohmann::json comm_json(const std::string& group, const comm::CommCounters& counters);
 // Every rank's current and peak bytes per category, gathered over the world (collective), and,
-// when predicted_activations >= 0, the activation bytes plan/ predicts for the rank
-// ("predicted": {"activations": ...}) beside them.
+// beside them, what plan/ predicts for the rank where it is given (>= 0): its activation bytes
+// ("predicted": {"activations": ...}) and the part of its workspace that ring attention's
+// buffers take ("workspace_context_ring", plan/context_ring.h; the rest of the workspace, kernel
+// and stage scratch, is not predicted).
 nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& tracker,
-                               double predicted_activations = -1);
+                               double predicted_activations = -1,
+                               double predicted_ring_buffers = -1);
 
 // "1h02m", "3m07s", "12s".
 std::string format_duration(double seconds);

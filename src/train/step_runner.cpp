@@ -53,11 +53,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "the experts is not in this build; use parallel.ep for the experts and tp = 1",
         c.parallel.tp, c.model.moe.n_routed_experts));
   }
-  if (c.parallel.cp > 1 && c.diloco.islands > 1) {
-    throw Error(fmt::format("parallel.cp = {} with diloco.islands = {}: DiLoCo islands of "
-                            "context-parallel ranks are not in this build; use cp = 1",
-                            c.parallel.cp, c.diloco.islands));
-  }
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
                             "(model.n_routed_experts > 0)",

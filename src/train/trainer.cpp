@@ -19,6 +19,7 @@
 #include "core/timer.h"
 #include "data/file_io.h"
 #include "plan/activation_memory.h"
+#include "plan/context_ring.h"
 #include "plan/stage_partition.h"
 #include "plan/units.h"
 #include "train/checkpoint_writer.h"
@@ -460,7 +461,14 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
               .total());
     }
   }
-  const nlohmann::json per_rank = memory_per_rank(world, tracker, predicted_activations);
+  // Ring attention's K/V and dK/dV buffers (workspace), one set per rank for all its stages.
+  const double predicted_ring =
+      pc.cp > 1 ? static_cast<double>(plan::context_ring_buffer_bytes(
+                      mc.spec(), runner.local_micro_batch(), mc.seq_len,
+                      static_cast<int64_t>(dtype_size(mc.dtype)), {pc.tp, pc.sp, pc.cp}))
+                : -1.0;
+  const nlohmann::json per_rank =
+      memory_per_rank(world, tracker, predicted_activations, predicted_ring);
   const nlohmann::json checkpoint_costs =
       checkpoints.summary(steps_run > 0 ? train_seconds / steps_run : 0.0, memory_plan.checkpoint);
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.

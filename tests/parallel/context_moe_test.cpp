@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
-#include "parallel/context_comm.h"
+#include "plan/context_ring.h"
 #include "plan/layout.h"
 #include "plan/memory.h"
 #include "train/run_config.h"
@@ -78,8 +78,7 @@ TEST_P(ContextParallelMoe, TrainsTheOneProcessRun) {
   // The f counts' all-reduce: B x E f64 per MoE layer and micro-batch, 2 (cp-1)/cp of it sent.
   const double f_bytes = static_cast<double>(local_batch * kExperts * 8);
   const double cp_bytes =
-      kMicro * (kLayers * static_cast<double>(parallel::ring_forward_bytes(l.cp, kv_block) +
-                                              parallel::ring_backward_bytes(l.cp, kv_block)) +
+      kMicro * (kLayers * static_cast<double>(plan::context_ring_bytes(l.cp, kv_block).total()) +
                 kMoeLayers * 2.0 * (l.cp - 1) / l.cp * f_bytes);
   for (size_t i = 0; i < run_lines.size(); ++i) {
     const auto &want = ref_lines[i], &got = run_lines[i];

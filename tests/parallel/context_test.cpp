@@ -3,8 +3,9 @@
 // kernel (values and gradients). Under mpirun (CTest's parallel_mpi_2 / _4: cp = the world size):
 // for zigzag and contiguous splits, GQA (4 query heads over 2 kv heads), tiles of 4 that do not
 // divide the chunks, every rank's out, lse and dQKV rows equal the reference rows at their global
-// positions to 1e-11; the cp group's counters hold exactly the context_comm.h bytes; zigzag's
-// visible (query, key) pairs are equal on every rank, contiguous's are not (max/mean printed).
+// positions to 1e-11; the cp group's counters hold exactly plan/context_ring.h's bytes; zigzag's
+// visible (query, key) pairs are equal on every rank in forward and in backward, contiguous's
+// are not (max/mean printed); the skipped span pairs are exactly the masked chunk pairs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +16,7 @@
 #include "../comm/mpi_env.h"
 #include "core/philox.h"
 #include "parallel/context.h"
-#include "plan/activation_memory.h"
+#include "plan/context_ring.h"
 
 namespace trillion {
 namespace {
@@ -194,29 +195,49 @@ void run_ring(CpSplit kind) {
   const uint64_t block = static_cast<uint64_t>(N * 2 * kKV * kHD * 8);
   EXPECT_EQ(ring.block_bytes(), block);
   using comm::Collective;
-  EXPECT_EQ((after_forward - before).sent(Collective::send), parallel::ring_forward_bytes(cp, block));
-  EXPECT_EQ((after_forward - before).received(Collective::recv),
-            parallel::ring_forward_bytes(cp, block));
-  EXPECT_EQ((after_backward - after_forward).sent(Collective::send),
-            parallel::ring_backward_bytes(cp, block));
-  EXPECT_EQ((after_backward - after_forward).received(Collective::recv),
-            parallel::ring_backward_bytes(cp, block));
-  // Balance: visible pairs per rank, gathered.
-  std::vector<double> pairs(cp, 0.0);
-  pairs[rank] = static_cast<double>(ring.counters().visible_pairs);
-  world.all_reduce(Tensor(pairs.data(), DType::f64, {cp}));
-  double total = 0, mx = 0, mn = 1e300;
-  for (double p : pairs) total += p, mx = std::max(mx, p), mn = std::min(mn, p);
-  EXPECT_EQ(total, static_cast<double>(kT * (kT + 1) / 2));  // every causal pair once
-  if (kind == CpSplit::zigzag) {
-    EXPECT_EQ(mx, mn) << "zigzag must balance the causal work exactly";
-  } else {
-    EXPECT_GT(mx / (total / cp), 1.4);
-  }
-  if (rank == 0) {
-    std::printf("[ring cp=%d %s] visible pairs per rank max/mean %.3f, skipped blocks %lld\n", cp,
-                cp_split_name(kind), mx / (total / cp),
-                static_cast<long long>(ring.counters().blocks_skipped));
+  const plan::RingBytes want = plan::context_ring_bytes(cp, block);
+  EXPECT_EQ(want.forward, (cp - 1) * block);
+  EXPECT_EQ(want.backward, (2 * cp - 1) * block);
+  EXPECT_EQ((after_forward - before).sent(Collective::send), want.forward);
+  EXPECT_EQ((after_forward - before).received(Collective::recv), want.forward);
+  EXPECT_EQ((after_backward - after_forward).sent(Collective::send), want.backward);
+  EXPECT_EQ((after_backward - after_forward).received(Collective::recv), want.backward);
+  // Balance: visible pairs per rank and pass, gathered. Backward visits forward's pairs.
+  const parallel::RingCounters& counts = ring.counters();
+  EXPECT_EQ(counts.forward.calls, 1);
+  EXPECT_EQ(counts.backward.calls, 1);
+  EXPECT_EQ(counts.backward.visible_pairs, counts.forward.visible_pairs);
+  EXPECT_EQ(counts.backward.blocks_computed, counts.forward.blocks_computed);
+  // Skipped span pairs: a query chunk a skips every key chunk after it. Zigzag's chunks i and
+  // 2cp-1-i skip (2cp-1-i) + i = 2cp-1 chunks; contiguous's one chunk cp-1-rank.
+  const int64_t skipped = kind == CpSplit::zigzag ? 2 * cp - 1 : cp - 1 - rank;
+  const int64_t spans = kind == CpSplit::zigzag ? 2 : 1;
+  EXPECT_EQ(counts.forward.blocks_skipped, skipped);
+  EXPECT_EQ(counts.backward.blocks_skipped, skipped);
+  EXPECT_EQ(counts.forward.blocks_computed + skipped, spans * spans * cp);
+  std::vector<double> pairs(2 * cp, 0.0);
+  pairs[rank] = static_cast<double>(counts.forward.visible_pairs);
+  pairs[cp + rank] = static_cast<double>(counts.backward.visible_pairs);
+  world.all_reduce(Tensor(pairs.data(), DType::f64, {2 * cp}));
+  for (int pass = 0; pass < 2; ++pass) {
+    const char* name = pass == 0 ? "forward" : "backward";
+    double total = 0, mx = 0, mn = 1e300;
+    for (int r = 0; r < cp; ++r) {
+      const double p = pairs[pass * cp + r];
+      total += p, mx = std::max(mx, p), mn = std::min(mn, p);
+    }
+    EXPECT_EQ(total, static_cast<double>(kT * (kT + 1) / 2)) << name;  // every causal pair once
+    if (kind == CpSplit::zigzag) {
+      EXPECT_EQ(mx, mn) << name << ": zigzag must balance the causal work exactly";
+      EXPECT_EQ(mx, static_cast<double>(kT * (kT + 1) / 2 / cp)) << name;
+    } else {
+      EXPECT_GT(mx / (total / cp), 1.4) << name;
+    }
+    if (rank == 0) {
+      std::printf("[ring cp=%d %s] %s visible pairs per rank max/mean %.3f, skipped blocks %lld\n",
+                  cp, cp_split_name(kind), name, mx / (total / cp),
+                  static_cast<long long>(skipped));
+    }
   }
 }
 

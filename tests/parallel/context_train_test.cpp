@@ -3,33 +3,39 @@
 // config (configs/tiny.toml, 2 micro-batches, 2 steps, attention tiles of 3 so no chunk is a
 // multiple of the tile, a clip that binds; ONE shared reference run): losses and final weights
 // within 1e-5 (`trillion compare`), the clipped gradient norm within 1e-6 relative. Rank 0's bytes
-// over the cp group each step (metrics.jsonl comm.cp) equal parallel/context_comm.h's formula:
-// per micro-batch and layer (cp-1) K/V blocks forward and (cp-1) K/V + cp dK/dV blocks backward.
+// over the cp group each step (metrics.jsonl comm.cp) equal plan/context_ring.h's formula (the
+// one the planner times): per micro-batch and layer (cp-1) K/V blocks forward and (cp-1) K/V +
+// cp dK/dV blocks backward.
 // Every rank's activation bytes equal plan/'s formula with cp (those of a T/cp sequence), as
 // summary.json reports them beside the measured ones. Bad cp layouts are refused by name.
-// cp 2 x dp 2 under ZeRO-2 and ZeRO-3 (gradients and parameters sharded over dp x cp) too.
-// cp 2 x pp 2 (1F1B, zb-h1) trains the same reference with plan/'s per-stage activation bytes;
-// interleaved 1F1B and DualPipe train a 4-layer, 4-micro-batch reference;
-// cp checkpoints resume at other layouts (cp2 x pp2 -> one process, cp2 -> tp2).
+// cp 2 x dp 2 under ZeRO-0, 2 and 3 (gradients and parameters sharded over dp x cp) and cp 2 x
+// tp 2 without SP too. Activations are exactly 1/cp of the layout's without cp; each rank's
+// workspace holds ring attention's buffers, which summary.json predicts (plan/context_ring.h),
+// and (tp = dp = 1) exactly the workspace of a one-process run of T/cp tokens besides.
+// cp 2 x pp 2 (1F1B, GPipe, zb-h1, zb-h2) trains the same reference with plan/'s per-stage
+// activation bytes; interleaved 1F1B and DualPipe train a 4-layer, 4-micro-batch reference;
+// cp checkpoints resume at other layouts (cp2 x pp2 -> one process, cp2 -> tp2, one process ->
+// cp2, cp2 zigzag -> cp4 contiguous) and, written asynchronously, at cp 2 bitwise.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "../train/cli_util.h"
+#include "core/error.h"
 #include "model/config.h"
-#include "parallel/context_comm.h"
-#include "plan/activation_memory.h"
+#include "plan/context_ring.h"
+#include "train/run_config.h"
 
 namespace trillion {
 namespace {
 
 using testing::config_path;
 using testing::fresh_dir;
+using testing::one_thread_per_rank;
 using testing::read_json;
+using testing::read_metrics;
 using testing::run_trillion;
 using testing::shared_run;
-using testing::one_thread_per_rank;
-using testing::read_metrics;
 
 const std::string kEnv = one_thread_per_rank();
 
@@ -46,7 +52,17 @@ struct Layout {
   std::string split;
   int tp = 1, dp = 1, zero = 0;
   std::string name;
+  bool sp = true;  // with tp > 1
 };
+
+// The tiny config's model (flags()), as the trainer builds it.
+ModelConfig tiny_model(int64_t layers = kLayers) {
+  ModelConfig mc;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = layers, mc.n_heads = kHeads,
+  mc.n_kv_heads = kKv, mc.ffn_hidden = 64, mc.seq_len = kSeq;
+  mc.validate();
+  return mc;
+}
 void PrintTo(const Layout& l, std::ostream* os) {
   *os << l.name;
 }
@@ -59,8 +75,10 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const std::string run = fresh_dir("context_" + l.name);
   const std::string layout =
       " --set parallel.cp=" + std::to_string(l.cp) + " --set parallel.cp_split=" + l.split +
-      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.dp=" +
-      std::to_string(l.dp) + " --set parallel.zero=" + std::to_string(l.zero);
+      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.dp=" + std::to_string(l.dp) +
+      " --set parallel.zero=" + std::to_string(l.zero) +
+      " --set parallel.sp=" + (l.sp ? "true" : "false");
+  const bool sp = l.sp && l.tp > 1;
   const int world = l.cp * l.tp * l.dp;
   const auto r = run_trillion(kEnv + "launch -n " + std::to_string(world) + " -- " + flags() +
                               " --run-dir " + run + layout);
@@ -78,50 +96,79 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
     EXPECT_NEAR(run_lines[i]["grad_norm"].get<double>(), want, 1e-6 * want) << "step " << i + 1;
   }
 
-  // Bytes over cp: one K/V block is B_local * T/cp * 2 (KV/tp) HD floats.
-  const int64_t head_dim = kWidth / kHeads;
-  const uint64_t block = static_cast<uint64_t>(kBatch / l.dp) * (kSeq / l.cp) * 2 *
-                         (kKv / l.tp) * head_dim * 4;
-  const double per_step = static_cast<double>(kMicro) * kLayers *
-                          static_cast<double>(parallel::ring_forward_bytes(l.cp, block) +
-                                              parallel::ring_backward_bytes(l.cp, block));
+  // Bytes over cp: plan/context_ring.h's, for a K/V block of B_local * T/cp * 2 (KV/tp) HD
+  // floats, per layer and micro-batch.
+  const ModelConfig mc = tiny_model();
+  const int64_t head_dim = kWidth / kHeads, local_batch = kBatch / l.dp;
+  const plan::TensorSplit split{l.tp, sp, l.cp};
+  const int64_t block = plan::context_ring_block_bytes(mc.spec(), local_batch, kSeq, 4, split);
+  EXPECT_EQ(block, local_batch * (kSeq / l.cp) * 2 * (kKv / l.tp) * head_dim * 4);
+  const plan::RingBytes ring = plan::context_ring_bytes(l.cp, static_cast<uint64_t>(block));
+  EXPECT_EQ(ring.forward, static_cast<uint64_t>((l.cp - 1) * block));
+  EXPECT_EQ(ring.backward, static_cast<uint64_t>((2 * l.cp - 1) * block));
+  const double per_step = static_cast<double>(kMicro * kLayers * ring.total());
   for (const auto& m : run_lines) {
     EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(), per_step) << m.dump();
   }
 
-  // Every rank's activations: plan/'s formula for a T/cp sequence (and tp, sp).
-  ModelConfig mc;
-  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = kHeads,
-  mc.n_kv_heads = kKv, mc.ffn_hidden = 64, mc.seq_len = kSeq;
-  mc.validate();
+  // Every rank's activations: plan/'s formula for a T/cp sequence (and tp, sp), measured; exactly
+  // 1/cp of the layout without cp, and (tp = 1) 1/(dp cp) of the one-process run's measured bytes.
   const int64_t predicted =
-      plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4, 4,
-                                    {}, 1, {l.tp, l.tp > 1, l.cp})
+      plan::engine_activation_bytes(mc.spec(), local_batch, kSeq, mc.activation_policy(), 4, 4, {},
+                                    1, split)
           .total();
+  const int64_t no_cp =
+      plan::engine_activation_bytes(mc.spec(), local_batch, kSeq, mc.activation_policy(), 4, 4, {},
+                                    1, {l.tp, sp, 1})
+          .total();
+  EXPECT_EQ(predicted * l.cp, no_cp);
   const int64_t one_process =
-      plan::engine_activation_bytes(mc.spec(), kBatch / l.dp, kSeq, mc.activation_policy(), 4, 4,
-                                    {}, 1, {l.tp, l.tp > 1, 1})
-          .total();
-  EXPECT_LT(predicted, one_process);
+      read_json(ref + "/summary.json")["memory_per_rank"][0]["current"]["activations"]
+          .get<int64_t>();
+  if (l.tp == 1) {
+    EXPECT_EQ(predicted * l.cp * l.dp, one_process);
+  }
+  // Workspace: ring attention's 5 blocks (2 K/V, 3 dK/dV), predicted beside the measured bytes,
+  // which hold them and (tp = dp = 1) exactly the scratch of a one-process run of T/cp tokens.
+  const int64_t ring_buffers =
+      plan::context_ring_buffer_bytes(mc.spec(), local_batch, kSeq, 4, split);
+  EXPECT_EQ(ring_buffers, 5 * block);
+  int64_t scratch = 0;
+  if (l.tp == 1 && l.dp == 1) {
+    const std::string short_run =
+        shared_run(kEnv + flags() + " --set model.seq_len=" + std::to_string(kSeq / l.cp));
+    scratch = read_json(short_run + "/summary.json")["memory_per_rank"][0]["current"]["workspace"]
+                  .get<int64_t>();
+    EXPECT_GT(scratch, 0);
+  }
   const auto summary = read_json(run + "/summary.json");
   for (int rank = 0; rank < world; ++rank) {
     const auto& m = summary["memory_per_rank"][rank];
     EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
     EXPECT_EQ(m["predicted"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+    EXPECT_EQ(m["predicted"]["workspace_context_ring"].get<int64_t>(), ring_buffers)
+        << "rank " << rank;
+    EXPECT_GE(m["current"]["workspace"].get<int64_t>(), ring_buffers) << "rank " << rank;
+    if (scratch > 0) {
+      EXPECT_EQ(m["current"]["workspace"].get<int64_t>(), scratch + ring_buffers)
+          << "rank " << rank;
+    }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, ContextParallelRun,
-    ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
-                      Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
-                      Layout{4, "zigzag", 1, 1, 0, "cp4_zigzag"},
-                      Layout{4, "contiguous", 1, 1, 0, "cp4_contiguous"},
-                      Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_zigzag"},
-                      Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"},
-                      Layout{2, "zigzag", 1, 2, 2, "cp2_dp2_zero2_zigzag"},
-                      Layout{2, "zigzag", 1, 2, 3, "cp2_dp2_zero3_zigzag"}),
-    [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelRun,
+                         ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
+                                           Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
+                                           Layout{4, "zigzag", 1, 1, 0, "cp4_zigzag"},
+                                           Layout{4, "contiguous", 1, 1, 0, "cp4_contiguous"},
+                                           Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_zigzag"},
+                                           Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_nosp_zigzag",
+                                                  false},
+                                           Layout{2, "zigzag", 1, 2, 0, "cp2_dp2_zero0_zigzag"},
+                                           Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"},
+                                           Layout{2, "zigzag", 1, 2, 2, "cp2_dp2_zero2_zigzag"},
+                                           Layout{2, "zigzag", 1, 2, 3, "cp2_dp2_zero3_zigzag"}),
+                         [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("context_refused");
@@ -133,6 +180,9 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
        "parallel.cp_split = \"striped\": expected \"zigzag\""},
       {"--set parallel.cp=2 --set model.attention=materialized",
        "parallel.cp = 2 needs model.tiled_attention = true"},
+      {"--set parallel.cp=2 --set diloco.islands=2",
+       "parallel.cp = 2 with diloco.islands = 2: DiLoCo islands of context-parallel ranks are not "
+       "in this build; use cp = 1"},
   };
   for (const auto& [set, expect] : cases) {
     const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
@@ -140,49 +190,79 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
     EXPECT_EQ(r.exit_code, 2) << set << "\n" << r.output;
     EXPECT_NE(r.output.find(expect), std::string::npos) << set << "\n" << r.output;
   }
+  // The DiLoCo refusal comes from reading the config, before any process group exists.
+  try {
+    load_run_config(config_path("tiny.toml"), {"parallel.cp=2", "diloco.islands=2"});
+    ADD_FAILURE() << "cp 2 with DiLoCo islands was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny.toml: parallel.cp = 2 with diloco.islands = 2"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // cp 2 x pp 2 (4 ranks): each stage's activations are its cp rank's T/cp tokens, the pipeline
-// sends T/cp rows, and the ring runs inside each stage over that stage's cp group; under 1F1B
-// and zero-bubble (zb-h1). Same shared
-// one-process reference; every rank's activations are plan/'s formula for its stage (1F1B holds
+// sends T/cp rows, and the ring runs inside each stage over that stage's cp group; under 1F1B,
+// GPipe and the zero-bubble schedules (zb-h1, and zb-h2 with its split backward). Same shared
+// one-process reference; every rank's cp bytes are plan/context_ring.h's for its one layer, its
+// activations the trainer's prediction and, under 1F1B, plan/'s formula for its stage (1F1B holds
 // min(micro-batches, pp - stage) in flight) with cp = 2.
-TEST(ContextParallelPipeline, Cp2Pp2TrainsTheOneProcessRun) {
-  for (const std::string schedule : {"1f1b", "zb-h1"}) {
-    const std::string ref = shared_run(kEnv + flags());
-    const std::string run = fresh_dir("context_cp2_pp2_" + schedule);
-    std::string layout = " --set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=\\\"" +
-                         schedule + "\\\"";
-    const auto r = run_trillion(kEnv + "launch -n 4 -- " + flags() + " --run-dir " + run + layout);
-    ASSERT_EQ(r.exit_code, 0) << schedule << "\n" << r.output;
-    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
-    EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
-    EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
-    if (schedule != "1f1b") continue;
-
-    ModelConfig mc;
-    mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = kHeads,
-    mc.n_kv_heads = kKv, mc.ffn_hidden = 64, mc.seq_len = kSeq;
-    mc.validate();
-    const auto summary = read_json(run + "/summary.json");
-    for (int rank = 0; rank < 4; ++rank) {
-      const int stage = rank / 2;  // rank = pp_i * cp + cp_i
-      const plan::StageExtent extent{stage, 1, stage == 1};
-      const int64_t slots = std::min(kMicro, 2 - stage);
-      const int64_t predicted =
-          plan::engine_activation_bytes(mc.spec(), kBatch, kSeq, mc.activation_policy(), 4, 4,
-                                        extent, slots, {1, false, 2})
-              .total();
-      const int64_t no_cp =
-          plan::engine_activation_bytes(mc.spec(), kBatch, kSeq, mc.activation_policy(), 4, 4,
-                                        extent, slots, {1, false, 1})
-              .total();
-      EXPECT_LT(predicted, no_cp);
-      const auto& m = summary["memory_per_rank"][rank];
-      EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
-      EXPECT_EQ(m["predicted"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
-    }
+void expect_cp2_pp2_trains_the_one_process_run(const std::string& schedule) {
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string run = fresh_dir("context_cp2_pp2_" + schedule);
+  std::string layout =
+      " --set parallel.cp=2 --set parallel.pp=2 --set parallel.schedule=\\\"" + schedule + "\\\"";
+  if (schedule == "zb-h2") layout += " --set parallel.split_backward=true";
+  const auto r = run_trillion(kEnv + "launch -n 4 -- " + flags() + " --run-dir " + run + layout);
+  ASSERT_EQ(r.exit_code, 0) << schedule << "\n" << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << schedule << "\n" << cmp.output;
+  EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
+  // Each stage holds one layer: its ring runs once per micro-batch.
+  const ModelConfig mc = tiny_model();
+  const uint64_t block = static_cast<uint64_t>(
+      plan::context_ring_block_bytes(mc.spec(), kBatch, kSeq, 4, {1, false, 2}));
+  for (const auto& m : read_metrics(run)) {
+    EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(),
+              static_cast<double>(kMicro * plan::context_ring_bytes(2, block).total()))
+        << schedule;
   }
+  const auto summary = read_json(run + "/summary.json");
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto& m = summary["memory_per_rank"][rank];
+    EXPECT_EQ(m["current"]["activations"].get<int64_t>(),
+              m["predicted"]["activations"].get<int64_t>())
+        << schedule << " rank " << rank;
+  }
+  if (schedule != "1f1b") return;
+
+  for (int rank = 0; rank < 4; ++rank) {
+    const int stage = rank / 2;  // rank = pp_i * cp + cp_i
+    const plan::StageExtent extent{stage, 1, stage == 1};
+    const int64_t slots = std::min(kMicro, 2 - stage);
+    const int64_t predicted =
+        plan::engine_activation_bytes(mc.spec(), kBatch, kSeq, mc.activation_policy(), 4, 4, extent,
+                                      slots, {1, false, 2})
+            .total();
+    const int64_t no_cp =
+        plan::engine_activation_bytes(mc.spec(), kBatch, kSeq, mc.activation_policy(), 4, 4, extent,
+                                      slots, {1, false, 1})
+            .total();
+    EXPECT_LT(predicted, no_cp);
+    const auto& m = summary["memory_per_rank"][rank];
+    EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+    EXPECT_EQ(m["predicted"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
+  }
+}
+
+TEST(ContextParallelPipeline, Cp2Pp2TrainsTheOneProcessRun) {
+  expect_cp2_pp2_trains_the_one_process_run("1f1b");
+  expect_cp2_pp2_trains_the_one_process_run("zb-h1");
+}
+
+TEST(ContextParallelPipeline, Cp2Pp2GpipeAndZbH2TrainTheOneProcessRun) {
+  expect_cp2_pp2_trains_the_one_process_run("gpipe");
+  expect_cp2_pp2_trains_the_one_process_run("zb-h2");
 }
 
 // cp 2 x pp 2 under the schedules with two chunks per rank: interleaved 1F1B (4 layers: 2 stages
@@ -217,38 +297,71 @@ TEST(ContextParallelPipeline, Cp2Pp2InterleavedAndDualPipeTrainTheOneProcessRun)
   }
 }
 
-// A cp 2 x pp 2 run (4 ranks) stopped after step 3 resumes in one process, and a cp 2 run at
-// tp 2: the continued runs match the uninterrupted runs at the new layout within 1e-5.
+// A cp 2 x pp 2 run (4 ranks) stopped after step 3 resumes in one process, a cp 2 run at tp 2,
+// a one-process run at cp 2, and a cp 2 zigzag run at cp 4 contiguous: the continued runs match
+// the uninterrupted runs at the new layout within 1e-5. A cp 2 run with async checkpoints
+// resumes at cp 2 bitwise.
 std::string resumable(int n, const std::string& layout) {
   return kEnv + (n == 1 ? "" : "launch -n " + std::to_string(n) + " -- ") + "train " +
-         config_path("tiny.toml") +
-         " --quiet --set train.steps=6 --set train.checkpoint_every=3 " + layout;
+         config_path("tiny.toml") + " --quiet --set train.steps=6 --set train.checkpoint_every=3 " +
+         layout;
 }
+struct Resume {
+  int from_n;
+  std::string from;
+  int to_n;
+  std::string to, name;
+};
+void expect_resume_matches(const Resume& c) {
+  const std::string reference = shared_run(resumable(c.to_n, c.to));
+  const std::string dir = fresh_dir(c.name);
+  const auto first =
+      run_trillion(resumable(c.from_n, c.from) + " --run-dir " + dir + " --stop-after 3");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto resumed = run_trillion(resumable(c.to_n, c.to) + " --run-dir " + dir + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  const std::string events = testing::slurp(dir + "/events.log");
+  EXPECT_TRUE(testing::has(events, "resumed from " + dir + "/checkpoints/step_00000003 at step 3"))
+      << c.name << "\n"
+      << events;
+  const auto cmp = run_trillion("compare " + reference + " " + dir + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << c.name << "\n" << cmp.output;
+  EXPECT_TRUE(testing::has(cmp.output, "MATCH")) << c.name << "\n" << cmp.output;
+}
+
 TEST(ContextParallelResume, CheckpointsResumeAtAnotherLayout) {
-  struct Case {
-    int from_n;
-    std::string from;
-    int to_n;
-    std::string to, name;
-  };
-  const Case cases[] = {
-      {4, "--set parallel.cp=2 --set parallel.pp=2", 1, "", "context_resume_cp2pp2_one"},
-      {2, "--set parallel.cp=2", 2, "--set parallel.tp=2", "context_resume_cp2_tp2"}};
-  for (const Case& c : cases) {
-    const std::string reference = shared_run(resumable(c.to_n, c.to));
-    const std::string dir = fresh_dir(c.name);
-    const auto first =
-        run_trillion(resumable(c.from_n, c.from) + " --run-dir " + dir + " --stop-after 3");
-    ASSERT_EQ(first.exit_code, 0) << first.output;
-    const auto resumed = run_trillion(resumable(c.to_n, c.to) + " --run-dir " + dir + " --resume");
-    ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-    const std::string events = testing::slurp(dir + "/events.log");
-    EXPECT_TRUE(testing::has(events, "resumed from " + dir + "/checkpoints/step_00000003 at step 3"))
-        << c.name << "\n" << events;
-    const auto cmp = run_trillion("compare " + reference + " " + dir + " --tol 1e-5");
-    EXPECT_EQ(cmp.exit_code, 0) << c.name << "\n" << cmp.output;
-    EXPECT_TRUE(testing::has(cmp.output, "MATCH")) << c.name << "\n" << cmp.output;
-  }
+  expect_resume_matches(
+      {4, "--set parallel.cp=2 --set parallel.pp=2", 1, "", "context_resume_cp2pp2_one"});
+  expect_resume_matches(
+      {2, "--set parallel.cp=2", 2, "--set parallel.tp=2", "context_resume_cp2_tp2"});
+}
+
+TEST(ContextParallelResume, OneProcessCheckpointResumesAtCp2) {
+  expect_resume_matches({1, "", 2, "--set parallel.cp=2", "context_resume_one_cp2"});
+}
+
+TEST(ContextParallelResume, Cp2ZigzagCheckpointResumesAtCp4Contiguous) {
+  expect_resume_matches({2, "--set parallel.cp=2", 4,
+                         "--set parallel.cp=4 --set parallel.cp_split=contiguous",
+                         "context_resume_cp2_cp4_contiguous"});
+}
+
+TEST(ContextParallelResume, AsyncCheckpointsResumeBitwise) {
+  const std::string cp2 = "--set parallel.cp=2";
+  const std::string reference = shared_run(resumable(2, cp2));
+  const std::string async = cp2 + " --set checkpoint.async=true";
+  const std::string dir = fresh_dir("context_resume_cp2_async");
+  const auto first = run_trillion(resumable(2, async) + " --run-dir " + dir + " --stop-after 3");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string events = testing::slurp(dir + "/events.log");
+  EXPECT_TRUE(testing::has(events, "/checkpoints/step_00000003 written (async")) << events;
+  const auto resumed = run_trillion(resumable(2, async) + " --run-dir " + dir + " --resume");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_TRUE(testing::has(testing::slurp(dir + "/events.log"),
+                           "resumed from " + dir + "/checkpoints/step_00000003 at step 3"));
+  const auto cmp = run_trillion("compare " + reference + " " + dir + " --tol 0");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_TRUE(testing::has(cmp.output, "(bitwise equal)")) << cmp.output;
 }
 
 }  // namespace

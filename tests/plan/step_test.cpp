@@ -1,8 +1,10 @@
 // The step model's accounting, checked against the efficiency model's own functions: the LM head
 // is in the step with pp = 1 (one GEMM shape and the cross-entropy's passes over the logits), and
-// ZeRO-2's per-micro-batch gradient reduce-scatter is exposed only beyond one micro-batch's work.
+// ZeRO-2's per-micro-batch gradient reduce-scatter is exposed only beyond one micro-batch's work;
+// context parallelism's ring is charged the hops its block kernels do not hide.
 #include <gtest/gtest.h>
 
+#include "plan/context_ring.h"
 #include "plan/efficiency.h"
 #include "plan/plan.h"
 #include "plan/published_runs.h"
@@ -81,6 +83,86 @@ TEST(Step, BlockingSendsAddTwoTransfersToEachForwardAndBackward) {
   EXPECT_NEAR(blocking.stage_backward_input - async.stage_backward_input, 2 * p2p, 1e-12);
   EXPECT_DOUBLE_EQ(blocking.stage_backward_weight, async.stage_backward_weight);
   EXPECT_GT(blocking.step, async.step + 240 * 4 * p2p * 0.99);  // 240 micro-batches
+}
+
+// Ring attention's bytes per layer and micro-batch (the engine's cp counters are asserted equal
+// to them in tests/parallel/context_test and context_train_test) and the time its block kernels
+// do not hide: hop(S) = 1.1e-4 s and hop(2S) = 2.1e-4 s here.
+TEST(Step, ContextRingBytesAndExposedSeconds) {
+  EXPECT_EQ(context_ring_bytes(1, 100).total(), 0u);
+  EXPECT_EQ(context_ring_bytes(2, 100).forward, 100u);
+  EXPECT_EQ(context_ring_bytes(2, 100).backward, 300u);
+  EXPECT_EQ(context_ring_bytes(4, 100).forward, 300u);
+  EXPECT_EQ(context_ring_bytes(4, 100).backward, 700u);
+  const LinkCost link{1e-5, 1e10};
+  const double S = 1e6, one = 1.1e-4, two = 2.1e-4;
+  // No compute: every hop exposed; backward's steps 1..cp-2 carry a K/V and a dK/dV block.
+  const RingSeconds bare = context_ring_exposed_seconds(4, S, link, 0, 0);
+  EXPECT_NEAR(bare.forward, 3 * one, 1e-15);
+  EXPECT_NEAR(bare.backward, 3 * one + 2 * two, 1e-15);
+  // Steps longer than their hops: only backward's last dK/dV hop (after the last kernel).
+  const RingSeconds hidden = context_ring_exposed_seconds(4, S, link, 4e-3, 1e-2);
+  EXPECT_EQ(hidden.forward, 0.0);
+  EXPECT_NEAR(hidden.backward, one, 1e-15);
+  // In between: 1e-4 s of forward kernels per step, 1.5e-4 s of backward.
+  const RingSeconds part = context_ring_exposed_seconds(4, S, link, 4e-4, 6e-4);
+  EXPECT_NEAR(part.forward, 3 * (one - 1e-4), 1e-15);
+  EXPECT_NEAR(part.backward, 2 * (two - 1.5e-4) + one, 1e-15);
+  EXPECT_EQ(context_ring_exposed_seconds(1, S, link, 0, 0).backward, 0.0);
+}
+
+// model_step charges the ring of plan/context_ring.h per layer and micro-batch: llama3-8b at
+// tp 8 x cp 4 (the ring leaves the 8-GPU NVLink domain), 64K tokens, 16K per rank, one K/V
+// block of 16384 x 1 kv head x 256 x 2 bytes. On the H100's link the block kernels hide every
+// hop but the last dK/dV one, and the ring beats Llama 3's exposed all-gather
+// (Efficiency::cp_all_gather: (cp - 1) blocks each way); on a 100x slower link the hops show and
+// the ring, moving more bytes, is the slower. Selective recompute replays the forward ring.
+TEST(Step, ContextParallelRingIsChargedWhatItsBlocksDoNotHide) {
+  const ModelSpec m = find_model("llama3-8b");
+  const Gpu base = find_gpu("h100");
+  Layout l = parse_layout("tp=8,cp=4,pp=1,dp=1");
+  const int64_t seq = 65536;
+  const double batch = 2.0 * seq;  // 2 micro-batches
+  const double block = static_cast<double>(context_ring_block_bytes(m, 1, seq, 2, {8, true, 4}));
+  EXPECT_EQ(block, 16384.0 * 1 * 256 * 2);
+  const double per_rank_attention =
+      16384 * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal) / 3 / 8;
+  for (double slow : {1.0, 100.0}) {
+    Gpu gpu = base;
+    gpu.scaleout_bandwidth = base.scaleout_bandwidth / slow;
+    const LinkCost link = link_cost(gpu, Link::kScaleOut);
+    const double f = flash_attention_forward_seconds(gpu, per_rank_attention, 16384);
+    const RingSeconds ring =
+        context_ring_exposed_seconds(4, block, link, f, kFlashBackwardRatio * f);
+    Efficiency eff;
+    l.recompute = Recompute::kNone;
+    const StepBreakdown r = model_step(m, gpu, l, seq, batch, eff);
+    EXPECT_EQ(r.microbatches, 2);
+    EXPECT_NEAR(r.cp_comm, 2 * 32 * (ring.forward + ring.backward), 1e-9 * r.cp_comm) << slow;
+    if (slow == 1.0) {
+      EXPECT_EQ(ring.forward, 0.0);
+      EXPECT_NEAR(ring.backward, p2p_seconds(link, block), 1e-15);
+    } else {
+      EXPECT_GT(ring.forward, 0.0);
+      EXPECT_GT(ring.backward, 3 * p2p_seconds(link, block));
+    }
+    l.recompute = Recompute::kSelective;
+    const StepBreakdown selective = model_step(m, gpu, l, seq, batch, eff);
+    EXPECT_NEAR(selective.cp_comm, 2 * 32 * (2 * ring.forward + ring.backward),
+                1e-9 * selective.cp_comm)
+        << slow;
+    l.recompute = Recompute::kNone;
+    eff.cp_all_gather = true;
+    const StepBreakdown gathered = model_step(m, gpu, l, seq, batch, eff);
+    EXPECT_NEAR(gathered.cp_comm, 2 * 32 * 2 * all_gather_seconds(link, 4 * block, 4),
+                1e-9 * gathered.cp_comm);
+    if (slow == 1.0) {  // hidden, the ring beats the all-gather
+      EXPECT_LT(r.cp_comm, gathered.cp_comm);
+      EXPECT_GT(gathered.step, r.step);
+    } else {  // nothing to hide behind: 3 cp - 2 hops of S cost more than 2 (cp - 1)
+      EXPECT_GT(r.cp_comm, gathered.cp_comm);
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The benchmark commands' JSON interfaces (fields other tools and checks rely on), run on tiny
 // shapes: bench gemm, bench step (with measured == predicted activation bytes, also under launch
-// with tp 2), bench attention.
+// with tp 2), bench attention (and its ring under launch with --cp 2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -73,6 +73,50 @@ TEST(BenchCli, AttentionJsonAndLinearMemory) {
   EXPECT_LT(bytes("tiled", 2048) / bytes("tiled", 512), 4.5);
   EXPECT_GT(bytes("materialized", 2048) / bytes("materialized", 512), 15.0);
   EXPECT_EQ(run_trillion("bench attention --impl flash").exit_code, 2);
+}
+
+// bench attention --cp 2 under launch: the overlapped, serialized and ring-alone times (the
+// slowest rank's, one repetition) are positive and finite, and so is the hidden fraction (their
+// ratio, unclamped). The counted causal pairs of T = 256: zigzag gives both ranks 32896 / 2 =
+// 16448, forward and backward (max/mean exactly 1); contiguous gives rank 0 its 128 x 129 / 2 =
+// 8256 and rank 1 128 x 128 + 8256 = 24640 (max/mean 24640 / 16448).
+TEST(BenchCli, RingAttentionUnderLaunchMeasuresOverlapAndBalance) {
+  for (const std::string split : {"zigzag", "contiguous"}) {
+    const auto r = run_trillion("launch -n 2 -- bench attention --cp 2 --split " + split +
+                                    " --seq 256 --heads 2 --kv-heads 1 --head-dim 16 --reps 2 "
+                                    "--json",
+                                false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto j = nlohmann::json::parse(r.output);
+    EXPECT_EQ(j["cp"], 2);
+    EXPECT_EQ(j["block_bytes"], 128 * 2 * 16 * 4);
+    EXPECT_EQ(j["hops"], 4);  // 1 K/V forward, 1 K/V + 2 dK/dV backward
+    for (const char* key : {"overlapped_s", "serialized_s", "ring_alone_s"}) {
+      EXPECT_TRUE(std::isfinite(j[key].get<double>())) << key;
+      EXPECT_GT(j[key].get<double>(), 0.0) << key;
+    }
+    const double hidden = j["hidden_fraction"].get<double>();
+    EXPECT_TRUE(std::isfinite(hidden));
+    EXPECT_DOUBLE_EQ(hidden, (j["serialized_s"].get<double>() - j["overlapped_s"].get<double>()) /
+                                 j["ring_alone_s"].get<double>());
+    ASSERT_EQ(j["ranks"].size(), 2u);
+    for (const auto& rank : j["ranks"]) {
+      EXPECT_LE(rank["overlapped_s"].get<double>(), j["overlapped_s"].get<double>());
+      EXPECT_GT(rank["compute_s"].get<double>(), 0.0);
+      EXPECT_GE(rank["ring_wait_s"].get<double>(), 0.0);
+      EXPECT_EQ(rank["backward_visible_pairs"], rank["visible_pairs"]);
+    }
+    if (split == "zigzag") {
+      EXPECT_EQ(j["pairs_max_over_mean"].get<double>(), 1.0);
+      EXPECT_EQ(j["backward_pairs_max_over_mean"].get<double>(), 1.0);
+      EXPECT_EQ(j["ranks"][0]["visible_pairs"].get<double>(), 16448.0);
+    } else {
+      EXPECT_DOUBLE_EQ(j["pairs_max_over_mean"].get<double>(), 24640.0 / 16448.0);
+      EXPECT_DOUBLE_EQ(j["backward_pairs_max_over_mean"].get<double>(), 24640.0 / 16448.0);
+      EXPECT_EQ(j["ranks"][0]["visible_pairs"].get<double>(), 8256.0);
+      EXPECT_EQ(j["ranks"][1]["visible_pairs"].get<double>(), 24640.0);
+    }
+  }
 }
 
 // The emulated block-scaled GEMMs: error against the fp32 product of the same inputs, in the
