@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "plan/activation_memory.h"
+#include "plan/context_ring.h"
 #include "plan/layout.h"
 #include "plan/memory.h"
 #include "plan/model_spec.h"

@@ -10,6 +10,7 @@
 #include "cli_util.h"
 #include "memory_plan_cases.h"
 #include "plan/activation_memory.h"
+#include "plan/context_ring.h"
 #include "plan/model_spec.h"
 #include "train/run_config.h"
 
