@@ -196,7 +196,7 @@ TEST(LinearGemm, StochasticRoundingIsKeyedByTheSiteNotTheCallOrder) {
     after.set_site(1, 2);
     EXPECT_EQ(wgrad(after), first) << name;
     EXPECT_NE(second, first) << name << ": the site's second call";
-    for (const auto [micro, layer] : {std::pair{0, 2}, std::pair{1, 1}}) {
+    for (const auto& [micro, layer] : {std::pair{0, 2}, std::pair{1, 1}}) {
       LinearPrecision other(recipe_named(name), 9);
       other.begin_step(3);
       other.set_site(micro, layer);
