@@ -10,6 +10,7 @@
 //   weight within 2 sum lr, the RMS weight difference within u x 2 sum lr, each step's loss
 //   within 3 |g| u 2 sum lr + 2u |L - ln V| where the forward GEMMs re-tile, + 1e-5). Measured
 //   values are printed ("[precision layout] ..."); docs/precision.md tabulates them.
+// fp8 and nvfp4 with bf16 gradients at dp 2 against one process with bf16 gradients, likewise.
 // tp 2 also asserts each rank's parameter, gradient and optimizer bytes are plan/'s for its
 // tensor-parallel share of the parameters (plan::params_of_rank): 2 + 4 + 12 bytes each.
 #include <gtest/gtest.h>
@@ -37,10 +38,11 @@ using testing::shared_run;
 const std::string kEnv = one_thread_per_rank();
 constexpr size_t kSteps = 3;
 
-std::string train_args(const std::string& recipe) {
+// `extra`: flags of the reference and the layout alike (bf16 gradients).
+std::string train_args(const std::string& recipe, const std::string& extra = "") {
   return "train " + config_path("tiny.toml") +
          " --quiet --set train.steps=" + std::to_string(kSteps) +
-         " --set model.n_kv_heads=4 --set precision.recipe=" + recipe;
+         " --set model.n_kv_heads=4 --set precision.recipe=" + recipe + extra;
 }
 
 struct Layout {
@@ -48,6 +50,7 @@ struct Layout {
   int ranks;
   std::string flags;
   int tp = 1;
+  std::string extra = "";
 };
 void PrintTo(const Layout& l, std::ostream* os) {
   *os << l.recipe << "_" << l.name;
@@ -57,11 +60,11 @@ class PrecisionLayout : public ::testing::TestWithParam<Layout> {};
 
 TEST_P(PrecisionLayout, TrainsTheOneProcessRunOfTheRecipe) {
   const Layout l = GetParam();
-  const std::string ref = shared_run(kEnv + train_args(l.recipe));
+  const std::string ref = shared_run(kEnv + train_args(l.recipe, l.extra));
   ASSERT_EQ(read_metrics(ref).size(), kSteps) << "the one-process reference did not run";
   const std::string run = fresh_dir("precision_layout_" + l.recipe + "_" + l.name);
   const auto r = run_trillion(kEnv + "launch -n " + std::to_string(l.ranks) + " -- " +
-                              train_args(l.recipe) + " --run-dir " + run + l.flags);
+                              train_args(l.recipe, l.extra) + " --run-dir " + run + l.flags);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const double params = read_json(ref + "/summary.json")["params"];
   // bf16 re-rounds only under cp (precision_layouts.h); the block-scaled recipes always re-tile,
@@ -110,6 +113,12 @@ std::vector<Layout> layouts() {
   all.push_back(
       {"fp8", "cp2_contiguous", 2, " --set parallel.cp=2 --set parallel.cp_split=contiguous"});
   all.push_back({"bf16", "cp2_tp2", 4, " --set parallel.cp=2 --set parallel.tp=2", 2});
+  // bf16 gradients (dp only): each rank rounds its share of the gradient to bf16 before the
+  // reduction, one process the whole: another rounding at bf16's u, below the recipes' own.
+  for (const char* recipe : {"fp8", "nvfp4"}) {
+    all.push_back({recipe, "dp2_zero0_grad_bf16", 2, " --set parallel.dp=2", 1,
+                   " --set precision.grad_dtype=bf16"});
+  }
   return all;
 }
 
