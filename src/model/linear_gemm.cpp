@@ -170,11 +170,15 @@ void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool t
   const OperandRule& rule_a = pass == GemmPass::forward ? r.activation : r.gradient;
   const OperandRule& rule_b = pass == GemmPass::wgrad ? r.activation : r.weight;
   const bool stochastic = rule_a.stochastic || rule_b.stochastic;
-  const Philox rng(seed_, fmt::format("linear_sr:{}:{}", step_, calls_));
-  if (stochastic) ++calls_;
+  // The site's key: the same GEMM of the same micro-batch draws the same numbers in any schedule.
+  int64_t& calls = calls_[static_cast<int>(pass)];
+  const std::string site =
+      fmt::format("{}:{}:{}:{}:{}", step_, microbatch_, layer_, static_cast<int>(pass), calls);
+  if (stochastic) ++calls;
+  const Philox rng(seed_, "linear_sr:" + site);
   const precision::BlockQuantized qa =
       precision::quantize(a.data, a.rows, a.k, a.ld, options_of(rule_a, &rng));
-  const Philox rng_b(seed_, fmt::format("linear_sr_b:{}:{}", step_, calls_));
+  const Philox rng_b(seed_, "linear_sr_b:" + site);
   const precision::BlockQuantized qb =
       precision::quantize(b.data, b.rows, b.k, b.ld, options_of(rule_b, &rng_b));
   std::vector<float> product(a.rows * b.rows);

@@ -22,9 +22,12 @@
 // (memory category `parameters`, 2 bytes per parameter, as plan/ counts it), refreshed before each
 // step and each evaluation. A weight view outside an attached master is rounded to bf16 on the
 // fly.
-// Stochastic rounding (the fp4 recipes' gradients) draws from Philox keyed by (seed, step, the
-// call's index in the step), so a run repeats itself; it depends on the order of the calls, so
-// two schedules of the same run round differently (fp32, bf16 and fp8 have no randomness).
+// Stochastic rounding (the fp4 recipes' gradients) draws from Philox keyed by (seed, step,
+// micro-batch, layer, pass, the call's index among that layer's calls of the pass): the site the
+// caller names (set_site; model/stage_model.cpp names each layer of each micro-batch). The key
+// does not depend on the order a schedule runs the calls in, so a pipeline (any schedule, split
+// backward or not) rounds as the one-process run does, and a run repeats and resumes bitwise
+// (fp32, bf16 and fp8 have no randomness). Element i of the quantised operand uses uniform(i).
 #pragma once
 
 #include <cstdint>
@@ -48,8 +51,14 @@ class LinearPrecision {
   // micro-batch).
   // Also refreshes the bf16 weight copy.
   void begin_step(int64_t step) {
-    step_ = step, calls_ = 0;
+    step_ = step;
+    set_site(0, 0);
     refresh_weights();
+  }
+  // The GEMMs that follow belong to layer `layer` of micro-batch `microbatch` of the step.
+  void set_site(int64_t microbatch, int64_t layer) {
+    microbatch_ = microbatch, layer_ = layer;
+    calls_[0] = calls_[1] = calls_[2] = 0;
   }
   // Allocates the bf16 copy of `master` (the fp32 parameter buffer, which must outlive this).
   void attach_weights(const Buffer& master, MemoryTracker& tracker);
@@ -74,7 +83,8 @@ class LinearPrecision {
   std::optional<precision::RandomHadamard> wgrad_rht_;  // when recipe_.wgrad_hadamard > 0
   const Buffer* master_ = nullptr;
   Buffer copy_;  // bf16, same layout as *master_
-  int64_t step_ = 0, calls_ = 0;
+  int64_t step_ = 0, microbatch_ = 0, layer_ = 0;
+  int64_t calls_[3] = {0, 0, 0};  // stochastic calls of the site, per GemmPass
 };
 
 // Backend::gemm through ctx.precision (see above).

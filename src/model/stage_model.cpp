@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/linear_gemm.h"
 #include "plan/parameter_table.h"
 
 namespace trillion {
@@ -170,7 +171,8 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   // RoPE table: angle(t, i) = p(t) * theta^(-2i/HD), computed in double, at the global position
   // p(t) of local row t (context parallelism holds chunks of the sequence, sequence_split.h).
   const int64_t T = ctx_.shape.seq, HD = ctx_.shape.head_dim, half = HD / 2;
-  const std::vector<int64_t> positions = ctx_.sequence.positions(T * ctx_.sequence.cp, ctx_.cp_rank);
+  const std::vector<int64_t> positions =
+      ctx_.sequence.positions(T * ctx_.sequence.cp, ctx_.cp_rank);
   std::vector<double> cs(T * HD);
   for (int64_t t = 0; t < T; ++t) {
     const double pos = static_cast<double>(positions[t]);
@@ -285,6 +287,10 @@ void StageModel::set_targets(int slot, const int32_t* targets) {
   slot_at(slot).targets.assign(targets, targets + ctx_.shape.tokens());
 }
 
+void StageModel::name_site(const Slot& s, size_t i) const {
+  if (ctx_.precision != nullptr) ctx_.precision->set_site(s.microbatch, global_layer(i));
+}
+
 LayerRecompute StageModel::layer_recompute(size_t i) const {
   switch (config_.recompute) {
     case plan::Recompute::kNone:
@@ -356,6 +362,7 @@ double StageModel::forward(int slot) {
   }
   for (size_t i = 0; i < layer_specs_.size(); ++i, ++k) {
     enter(Pass::forward, v, k);
+    name_site(s, i);
     block_.forward(block_weights(false, i), s.layers[i], cos_sin_);
     leave(Pass::forward, v, k);
   }
@@ -389,6 +396,7 @@ void StageModel::backward(int slot, double grad_scale) {
   }
   for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
     enter(Pass::backward, v, k);
+    name_site(s, i);
     ensure_recomputed(slot, i);
     if (layer_specs_[i].moe) {
       moe_states_[slot][i].grad_scale = grad_scale;
@@ -422,6 +430,7 @@ void StageModel::backward_input(int slot, double grad_scale) {
   }
   for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
     enter(Pass::backward_input, v, k);
+    name_site(s, i);
     ensure_recomputed(slot, i);
     if (layer_specs_[i].moe) {
       moe_states_[slot][i].grad_scale = grad_scale;
@@ -449,6 +458,7 @@ void StageModel::backward_weight(int slot) {
   }
   for (size_t i = layer_specs_.size(); i-- > 0; ++k) {
     enter(Pass::backward_weight, v, k);
+    name_site(s, i);
     ensure_recomputed(slot, i);
     block_.backward_weight(block_weights(true, i), s.layers[i], s.stash[i]);
     leave(Pass::backward_weight, v, k);

@@ -72,6 +72,9 @@ class StageModel {
 
   void set_tokens(int slot, const int32_t* tokens);    // [N]; read by the embedding
   void set_targets(int slot, const int32_t* targets);  // [N]; read by the loss
+  // The step's micro-batch `slot` holds (set before its forward): with the layer, it keys the
+  // precision recipe's stochastic rounding (model/linear_gemm.h), so every layout draws alike.
+  void set_microbatch(int slot, int64_t microbatch) { slot_at(slot).microbatch = microbatch; }
   Tensor input(int slot) const { return slot_at(slot).input; }
   Tensor output(int slot) const;
   Tensor grad(int slot) const { return slot_at(slot).grad; }
@@ -105,6 +108,7 @@ class StageModel {
     std::vector<BlockStash> stash;  // one per layer with split_backward, else shared
     std::vector<int32_t> tokens, targets;
     double grad_scale = 0;
+    int64_t microbatch = 0;
   };
   const Slot& slot_at(int slot) const;
   Slot& slot_at(int slot) { return const_cast<Slot&>(std::as_const(*this).slot_at(slot)); }
@@ -112,6 +116,8 @@ class StageModel {
     return std::max(range_.first_unit, 1) - 1 + static_cast<int64_t>(i);
   }
   LayerRecompute layer_recompute(size_t i) const;
+  // Names layer i of `slot`'s micro-batch as the site of the GEMMs that follow (LinearPrecision).
+  void name_site(const Slot& s, size_t i) const;
   BlockWeights block_weights(bool grads, size_t i) const;
   LmHeadWeights head_weights(bool grads) const;
   // Refills the shared recompute buffer with layer i of `slot` unless it already holds it.

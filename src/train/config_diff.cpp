@@ -51,7 +51,10 @@ std::vector<ConfigChange> diff_configs(const std::string& before, const std::str
 
 bool breaks_checkpoint(const std::string& key) {
   // How the model is computed may change (recompute, attention kernel and tile, RoPE base,
-  // norm epsilon, init); what its tensors are may not.
+  // norm epsilon, init, and precision.*: every recipe checkpoints the fp32 master weights and
+  // moments, the bf16 copy is rebuilt from the master and gradients are not saved, and a run
+  // may finish in another recipe, as NVIDIA's NVFP4 recipe 2509.25149 ends in BF16); what its
+  // tensors are may not.
   static const char* const kShape[] = {
       "model.vocab_size",     "model.d_model",          "model.n_layers",
       "model.n_heads",        "model.n_kv_heads",       "model.head_dim",

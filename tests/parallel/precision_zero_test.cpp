@@ -7,9 +7,9 @@
 //   reduction is one commutative fp32 addition, whichever collective does it; the clip factor
 //   is 1 (optim.grad_clip is not reached), so the shards' partial norm sums cannot move a
 //   weight; AdamW's update is element by element, the same on a shard as on the whole.
-// - every rank's parameter, gradient and optimizer bytes equal plan::zero_model_states of the
-//   recipe's layout (2-byte weights, 4- or 2-byte gradients as precision.grad_dtype says, 12
-//   optimizer bytes) exactly;
+// - every rank's parameter, gradient and optimizer bytes, at ZeRO k and in the ZeRO-0 reference,
+//   equal plan::zero_model_states of the recipe's layout (2-byte weights, 4- or 2-byte gradients as
+//   precision.grad_dtype says, 12 optimizer bytes) exactly;
 // - the bytes each step sends over dp equal plan/'s ring formula per collective: the gradients
 //   reduce-scattered once (P (n-1)/n x 4, or x 2 in bf16), the bf16 weights all-gathered once
 //   after the update (ZeRO 1-2: P (n-1)/n x 2) or per unit before every forward and backward
@@ -86,14 +86,17 @@ TEST_P(PrecisionZero, ShardedMasterTrainsTheZero0RunWithPlansBytes) {
   layout.zero = c.zero;
   layout.grad_bytes = c.grad_dtype == "bf16" ? 2 : 4;
   const double P = kParams;
-  const plan::ModelStates f = plan::zero_model_states(P, c.zero, kRanks, recipe.weight_bytes,
-                                                      layout.grad_bytes, layout.optimizer_bytes());
-  const auto summary = read_json(run + "/summary.json");
-  ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(kRanks));
-  for (const auto& rank : summary["memory_per_rank"]) {
-    EXPECT_EQ(rank["current"]["parameters"].get<double>(), f.parameters) << rank;
-    EXPECT_EQ(rank["current"]["gradients"].get<double>(), f.gradients) << rank;
-    EXPECT_EQ(rank["current"]["optimizer"].get<double>(), f.optimizer) << rank;
+  // The run at ZeRO k and its ZeRO-0 reference, each rank: plan/'s model states of its stage.
+  for (const auto& [dir, zero] : {std::pair{run, c.zero}, std::pair{ref, 0}}) {
+    const plan::ModelStates f = plan::zero_model_states(
+        P, zero, kRanks, recipe.weight_bytes, layout.grad_bytes, layout.optimizer_bytes());
+    const auto summary = read_json(dir + "/summary.json");
+    ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(kRanks));
+    for (const auto& rank : summary["memory_per_rank"]) {
+      EXPECT_EQ(rank["current"]["parameters"].get<double>(), f.parameters) << zero << rank;
+      EXPECT_EQ(rank["current"]["gradients"].get<double>(), f.gradients) << zero << rank;
+      EXPECT_EQ(rank["current"]["optimizer"].get<double>(), f.optimizer) << zero << rank;
+    }
   }
 
   const double gradients = ring_bytes(P * layout.grad_bytes);
@@ -112,14 +115,23 @@ TEST_P(PrecisionZero, ShardedMasterTrainsTheZero0RunWithPlansBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Recipes, PrecisionZero,
-                         ::testing::Values(Case{"bf16", 1}, Case{"bf16", 2}, Case{"bf16", 3},
-                                           Case{"fp8", 3}, Case{"bf16", 1, "bf16"},
-                                           Case{"bf16", 2, "bf16"}, Case{"bf16", 3, "bf16"}),
-                         [](const auto& i) {
-                           return i.param.recipe + "_zero" + std::to_string(i.param.zero) +
-                                  "_grad_" + i.param.grad_dtype;
-                         });
+// Every recipe at ZeRO 1-3, and bf16 gradients with bf16, fp8 and nvfp4 (the fp4 recipes'
+// stochastic rounding draws the same stream on a rank whatever the ZeRO stage: it is keyed by the
+// step and the GEMM, and each rank's micro-batch is the same).
+std::vector<Case> cases() {
+  std::vector<Case> all;
+  for (const char* recipe : {"bf16", "fp8", "mxfp4", "nvfp4"}) {
+    for (int zero : {1, 2, 3}) all.push_back({recipe, zero});
+  }
+  for (const char* recipe : {"bf16", "fp8", "nvfp4"}) {
+    for (int zero : {1, 2, 3}) all.push_back({recipe, zero, "bf16"});
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, PrecisionZero, ::testing::ValuesIn(cases()), [](const auto& i) {
+  return i.param.recipe + "_zero" + std::to_string(i.param.zero) + "_grad_" + i.param.grad_dtype;
+});
 
 }  // namespace
 }  // namespace trillion

@@ -174,3 +174,29 @@ TEST(BenchCli, Bf16GemmErrorIsWithinTheBf16Bound) {
               native["path"].get<std::string>().c_str(), native["rms_rel_error"].get<double>(),
               emulated["rms_rel_error"].get<double>());
 }
+
+// bench step with precision.recipe = fp8 reports the recipe and the error vs fp32 of the config's
+// w_gate_up forward GEMM through it ([128, 32] x [128, 32]^T on tiny). E4M3 keeps 4 significant
+// bits: the amax scale maps every tile's values into its normal range (x ~ N(0, 1) spans far
+// less than E4M3's 2^15), so an operand's relative rounding error is at most u = 2^-4, and over a
+// random GEMM the RMS relative error is about 0.6u, as bf16's is 0.6 x 2^-8 (see above): between
+// u/4 and u, and the largest error below 2u of the largest output.
+TEST(BenchCli, StepReportsTheFp8RecipeGemmErrorWithinE4m3Bounds) {
+  const auto r = run_trillion("bench step " + config_path("tiny.toml") +
+                                  " --steps 1 --gemm-size 256 --json --set precision.recipe=fp8",
+                              false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["precision_recipe"], "fp8");
+  ASSERT_TRUE(j.contains("recipe_gemm_rms_rel_error")) << j.dump();
+  ASSERT_TRUE(j.contains("recipe_gemm_max_error_rel_to_max")) << j.dump();
+  const double u = std::ldexp(1.0, -4);
+  const double rms = j["recipe_gemm_rms_rel_error"], max = j["recipe_gemm_max_error_rel_to_max"];
+  EXPECT_GT(rms, u / 4);
+  EXPECT_LT(rms, u);
+  EXPECT_GT(max, 0.0);
+  EXPECT_LT(max, 2 * u);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+  std::printf("fp8 recipe GEMM on tiny: RMS relative %.5f, max %.5f of the largest output\n", rms,
+              max);
+}

@@ -3,7 +3,8 @@
 // block-scaled kernel (scaled_gemm_reference, the 128-bit-integer oracle) of the operands
 // quantised with the recipe's rules for the pass, bitwise, with beta accumulation in fp32; the
 // weights come from the bf16 copy of the master (stale until refreshed); the error vs fp32 of
-// each recipe is in its format's range; the recipes' tiles are the papers'.
+// each recipe is in its format's range; the recipes' tiles are the papers'; stochastic rounding
+// is keyed by the GEMM's site, not the call order.
 #include "model/linear_gemm.h"
 
 #include <gtest/gtest.h>
@@ -166,6 +167,40 @@ TEST(LinearGemm, BlockScaledPassesAreTheReferenceKernelBitwise) {
       }
       EXPECT_EQ(dw, again) << name;
       EXPECT_NE(dw, other) << name;
+    }
+  }
+}
+
+// The fp4 recipes' stochastic rounding is keyed by the site (step, micro-batch, layer, pass, call
+// in the layer), not by the order of the calls: the same GEMM at the same site draws the same
+// bits after any other calls (a pipeline stage sees only its layers; ZB-H1 defers W), and another
+// micro-batch, layer or second call of the site draws other bits.
+TEST(LinearGemm, StochasticRoundingIsKeyedByTheSiteNotTheCallOrder) {
+  Fixture f;
+  const int64_t N = 64, O = 48, I = 32;
+  std::vector<float> x = gaussian(N * I, 1), dy = gaussian(N * O, 2, 1e-3f);
+  for (const char* name : {"mxfp4", "nvfp4"}) {
+    auto wgrad = [&](LinearPrecision& lp) {
+      std::vector<float> dw(O * I, 0.0f);
+      lp.gemm(*f.be, GemmPass::wgrad, view(dw, O, I), true, false, view(dy, N, O), view(x, N, I), 1,
+              1);
+      return dw;
+    };
+    LinearPrecision alone(recipe_named(name), 9), after(recipe_named(name), 9);
+    alone.begin_step(3);
+    after.begin_step(3);
+    alone.set_site(1, 2);
+    const std::vector<float> first = wgrad(alone), second = wgrad(alone);
+    after.set_site(0, 1);  // another layer's pass first
+    wgrad(after);
+    after.set_site(1, 2);
+    EXPECT_EQ(wgrad(after), first) << name;
+    EXPECT_NE(second, first) << name << ": the site's second call";
+    for (const auto& [micro, layer] : {std::pair{0, 2}, std::pair{1, 1}}) {
+      LinearPrecision other(recipe_named(name), 9);
+      other.begin_step(3);
+      other.set_site(micro, layer);
+      EXPECT_NE(wgrad(other), first) << name << " micro-batch " << micro << " layer " << layer;
     }
   }
 }

@@ -220,6 +220,7 @@ std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, doubl
         break;
       case ActionKind::kForward: {
         if (slot < 0) slot = take_slot(a.chunk);
+        stage.set_microbatch(slot, a.microbatch);
         if (stage.has_embedding() || stage.has_head()) load(a.microbatch);
         if (stage.has_embedding()) stage.set_tokens(slot, tokens[a.microbatch].data());
         if (stage.has_head()) stage.set_targets(slot, targets[a.microbatch].data());
