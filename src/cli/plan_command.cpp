@@ -191,11 +191,11 @@ int plan_command(int argc, char** argv) {
   }
   if (json) {
     nlohmann::json j = plan_to_json(p);
-    const precision::EngineRecipe e = engine_recipe(p.best().layout);
+    const precision::EngineRecipe engine = engine_recipe(p.best().layout);
     j["engine_recipe"] = {
-        {"recipe", e.recipe.empty() ? nlohmann::json() : nlohmann::json(e.recipe)},
-        {"grad_dtype", e.grad_dtype},
-        {"note", e.note}};
+        {"recipe", engine.recipe.empty() ? nlohmann::json() : nlohmann::json(engine.recipe)},
+        {"grad_dtype", engine.grad_dtype},
+        {"note", engine.note}};
     const plan::ScaleOutEstimate& e = p.scale_out;
     if (e.datacenters_estimated || e.critical_batch_tokens > 0) {
       j["scale_out"] = {{"datacenters", in.scale_out.datacenters},

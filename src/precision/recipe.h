@@ -62,7 +62,7 @@ struct Recipe {
   // quantisation (precision/hadamard.h); 0: none. Block-scaled recipes only.
   int64_t wgrad_hadamard = 0;
   // The blocks kept in bf16, scaled to the model's depth (bf16_blocks_for). Block-scaled only.
-  Bf16BlockRule bf16_blocks;
+  Bf16BlockRule bf16_blocks{};
 };
 
 // The recipe called `name`; throws Error listing the names otherwise.

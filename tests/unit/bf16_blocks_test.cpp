@@ -140,7 +140,7 @@ TEST(LinearGemm, Bf16BlocksAreTheBf16RecipesGemmsAndTheOthersTheFp4Recipes) {
       LinearPrecision kept(recipe_named(name), 7, Bf16Blocks{1, 1}, 4);
       EXPECT_TRUE(kept.in_bf16(0) && kept.in_bf16(3));
       EXPECT_FALSE(kept.in_bf16(1) || kept.in_bf16(2) || kept.in_bf16(kNoLayer));
-      for (int64_t layer : {kNoLayer, 0, 1, 2, 3}) {
+      for (int64_t layer : std::vector<int64_t>{kNoLayer, 0, 1, 2, 3}) {
         const bool bf16 = layer == 0 || layer == 3;
         LinearPrecision ref(recipe_named(bf16 ? "bf16" : name), 7);
         const auto got = three_gemms(*be, kept, layer);
