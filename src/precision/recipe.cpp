@@ -1,5 +1,6 @@
 // See recipe.h. The recipes' numbers are the papers': DeepSeek-V3 §3.3.1-3.3.2 (fp8), OCP MX 1.0
-// §6.3 (mxfp4), NVIDIA's NVFP4 pre-training report 2509.25149 §3 (nvfp4).
+// §6.3 (mxfp4), NVIDIA's NVFP4 pre-training report 2509.25149 §4 (nvfp4; its bf16 blocks §4.1 and
+// appendix A.1, mxfp4's §5 and appendix A.2).
 #include "precision/recipe.h"
 
 #include <fmt/format.h>
