@@ -25,6 +25,7 @@
 #include "core/timer.h"
 #include "plan/activation_memory.h"
 #include "plan/model_spec.h"
+#include "precision/recipe.h"
 #include "train/gemm_peak.h"
 #include "train/mesh_options.h"
 #include "train/metrics.h"
@@ -207,6 +208,9 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
     j["recipe_gemm_rms_rel_error"] = gemm_error.rms_rel;
     j["recipe_gemm_max_error_rel_to_max"] = gemm_error.max_rel_to_max;
   }
+  const precision::Bf16Blocks bf16_blocks = precision::resolve_bf16_blocks(
+      precision::recipe_named(cfg.precision.recipe), cfg.model.n_layers, cfg.precision.bf16_blocks);
+  j["precision_bf16_blocks"] = precision::bf16_blocks_text(bf16_blocks);
   if (json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -228,8 +232,11 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
           static_cast<long long>(gemm_rows),
           static_cast<long long>(cfg.model.d_model),
           static_cast<long long>(2 * cfg.model.ffn_hidden),
-          static_cast<long long>(cfg.model.d_model), gemm_error.rms_rel,
-          gemm_error.max_rel_to_max);
+          static_cast<long long>(cfg.model.d_model), gemm_error.rms_rel, gemm_error.max_rel_to_max);
+      if (!bf16_blocks.none()) {
+        std::printf("  linear layers of %s in bf16 (precision.bf16_blocks)\n",
+                    precision::describe_bf16_blocks(bf16_blocks, cfg.model.n_layers).c_str());
+      }
     }
     if (cfg.parallel.tp > 1) {
       std::printf(

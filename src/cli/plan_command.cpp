@@ -17,8 +17,27 @@
 #include "plan/plan_file.h"
 #include "plan/published_runs.h"
 #include "plan/report.h"
+#include "precision/recipe.h"
 
 namespace trillion::cli {
+
+namespace {
+
+// The engine's [precision] settings that train the plan's layout (precision/recipe.h); fp16 and
+// bf16 moments have none, and the line says so.
+precision::EngineRecipe engine_recipe(const plan::Layout& l) {
+  return precision::engine_recipe_for_plan(plan::precision_name(l.precision), l.grad_bytes,
+                                           l.moment_bytes);
+}
+
+// The plan's text with an "Engine" line after its "Layout" line.
+std::string with_engine_line(std::string text, const plan::Layout& l) {
+  const std::string line = "Engine    " + engine_recipe(l).note + "\n";
+  const size_t at = text.find("\nStages    ");
+  return at == std::string::npos ? text + line : text.insert(at + 1, line);
+}
+
+}  // namespace
 
 int plan_command(int argc, char** argv) {
   CLI::App app{
@@ -172,6 +191,11 @@ int plan_command(int argc, char** argv) {
   }
   if (json) {
     nlohmann::json j = plan_to_json(p);
+    const precision::EngineRecipe engine = engine_recipe(p.best().layout);
+    j["engine_recipe"] = {
+        {"recipe", engine.recipe.empty() ? nlohmann::json() : nlohmann::json(engine.recipe)},
+        {"grad_dtype", engine.grad_dtype},
+        {"note", engine.note}};
     const plan::ScaleOutEstimate& e = p.scale_out;
     if (e.datacenters_estimated || e.critical_batch_tokens > 0) {
       j["scale_out"] = {{"datacenters", in.scale_out.datacenters},
@@ -188,7 +212,7 @@ int plan_command(int argc, char** argv) {
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << plan::format_plan_text(p)
+    std::cout << with_engine_line(plan::format_plan_text(p), p.best().layout)
               << plan::format_scale_out_text(in.scale_out, p.scale_out);
     if (!html_path.empty()) std::cout << "HTML report written to " << html_path << "\n";
   }

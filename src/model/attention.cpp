@@ -40,17 +40,17 @@ void Attention::recompute_core(const AttentionActivations& a) {
 
 void Attention::forward(Tensor out, const Tensor& x, const AttentionWeights& w,
                         const AttentionActivations& a, const Tensor& cos_sin) {
-  linear_gemm(ctx_, be_, GemmPass::forward, a.qkv, false, true, x, w.wqkv, 1.0, 0.0);
+  linear_gemm(ctx_, w.layer, be_, GemmPass::forward, a.qkv, false, true, x, w.wqkv, 1.0, 0.0);
   be_.rope_forward(a.qkv, cos_sin, ctx_.shape.attention());
   recompute_core(a);
-  linear_gemm(ctx_, be_, GemmPass::forward, out, false, true, a.heads, w.wo, 1.0, 1.0);
+  linear_gemm(ctx_, w.layer, be_, GemmPass::forward, out, false, true, a.heads, w.wo, 1.0, 1.0);
 }
 
 void Attention::backward_input(Tensor dx, const Tensor& dout, const AttentionWeights& w,
                                const AttentionActivations& a, const AttentionStash& g,
                                const Tensor& d_heads, const Tensor& cos_sin) {
   const AttentionShape s = ctx_.shape.attention();
-  linear_gemm(ctx_, be_, GemmPass::dgrad, d_heads, false, false, dout, w.wo, 1.0, 0.0);
+  linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, d_heads, false, false, dout, w.wo, 1.0, 0.0);
   if (ctx_.context_attention != nullptr) {
     ctx_.context_attention->backward(g.d_qkv, d_heads, a.heads, a.qkv, a.state);
   } else if (tiled_) {
@@ -59,13 +59,13 @@ void Attention::backward_input(Tensor dx, const Tensor& dout, const AttentionWei
     be_.attention_backward(g.d_qkv, d_heads, a.qkv, a.state, s);
   }
   be_.rope_backward(g.d_qkv, cos_sin, s);
-  linear_gemm(ctx_, be_, GemmPass::dgrad, dx, false, false, g.d_qkv, w.wqkv, 1.0, 0.0);
+  linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, dx, false, false, g.d_qkv, w.wqkv, 1.0, 0.0);
 }
 
 void Attention::backward_weight(const AttentionWeights& d, const Tensor& x, const Tensor& dout,
                                 const AttentionActivations& a, const AttentionStash& g) {
-  linear_gemm(ctx_, be_, GemmPass::wgrad, d.wo, true, false, dout, a.heads, 1.0, 1.0);
-  linear_gemm(ctx_, be_, GemmPass::wgrad, d.wqkv, true, false, g.d_qkv, x, 1.0, 1.0);
+  linear_gemm(ctx_, d.layer, be_, GemmPass::wgrad, d.wo, true, false, dout, a.heads, 1.0, 1.0);
+  linear_gemm(ctx_, d.layer, be_, GemmPass::wgrad, d.wqkv, true, false, g.d_qkv, x, 1.0, 1.0);
 }
 
 }  // namespace trillion

@@ -25,6 +25,9 @@ class ContextAttention {
 struct AttentionWeights {  // parameters or their gradients (same layout)
   Tensor wqkv;             // [QKV, C]: wq | wk | wv stored back to back
   Tensor wo;               // [C, NH*HD]
+  // The global block these belong to: its linear GEMMs' precision (model/linear_gemm.h); -1
+  // outside a model's blocks (the recipe's format).
+  int64_t layer = -1;
 };
 
 struct AttentionActivations {  // saved by forward for backward

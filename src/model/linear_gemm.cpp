@@ -63,8 +63,11 @@ precision::QuantizeOptions options_of(const OperandRule& rule, const Philox* rng
 
 }  // namespace
 
-LinearPrecision::LinearPrecision(const precision::Recipe& recipe, uint64_t seed)
-    : recipe_(recipe), seed_(seed) {
+LinearPrecision::LinearPrecision(const precision::Recipe& recipe, uint64_t seed,
+                                 precision::Bf16Blocks bf16_blocks, int64_t n_layers)
+    : recipe_(recipe), seed_(seed), bf16_blocks_(bf16_blocks), n_layers_(n_layers) {
+  TRILLION_CHECK(bf16_blocks_.first + bf16_blocks_.last <= n_layers_,
+                 "bf16 blocks beyond the model's layers");
   if (recipe_.rounding == precision::Rounding::block_scaled && recipe_.wgrad_hadamard > 0) {
     wgrad_rht_.emplace(recipe_.wgrad_hadamard, seed);
   }
@@ -126,23 +129,28 @@ void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb
                    static_cast<float>(beta), C.data<float>(), C.stride(0));
 }
 
+void LinearPrecision::bf16_gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb,
+                                const Tensor& A, const Tensor& B, double alpha, double beta) const {
+  if (onednn_bf16_available()) {
+    bf16_gemm_onednn(pass, C, ta, tb, A, B, alpha, beta);
+    return;
+  }
+  std::vector<float> a = rounded_to_bf16(A);
+  std::vector<float> b = pass == GemmPass::wgrad ? rounded_to_bf16(B) : weight_values(B);
+  be.gemm(C, ta, tb, Tensor(a.data(), DType::f32, {A.size(0), A.size(1)}),
+          Tensor(b.data(), DType::f32, {B.size(0), B.size(1)}), alpha, beta);
+}
+
 void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
-                           const Tensor& B, double alpha, double beta) {
+                           const Tensor& B, double alpha, double beta, int64_t layer) {
   using precision::Rounding;
   if (recipe_.rounding == Rounding::none || C.dtype() != DType::f32) {
     be.gemm(C, ta, tb, A, B, alpha, beta);
     return;
   }
   TRILLION_CHECK(C.rank() == 2 && A.rank() == 2 && B.rank() == 2, "linear_gemm takes 2-D views");
-  if (recipe_.rounding == Rounding::bf16 && onednn_bf16_available()) {
-    bf16_gemm_onednn(pass, C, ta, tb, A, B, alpha, beta);
-    return;
-  }
-  if (recipe_.rounding == Rounding::bf16) {
-    std::vector<float> a = rounded_to_bf16(A);
-    std::vector<float> b = pass == GemmPass::wgrad ? rounded_to_bf16(B) : weight_values(B);
-    be.gemm(C, ta, tb, Tensor(a.data(), DType::f32, {A.size(0), A.size(1)}),
-            Tensor(b.data(), DType::f32, {B.size(0), B.size(1)}), alpha, beta);
+  if (recipe_.rounding == Rounding::bf16 || in_bf16(layer)) {
+    bf16_gemm(be, pass, C, ta, tb, A, B, alpha, beta);
     return;
   }
   // op(A) [M, K] as stored rows when not transposed; op(B)^T [N, K] is B itself when tb.
@@ -194,12 +202,13 @@ void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool t
   }
 }
 
-void linear_gemm(const ParallelContext& ctx, Backend& be, precision::GemmPass pass, Tensor C,
-                 bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha, double beta) {
+void linear_gemm(const ParallelContext& ctx, int64_t layer, Backend& be, precision::GemmPass pass,
+                 Tensor C, bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha,
+                 double beta) {
   if (ctx.precision == nullptr) {
     be.gemm(C, ta, tb, A, B, alpha, beta);
   } else {
-    ctx.precision->gemm(be, pass, C, ta, tb, A, B, alpha, beta);
+    ctx.precision->gemm(be, pass, C, ta, tb, A, B, alpha, beta, layer);
   }
 }
 

@@ -22,6 +22,9 @@
 // (memory category `parameters`, 2 bytes per parameter, as plan/ counts it), refreshed before each
 // step and each evaluation. A weight view outside an attached master is rounded to bf16 on the
 // fly.
+// Blocks kept in bf16 (precision/bf16_blocks.h): a GEMM of a block the run keeps in bf16 (its
+// global layer index, which every layer passes) is exactly the bf16 recipe's GEMM above, in all
+// three passes, on the same bf16 weight copy; it draws no random numbers.
 // Stochastic rounding (the fp4 recipes' gradients) draws from Philox keyed by (seed, step,
 // micro-batch, layer, pass, the call's index among that layer's calls of the pass): the site the
 // caller names (set_site; model/stage_model.cpp names each layer of each micro-batch). The key
@@ -43,10 +46,19 @@ namespace trillion {
 
 struct ParallelContext;
 
+// The layer index of a GEMM outside the model's blocks (unit tests, benchmarks): the recipe's.
+constexpr int64_t kNoLayer = -1;
+
 class LinearPrecision {
  public:
-  LinearPrecision(const precision::Recipe& recipe, uint64_t seed);
+  // bf16_blocks: of a model of n_layers blocks, those whose GEMMs run the bf16 recipe.
+  LinearPrecision(const precision::Recipe& recipe, uint64_t seed,
+                  precision::Bf16Blocks bf16_blocks = {}, int64_t n_layers = 0);
   const precision::Recipe& recipe() const { return recipe_; }
+  const precision::Bf16Blocks& bf16_blocks() const { return bf16_blocks_; }
+  bool in_bf16(int64_t layer) const {
+    return precision::in_bf16_blocks(bf16_blocks_, layer, n_layers_);
+  }
   // Restarts the stochastic-rounding stream for optimizer step `step` (call before its first
   // micro-batch).
   // Also refreshes the bf16 weight copy.
@@ -64,8 +76,9 @@ class LinearPrecision {
   void attach_weights(const Buffer& master, MemoryTracker& tracker);
   void refresh_weights();  // copy = bf16(master)
 
+  // layer: the GEMM's global block index (kNoLayer: none; the recipe's format).
   void gemm(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
-            const Tensor& B, double alpha, double beta);
+            const Tensor& B, double alpha, double beta, int64_t layer = kNoLayer);
 
  private:
   // The weight operand [rows, cols] as fp32 values of bf16 numbers (from the copy when it lies
@@ -77,9 +90,14 @@ class LinearPrecision {
   // products with fp32 accumulation.
   void bf16_gemm_onednn(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
                         const Tensor& B, double alpha, double beta) const;
+  // The bf16 recipe's GEMM (oneDNN where available, else the emulation).
+  void bf16_gemm(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                 const Tensor& B, double alpha, double beta) const;
 
   precision::Recipe recipe_;
   uint64_t seed_;
+  precision::Bf16Blocks bf16_blocks_;
+  int64_t n_layers_;
   std::optional<precision::RandomHadamard> wgrad_rht_;  // when recipe_.wgrad_hadamard > 0
   const Buffer* master_ = nullptr;
   Buffer copy_;  // bf16, same layout as *master_
@@ -87,8 +105,9 @@ class LinearPrecision {
   int64_t calls_[3] = {0, 0, 0};  // stochastic calls of the site, per GemmPass
 };
 
-// Backend::gemm through ctx.precision (see above).
-void linear_gemm(const ParallelContext& ctx, Backend& be, precision::GemmPass pass, Tensor C,
-                 bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha, double beta);
+// Backend::gemm through ctx.precision (see above), for a GEMM of global block `layer`.
+void linear_gemm(const ParallelContext& ctx, int64_t layer, Backend& be, precision::GemmPass pass,
+                 Tensor C, bool ta, bool tb, const Tensor& A, const Tensor& B, double alpha,
+                 double beta);
 
 }  // namespace trillion

@@ -8,9 +8,10 @@
 
 namespace trillion {
 
-struct MlpWeights {  // parameters or their gradients (same layout)
-  Tensor w_gate_up;  // [2F, C]: w_gate | w_up stored back to back
-  Tensor w_down;     // [C, F]
+struct MlpWeights {    // parameters or their gradients (same layout)
+  Tensor w_gate_up;    // [2F, C]: w_gate | w_up stored back to back
+  Tensor w_down;       // [C, F]
+  int64_t layer = -1;  // the global block (as AttentionWeights::layer)
 };
 
 struct MlpActivations {  // saved by forward for backward

@@ -135,13 +135,13 @@ void Moe::forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s)
     if (n == 0) continue;
     const Tensor xe = s.xe.view(row * C, {n, C});
     const Tensor h = s.h.view(row * 2 * FE, {n, 2 * FE});
-    linear_gemm(ctx_, be_, GemmPass::forward, h.columns(0, FE), false, true, xe,
+    linear_gemm(ctx_, w.layer, be_, GemmPass::forward, h.columns(0, FE), false, true, xe,
                 expert_matrix(w.gate, e), 1.0, 0.0);
-    linear_gemm(ctx_, be_, GemmPass::forward, h.columns(FE, 2 * FE), false, true, xe,
+    linear_gemm(ctx_, w.layer, be_, GemmPass::forward, h.columns(FE, 2 * FE), false, true, xe,
                 expert_matrix(w.up, e), 1.0, 0.0);
     const Tensor act = s.act.view(row * FE, {n, FE});
     be_.swiglu_forward(act, h);
-    linear_gemm(ctx_, be_, GemmPass::forward, ye.view(row * C, {n, C}), false, true, act,
+    linear_gemm(ctx_, w.layer, be_, GemmPass::forward, ye.view(row * C, {n, C}), false, true, act,
                 expert_matrix(w.down, e), 1.0, 0.0);
     row += n;
   }
@@ -202,13 +202,13 @@ void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, Moe
     const Tensor dye = s.dye.view(row * C, {n, C});
     const Tensor da = d_act.view(row * FE, {n, FE});
     const Tensor dh = s.dh.view(row * 2 * FE, {n, 2 * FE});
-    linear_gemm(ctx_, be_, GemmPass::dgrad, da, false, false, dye, expert_matrix(w.down, e), 1.0,
-                0.0);
+    linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, da, false, false, dye,
+                expert_matrix(w.down, e), 1.0, 0.0);
     be_.swiglu_backward(dh, da, s.h.view(row * 2 * FE, {n, 2 * FE}));
     const Tensor dxr = dxe.view(row * C, {n, C});
-    linear_gemm(ctx_, be_, GemmPass::dgrad, dxr, false, false, dh.columns(0, FE),
+    linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, dxr, false, false, dh.columns(0, FE),
                 expert_matrix(w.gate, e), 1.0, 0.0);
-    linear_gemm(ctx_, be_, GemmPass::dgrad, dxr, false, false, dh.columns(FE, 2 * FE),
+    linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, dxr, false, false, dh.columns(FE, 2 * FE),
                 expert_matrix(w.up, e), 1.0, 1.0);
     row += n;
   }
@@ -227,11 +227,11 @@ void Moe::backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& do
     const Tensor dye = s.dye.view(row * C, {n, C});
     const Tensor dh = s.dh.view(row * 2 * FE, {n, 2 * FE});
     const Tensor xe = s.xe.view(row * C, {n, C});
-    linear_gemm(ctx_, be_, GemmPass::wgrad, expert_matrix(d.down, e), true, false, dye,
+    linear_gemm(ctx_, d.layer, be_, GemmPass::wgrad, expert_matrix(d.down, e), true, false, dye,
                 s.act.view(row * FE, {n, FE}), 1.0, 1.0);
-    linear_gemm(ctx_, be_, GemmPass::wgrad, expert_matrix(d.gate, e), true, false,
+    linear_gemm(ctx_, d.layer, be_, GemmPass::wgrad, expert_matrix(d.gate, e), true, false,
                 dh.columns(0, FE), xe, 1.0, 1.0);
-    linear_gemm(ctx_, be_, GemmPass::wgrad, expert_matrix(d.up, e), true, false,
+    linear_gemm(ctx_, d.layer, be_, GemmPass::wgrad, expert_matrix(d.up, e), true, false,
                 dh.columns(FE, 2 * FE), xe, 1.0, 1.0);
     row += n;
   }

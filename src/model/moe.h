@@ -67,9 +67,10 @@ class LocalExchange final : public ExpertExchange {
 
 struct MoeWeights {  // parameters or their gradients (same layout)
   RouterWeights router;
-  MlpWeights shared;  // empty without shared experts
-  Tensor gate, up;    // [E_local, FE, C]
-  Tensor down;        // [E_local, C, FE]
+  MlpWeights shared;   // empty without shared experts
+  Tensor gate, up;     // [E_local, FE, C]
+  Tensor down;         // [E_local, C, FE]
+  int64_t layer = -1;  // the global block: the experts follow their block's precision
 };
 
 // One micro-batch's state between its forward and its backward_weight.

@@ -313,6 +313,9 @@ BlockWeights StageModel::block_weights(bool grads, size_t i) const {
     return Tensor(at(first).raw(), params_.dtype(), {rows, C});
   };
   BlockWeights w;
+  // The global layer index: a pipeline stage's GEMMs take the precision one process gives them.
+  const int64_t layer = global_layer(i);
+  w.attn.layer = w.mlp.layer = w.moe.layer = w.moe.shared.layer = layer;
   w.attn_norm = at(s.attn_norm);
   w.attn.wqkv = joined(s.wq, ctx_.shape.qkv_width());
   w.attn.wo = at(s.wo);

@@ -19,6 +19,12 @@
 // at seed 1) although one GEMM's error with outlier tokens fell (docs/precision.md); Tseng et
 // al. run MXFP4 in the backward pass only, with their transform in it: another recipe.
 // [precision] wgrad_hadamard turns it on for any block-scaled recipe.
+// bf16 blocks (precision/bf16_blocks.h): the blocks whose linear layers run the bf16 recipe
+// instead (all three GEMMs; their MoE experts too). nvfp4 keeps the first 2 and last 8 of 62,
+// scaled to the model's depth (2509.25149 §4.1, appendix A.1: the 12B model); mxfp4 the last 8
+// of 52 (§5, appendix A.2: the paper's MXFP4 runs, the same share as its NVFP4 ones; Tseng et
+// al. keep no block but run the whole forward pass in BF16, a recipe not taken here); fp8 none
+// (DeepSeek-V3 quantises every block's linear layers). [precision] bf16_blocks overrides.
 // Invariant: tile_cols of the two operands of a pass are equal (the K block, the accumulation
 // interval of the emulated kernel, precision/scaled_gemm.h).
 #pragma once
@@ -26,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "precision/bf16_blocks.h"
 #include "precision/block_scaling.h"
 
 namespace trillion::precision {
@@ -54,6 +61,8 @@ struct Recipe {
   // The size of the random Hadamard transform applied to both wgrad operands along K before
   // quantisation (precision/hadamard.h); 0: none. Block-scaled recipes only.
   int64_t wgrad_hadamard = 0;
+  // The blocks kept in bf16, scaled to the model's depth (bf16_blocks_for). Block-scaled only.
+  Bf16BlockRule bf16_blocks{};
 };
 
 // The recipe called `name`; throws Error listing the names otherwise.
@@ -66,9 +75,29 @@ const std::vector<std::string>& recipe_names();  // fp32, bf16, fp8, mxfp4, nvfp
 constexpr int64_t kRecipeDefault = -1;
 Recipe recipe_with(const std::string& name, int64_t wgrad_hadamard);
 
+// The blocks of a model of n_layers blocks kept in bf16 under r: r's rule, or override_text
+// (parse_bf16_blocks) when it is not empty. Throws Error for a text parse_bf16_blocks refuses,
+// counts that together exceed n_layers, or blocks kept under a recipe that is not block-scaled
+// (fp32 has no bf16 weights to run them on; bf16 is bf16 already).
+Bf16Blocks resolve_bf16_blocks(const Recipe& r, int64_t n_layers, const std::string& override_text);
+
 // The planner's precision (plan/hardware.h: bf16, fp16, fp8, fp4) a recipe's GEMMs run at:
 // fp32 -> "" (no planner precision: the planner models mixed precision only), bf16 -> bf16,
 // fp8 -> fp8, mxfp4/nvfp4 -> fp4.
 std::string planner_precision(const Recipe& r);
+
+// The other way: the engine's [precision] settings that train what a plan's layout assumes
+// (GEMM precision, gradient bytes, Adam moment bytes), for `trillion plan`'s report. bf16 ->
+// recipe bf16, fp8 -> fp8, fp4 -> nvfp4 (mxfp4 is the other fp4 recipe); grad 2 bytes ->
+// grad_dtype bf16. fp16 has no engine recipe (the engine has no fp16 with loss scaling), nor
+// have bf16 moments (AdamW keeps fp32 moments: 12 bytes/parameter of master and moments, not 8):
+// recipe is then empty and the note says why.
+struct EngineRecipe {
+  std::string recipe;      // "" when the engine has none
+  std::string grad_dtype;  // fp32 | bf16
+  std::string note;        // one line
+};
+EngineRecipe engine_recipe_for_plan(const std::string& planner_precision, int grad_bytes,
+                                    int moment_bytes);
 
 }  // namespace trillion::precision

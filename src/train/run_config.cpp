@@ -592,6 +592,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   pr.read("grad_dtype", rc.precision.grad_dtype);
   rc.precision.wgrad_hadamard = precision::kRecipeDefault;
   pr.read("wgrad_hadamard", rc.precision.wgrad_hadamard);
+  pr.read("bf16_blocks", rc.precision.bf16_blocks);
   pr.reject_unknown();
   try {
     precision::recipe_named(rc.precision.recipe);
@@ -603,6 +604,15 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
         precision::recipe_with(rc.precision.recipe, rc.precision.wgrad_hadamard).wgrad_hadamard;
   } catch (const Error& e) {
     throw Error(fmt::format("{}: precision.{}", source, e.what()));
+  }
+  if (!rc.precision.bf16_blocks.empty()) {
+    try {
+      rc.precision.bf16_blocks = precision::bf16_blocks_text(
+          precision::resolve_bf16_blocks(precision::recipe_named(rc.precision.recipe),
+                                         rc.model.n_layers, rc.precision.bf16_blocks));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: precision.{}", source, e.what()));
+    }
   }
   if (rc.precision.recipe != "fp32" && rc.model.dtype != DType::f32) {
     throw Error(fmt::format(
@@ -843,6 +853,13 @@ std::string to_toml(const RunConfig& c) {
   if (c.precision.wgrad_hadamard != precision::kRecipeDefault &&
       c.precision.wgrad_hadamard != precision::recipe_named(c.precision.recipe).wgrad_hadamard) {
     precision.insert("wgrad_hadamard", c.precision.wgrad_hadamard);
+  }
+  if (!c.precision.bf16_blocks.empty() &&
+      precision::resolve_bf16_blocks(precision::recipe_named(c.precision.recipe), c.model.n_layers,
+                                     c.precision.bf16_blocks) !=
+          precision::resolve_bf16_blocks(precision::recipe_named(c.precision.recipe),
+                                         c.model.n_layers, "")) {
+    precision.insert("bf16_blocks", c.precision.bf16_blocks);
   }
   toml::table checkpoint{{"interval", c.checkpoint.interval},
                          {"keep", c.checkpoint.keep},

@@ -130,10 +130,14 @@ struct GuardConfig {
 // ZeRO §3.1; parallel/bf16_gradients.h).
 // wgrad_hadamard: the random Hadamard transform size on the wgrad inputs (precision/hadamard.h),
 // 0 = off; parsing resolves an absent key to the recipe's own (nvfp4: 16, others 0).
+// bf16_blocks: "first:N,last:M" or "none", the blocks whose linear layers run in bf16
+// (precision/bf16_blocks.h); empty (absent): the recipe's rule for model.n_layers. Parsing
+// validates it and writes it as "first:N,last:M".
 struct PrecisionConfig {
   std::string recipe = "fp32";
   std::string grad_dtype = "fp32";
   int64_t wgrad_hadamard = -1;  // precision::kRecipeDefault until resolved
+  std::string bf16_blocks;
 };
 
 // [checkpoint]: when checkpoints are written (interval, keep; train.checkpoint_every and

@@ -249,9 +249,12 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   }
   // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
   if (config.precision.recipe != "fp32") {
+    const precision::Recipe recipe =
+        precision::recipe_with(config.precision.recipe, config.precision.wgrad_hadamard);
     precision_ = std::make_unique<LinearPrecision>(
-        precision::recipe_with(config.precision.recipe, config.precision.wgrad_hadamard),
-        config.train.seed);
+        recipe, config.train.seed,
+        precision::resolve_bf16_blocks(recipe, mc.n_layers, config.precision.bf16_blocks),
+        mc.n_layers);
     ctx_.precision = precision_.get();
   }
   // In table order, so DualPipe's two ranks holding the same stages lay them out identically.

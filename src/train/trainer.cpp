@@ -22,6 +22,7 @@
 #include "plan/context_ring.h"
 #include "plan/stage_partition.h"
 #include "plan/units.h"
+#include "precision/recipe.h"
 #include "train/checkpoint_writer.h"
 #include "train/config_diff.h"
 #include "train/data_shard.h"
@@ -513,6 +514,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"memory", memory_json(tracker)}};
   if (!pipeline.is_null()) summary["pipeline"] = pipeline;
   if (diloco) summary["diloco"] = diloco->summary();
+  if (config.precision.recipe != "fp32") {  // the blocks whose linear layers ran in bf16
+    const precision::Bf16Blocks kept =
+        precision::resolve_bf16_blocks(precision::recipe_named(config.precision.recipe),
+                                       mc.n_layers, config.precision.bf16_blocks);
+    summary["precision"] = {
+        {"recipe", config.precision.recipe},
+        {"bf16_blocks", precision::bf16_blocks_text(kept)},
+        {"bf16_blocks_described", precision::describe_bf16_blocks(kept, mc.n_layers)}};
+  }
   if (const auto b = noise.last()) summary["gradient_noise_scale"] = *b;
   if (auto h = datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
   if (auto bpt = datasets.validation->bytes_per_token()) {

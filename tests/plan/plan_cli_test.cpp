@@ -1,6 +1,7 @@
 // `trillion plan` end to end: --json carries the documented fields, a --layout is evaluated
 // (its free fields searched), a model TOML file plans like the catalog entry, --html writes a
-// report with its charts, and user errors exit 2 with one line.
+// report with its charts, user errors exit 2 with one line, and the Engine line names the
+// engine recipe of the plan's precision.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -135,6 +136,37 @@ TEST(PlanCli, SmallModelHumanUnits) {
   EXPECT_NE(out.find("M parameters"), std::string::npos) << out;
   EXPECT_EQ(out.find("0B parameters"), std::string::npos) << out;
   EXPECT_EQ(out.find("e+"), std::string::npos) << out;  // no $3.45e+07 or 1.73e+07
+}
+
+// The Engine line (and --json's engine_recipe) names the engine's [precision] settings that
+// train the plan's layout, or says why there are none (fp16, bf16 moments).
+TEST(PlanCli, EngineLineNamesTheEngineRecipe) {
+  int rc = 0;
+  const std::string base = "plan --model llama3-8b --cluster b200 --gpus 64 ";
+  std::string out = run(base + "--precision fp4", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const size_t layout = out.find("\nLayout    "), engine = out.find("\nEngine    ");
+  EXPECT_TRUE(layout != std::string::npos && engine > layout) << out;
+  EXPECT_NE(
+      out.find("Engine    [precision] recipe = \"nvfp4\" (or \"mxfp4\"), grad_dtype = \"fp32\"\n"),
+      std::string::npos)
+      << out;
+  out = run(base + "--layout precision=fp8,grad=bf16", &rc);
+  EXPECT_NE(out.find("Engine    [precision] recipe = \"fp8\", grad_dtype = \"bf16\"\n"),
+            std::string::npos)
+      << out;
+  out = run(base + "--precision fp16", &rc);
+  EXPECT_NE(out.find("Engine    precision fp16 has no engine recipe"), std::string::npos) << out;
+  out = run(base + "--layout moments=bf16", &rc);
+  EXPECT_NE(out.find("Engine    moments=bf16 has no engine recipe (AdamW keeps fp32 moments, 12 "
+                     "bytes/parameter of master and moments; the plan counts 8)"),
+            std::string::npos)
+      << out;
+  const auto j = nlohmann::json::parse(run(base + "--precision bf16 --json", &rc));
+  EXPECT_EQ(j["engine_recipe"]["recipe"], "bf16");
+  EXPECT_EQ(j["engine_recipe"]["grad_dtype"], "fp32");
+  const auto none = nlohmann::json::parse(run(base + "--precision fp16 --json", &rc));
+  EXPECT_TRUE(none["engine_recipe"]["recipe"].is_null()) << none["engine_recipe"].dump();
 }
 
 TEST(PlanCli, CompareAndValidate) {

@@ -5,6 +5,7 @@
 // validation loss is within 1% of bf16's (same config and tokens).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "cli_util.h"
@@ -104,6 +105,45 @@ TEST(PrecisionConfig, RecipesAreValidatedWithClearMessages) {
   // The resolved config names the recipe (what a run directory records and --resume reads).
   EXPECT_TRUE(has(to_toml(parse_run_config(model + "[precision]\nrecipe = \"fp8\"\n", "r", {})),
                   "[precision]\ngrad_dtype = 'fp32'\nrecipe = 'fp8'"));
+}
+
+// precision.bf16_blocks: absent, the recipe's rule for model.n_layers (written nowhere); set, it
+// is validated against the recipe and the depth with one line naming the key, normalised, and
+// written to the resolved config only when it differs from the rule.
+TEST(PrecisionConfig, Bf16BlocksAreTheRecipesRuleOrTheKey) {
+  const std::string model =
+      "[model]\nvocab_size = 64\nd_model = 32\nn_layers = 4\nn_heads = 2\nffn_hidden = 64\nseq_len "
+      "= 16\n";
+  auto parsed = [&](const std::string& precision) {
+    return parse_run_config(model + "[precision]\n" + precision, "run.toml", {});
+  };
+  EXPECT_EQ(parsed("recipe = \"nvfp4\"\n").precision.bf16_blocks, "");
+  EXPECT_EQ(parsed("recipe = \"nvfp4\"\nbf16_blocks = \"last:2,first:1\"\n").precision.bf16_blocks,
+            "first:1,last:2");
+  EXPECT_EQ(parsed("recipe = \"fp8\"\nbf16_blocks = \"none\"\n").precision.bf16_blocks,
+            "first:0,last:0");
+  std::string e =
+      error_of(model + "[precision]\nrecipe = \"nvfp4\"\nbf16_blocks = \"last:five\"\n");
+  EXPECT_TRUE(has(e,
+                  "run.toml: precision.bf16_blocks = \"last:five\": 'five' is not a whole "
+                  "number; expected \"first:N,last:M\""))
+      << e;
+  EXPECT_EQ(std::count(e.begin(), e.end(), '\n'), 0) << e;
+  e = error_of(model + "[precision]\nrecipe = \"mxfp4\"\nbf16_blocks = \"first:4,last:1\"\n");
+  EXPECT_TRUE(has(e,
+                  "run.toml: precision.bf16_blocks = \"first:4,last:1\" keeps 5 blocks in bf16, "
+                  "but the model has 4 (model.n_layers)"))
+      << e;
+  e = error_of(model + "[precision]\nbf16_blocks = \"last:1\"\n");
+  EXPECT_TRUE(has(e, "needs a block-scaled recipe") && has(e, "'fp32'")) << e;
+  e = error_of(model + "[precision]\nrecipe = \"nvfp4\"\nbf16_blocks = 2\n");
+  EXPECT_TRUE(has(e, "precision.bf16_blocks")) << e;
+  // Written only when it differs from the rule (nvfp4 keeps the last of 4 blocks).
+  const std::string same = to_toml(parsed("recipe = \"nvfp4\"\nbf16_blocks = \"last:1\"\n"));
+  EXPECT_FALSE(has(same, "bf16_blocks")) << same;
+  const std::string off = to_toml(parsed("recipe = \"nvfp4\"\nbf16_blocks = \"none\"\n"));
+  EXPECT_TRUE(has(off, "bf16_blocks = 'first:0,last:0'")) << off;
+  EXPECT_EQ(parse_run_config(off, "r", {}).precision.bf16_blocks, "first:0,last:0");
 }
 
 TEST(PrecisionRun, DefaultIsFp32BitForBitAndBf16ChangesTheNumbersSlightly) {
