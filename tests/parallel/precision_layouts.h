@@ -6,12 +6,15 @@
 //
 // Which layouts are bitwise, and why the others are not:
 // - bf16 rounds element by element: data, tensor and pipeline parallelism change only the fp32
-//   accumulation order, as they do for fp32 itself, so the fp32 parity tolerance 1e-5 applies
-//   (DESIGN.md principle 1). Context parallelism is the exception: ring attention sums dK/dV
-//   over the ranks' query chunks in another order, and dV is a sum that cancels, so its fp32
-//   noise is large enough relative to dV to flip some bf16 roundings of wv's wgrad operand (one
-//   step, SGD lr 1: gradients within 3.6e-6 of one process's, fp32 within 1.5e-8): a re-rounding
-//   at bf16's u, bounded as below.
+//   accumulation order, as they do for fp32 itself (DESIGN.md principle 1), but that noise flips
+//   the rounding of any element lying at a bf16 midpoint — dp 2's reduction order in the next
+//   step's weight copy (3 steps: max 4.4e-5 against fp32's own 4.9e-7), DualPipe's sum of the
+//   two copies' gradients likewise — and context parallelism much more: ring attention sums
+//   dK/dV over the ranks' query chunks in another order, and dV is a sum that cancels, so its
+//   fp32 noise flips some bf16 roundings of wv's wgrad operand (one step, SGD lr 1: gradients
+//   within 3.6e-6 of one process's, fp32 within 1.5e-8). A re-rounding at bf16's u, bounded as
+//   below. Schedules that keep the one-process order of every addition (1F1B, interleaved,
+//   ZB-H1) stay bitwise, for every recipe.
 // - fp8 / mxfp4 / nvfp4 tile the wgrad GEMM's K (the tokens) in 1x128 / 1x32 / 1x16 blocks and
 //   nvfp4 takes one tensor scale from the whole operand: data and context parallelism hand a rank
 //   fewer tokens (other tiles, other amaxes), tensor parallelism cuts the weights' and features'

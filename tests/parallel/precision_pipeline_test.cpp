@@ -7,7 +7,10 @@
 // call in the layer) (model/linear_gemm.h), not by the order the schedule runs the calls in. What
 // is left is the order of the fp32 additions into each weight gradient: bitwise where the schedule
 // accumulates the micro-batches in the one-process order (1F1B, interleaved, ZB-H1: `trillion
-// compare --tol 0`), within fp32's 1e-5 where DualPipe adds the two model copies' gradients.
+// compare --tol 0`). DualPipe adds the two model copies' gradients in another order: that fp32
+// noise (1e-7 relative) flips the rounding of a weight element lying at a bf16/E4M3 midpoint in
+// the next step's compute copy, so DualPipe is held to the recipe's bounds (precision_layouts.h;
+// measured fp8: max 2.8e-4, RMS 2.4e-6).
 #include <gtest/gtest.h>
 
 #include "precision_layouts.h"
@@ -34,7 +37,7 @@ std::string train_args(const std::string& recipe) {
 
 struct Layout {
   std::string recipe, schedule;
-  double tol;  // 0: bitwise
+  bool bitwise;  // else within the recipe's retile bounds
 };
 void PrintTo(const Layout& l, std::ostream* os) {
   *os << l.recipe << "_" << l.schedule;
@@ -52,8 +55,13 @@ TEST_P(PrecisionPipeline, TrainsTheOneProcessRunOfTheRecipe) {
   const auto r =
       run_trillion(kEnv + "launch -n 2 -- " + train_args(l.recipe) + " --run-dir " + run + layout);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const testing::RunDiffs d = compare_runs(ref, run, l.tol);
-  EXPECT_EQ(d.exit_code, 0) << d.output;
+  testing::RunDiffs d;
+  if (l.bitwise) {
+    d = compare_runs(ref, run, 0);
+    EXPECT_EQ(d.exit_code, 0) << d.output;
+  } else {
+    d = testing::expect_within_retile_bounds(l.recipe, ref, run, false);
+  }
   testing::report(l.recipe + " pp2 " + l.schedule, d);
 }
 
@@ -61,11 +69,11 @@ std::vector<Layout> layouts() {
   std::vector<Layout> all;
   for (const char* recipe : {"bf16", "fp8"}) {
     for (const char* schedule : {"1f1b", "interleaved", "zb-h1"})
-      all.push_back({recipe, schedule, 0});
-    all.push_back({recipe, "dualpipe", 1e-5});
+      all.push_back({recipe, schedule, true});
+    all.push_back({recipe, "dualpipe", false});
   }
-  all.push_back({"mxfp4", "zb-h1", 0});
-  all.push_back({"nvfp4", "1f1b", 0});
+  all.push_back({"mxfp4", "zb-h1", true});
+  all.push_back({"nvfp4", "1f1b", true});
   return all;
 }
 
