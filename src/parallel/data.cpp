@@ -277,17 +277,19 @@ double DataParallel::gradient_sum_squares() {
 
 std::vector<Tensor> DataParallel::reduced_gradients() {
   TRILLION_CHECK(options_.stage <= 1, "reduced_gradients: ZeRO-2/3 gradients live in shards");
+  // The store's buffer: the model's gradients, or the bf16 ones (precision.grad_dtype = bf16).
+  const Buffer& grads = grads_store_->optimizer_grads();
   std::vector<Tensor> views;
   if (options_.stage == 0) {
-    if (options_.ranges.empty()) return {params_.gradients().flat()};
+    if (options_.ranges.empty()) return {grads.flat()};
     for (const Bucket& b : plan_.buckets()) {
-      if (b.size() > 0) views.push_back(params_.gradients().view(b.begin, {b.size()}));
+      if (b.size() > 0) views.push_back(grads.view(b.begin, {b.size()}));
     }
     return views;
   }
   for (const Bucket& b : plan_.buckets()) {
     const int64_t lo = b.owned_begin(plan_.rank()), hi = b.owned_end(plan_.rank());
-    if (hi > lo) views.push_back(params_.gradients().view(lo, {hi - lo}));
+    if (hi > lo) views.push_back(grads.view(lo, {hi - lo}));
   }
   return views;
 }

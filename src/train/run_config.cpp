@@ -51,7 +51,7 @@ void check_context_parallel(const RunConfig& rc, const std::string& source) {
   }
   if (!rc.model.tiled_attention) {
     throw Error(fmt::format(
-        "{}: parallel.cp = {} needs model.tiled_attention = true (ring attention merges "
+        "{}: parallel.cp = {} needs model.attention = \"tiled\" (ring attention merges "
         "FlashAttention blocks; the materialised attention keeps the whole T x T matrix)",
         source, p.cp));
   }
@@ -684,9 +684,10 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   if (rc.precision.recipe != "fp32" && !recipe_weights_in_store(rc) && pc.zero >= 3) {
     throw Error(fmt::format(
         "{}: precision.recipe = '{}' with {} keeps the fp32 master weights whole in the model, "
-        "which parallel.zero = 3 does not hold on any rank; use {} or recipe fp32",
+        "which parallel.zero = 3 does not hold on any rank; use {}",
         source, rc.precision.recipe, mc.moe.enabled() ? "MoE layers" : "diloco",
-        mc.moe.enabled() ? "zero 0 or 1 (MoE layers)" : "zero <= 2"));
+        mc.moe.enabled() ? "parallel.zero = 0 or 1 (MoE layers take no higher stage)"
+                         : "parallel.zero <= 2, or recipe fp32"));
   }
   const std::string& grad_dtype = rc.precision.grad_dtype;
   if (grad_dtype != "fp32" && grad_dtype != "bf16") {
@@ -700,9 +701,6 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
                                           : (mc.moe.enabled() ? "MoE layers" : "diloco");
     } else if (rc.optim.name != "adamw") {
       why = fmt::format("optim.name = '{}' (use adamw)", rc.optim.name);
-    } else if (pc.tp > 1 || pc.pp > 1 || pc.cp > 1) {
-      why =
-          fmt::format("tp = {}, pp = {}, cp = {} (use data parallelism only)", pc.tp, pc.pp, pc.cp);
     }
     if (!why.empty()) {
       throw Error(fmt::format(

@@ -219,7 +219,8 @@ void CpuBackend::scale(Tensor x, double alpha) {
 double CpuBackend::sum_squares(const Tensor& x) {
   TRILLION_CHECK(x.is_contiguous(), "sum_squares needs a contiguous tensor");
   double total = 0;
-  dispatch(x.dtype(), [&](auto tag) {
+  // bf16 too: a tensor-parallel run's replicated gradients live in bf16 with grad_dtype bf16.
+  dispatch_any(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
     const int64_t n = x.numel();
@@ -231,7 +232,15 @@ double CpuBackend::sum_squares(const Tensor& x) {
     for (int64_t c = 0; c < chunks; ++c) {
       double s = 0;
       const int64_t end = std::min(n, (c + 1) * kChunk);
-      for (int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(p[i]) * p[i];
+      for (int64_t i = c * kChunk; i < end; ++i) {
+        double v;
+        if constexpr (std::is_same_v<T, bf16>) {
+          v = bf16_to_float(p[i]);
+        } else {
+          v = static_cast<double>(p[i]);
+        }
+        s += v * v;
+      }
       partial[c] = s;
     }
     for (double s : partial) total += s;
