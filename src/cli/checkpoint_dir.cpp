@@ -9,13 +9,12 @@
 
 #include "core/error.h"
 #include "data/shard.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion::cli {
 
-std::string resolve_checkpoint_dir(const std::string& argument, const char* command,
-                                   int64_t step) {
+std::string resolve_checkpoint_dir(const std::string& argument, const char* command, int64_t step) {
   std::error_code ec;
   if (!std::filesystem::is_directory(argument, ec)) {
     throw Error(

@@ -19,7 +19,7 @@
 #include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "core/json_fields.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace trillion::cli {
 

@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "interop/gguf.h"
 #include "interop/hf_llama.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion::cli {
@@ -28,8 +28,9 @@ int export_command(int argc, char** argv) {
   app.add_option("--format", format, "safetensors (a directory) or gguf (a file)");
   app.add_option("--out", o.out_dir, "output directory (safetensors) or FILE.gguf")->required();
   app.add_option("--dtype", o.dtype, "f32 or bf16; gguf also f16 and q8_0");
-  app.add_option("--tokenizer", tokenizer,
-                 "tokenizer JSON to convert (default: the one the run's shards were prepared with)");
+  app.add_option(
+      "--tokenizer", tokenizer,
+      "tokenizer JSON to convert (default: the one the run's shards were prepared with)");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (format != "safetensors" && format != "gguf")
     throw Error(fmt::format("--format {}: expected safetensors or gguf", format));
@@ -40,18 +41,18 @@ int export_command(int argc, char** argv) {
   }
   o.tokenizer_path = tokenizer;
   if (format == "gguf") {
-    const uint64_t bytes = interop::export_gguf(
-        {o.checkpoint_dir, o.out_dir, o.dtype, tokenizer});
+    const uint64_t bytes = interop::export_gguf({o.checkpoint_dir, o.out_dir, o.dtype, tokenizer});
     std::printf("exported %s -> %s (GGUF v3, %llu bytes, %s%s)\n", o.checkpoint_dir.c_str(),
                 o.out_dir.c_str(), static_cast<unsigned long long>(bytes), o.dtype.c_str(),
                 tokenizer.empty() ? "" : ", tokenizer embedded");
     return 0;
   }
   const uint64_t bytes = interop::export_hf_llama(o);
-  std::printf("exported %s -> %s/model.safetensors (%llu bytes, %s), config.json, "
-              "generation_config.json%s\n",
-              o.checkpoint_dir.c_str(), o.out_dir.c_str(), static_cast<unsigned long long>(bytes),
-              o.dtype.c_str(), tokenizer.empty() ? "" : ", tokenizer.json");
+  std::printf(
+      "exported %s -> %s/model.safetensors (%llu bytes, %s), config.json, "
+      "generation_config.json%s\n",
+      o.checkpoint_dir.c_str(), o.out_dir.c_str(), static_cast<unsigned long long>(bytes),
+      o.dtype.c_str(), tokenizer.empty() ? "" : ", tokenizer.json");
   return 0;
 }
 

@@ -16,16 +16,16 @@
 #include <optional>
 #include <sstream>
 
+#include "cli/checkpoint_dir.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
-#include "cli/checkpoint_dir.h"
 #include "core/philox.h"
 #include "core/timer.h"
-#include "model/cached_decoder.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
+#include "model/cached_decoder.h"
 #include "model/transformer.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion::cli {
@@ -194,8 +194,8 @@ int generate_command(int argc, char** argv) {
   const double seconds = timer.seconds();
   if (stats)
     std::fprintf(stderr, "generated %lld tokens in %.3f s: %.1f tokens/s (%s)\n",
-               static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
-               cached ? "kv cache" : "full window");
+                 static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
+                 cached ? "kv cache" : "full window");
   return 0;
 }
 

@@ -13,7 +13,7 @@
 #include "data/tokenizer.h"
 #include "interop/hf_tokenizer.h"
 #include "model/transformer.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion::interop {
@@ -66,17 +66,17 @@ std::string gguf_name(const std::string& name) {
   if (name == "final_norm") return "output_norm.weight";
   if (name == "lm_head") return "output.weight";
   static const std::pair<const char*, const char*> layer[] = {
-      {"attn_norm", "attn_norm"}, {"attn.wq", "attn_q"},     {"attn.wk", "attn_k"},
+      {"attn_norm", "attn_norm"}, {"attn.wq", "attn_q"},      {"attn.wk", "attn_k"},
       {"attn.wv", "attn_v"},      {"attn.wo", "attn_output"}, {"mlp_norm", "ffn_norm"},
-      {"mlp.w_gate", "ffn_gate"}, {"mlp.w_up", "ffn_up"},    {"mlp.w_down", "ffn_down"}};
+      {"mlp.w_gate", "ffn_gate"}, {"mlp.w_up", "ffn_up"},     {"mlp.w_down", "ffn_down"}};
   const size_t dot = name.find('.', 7);
   if (name.rfind("layers.", 0) == 0 && dot != std::string::npos) {
     for (const auto& [ours, theirs] : layer)
       if (name.substr(dot + 1) == ours)
         return fmt::format("blk.{}.{}.weight", name.substr(7, dot - 7), theirs);
   }
-  throw Error(fmt::format("tensor '{}' has no GGUF llama name; export a dense Llama checkpoint",
-                          name));
+  throw Error(
+      fmt::format("tensor '{}' has no GGUF llama name; export a dense Llama checkpoint", name));
 }
 
 }  // namespace
@@ -86,7 +86,7 @@ uint16_t float_to_half(float f) {
   std::memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {  // subnormal half: value * 2^24 rounded to nearest even
     float a;
@@ -143,7 +143,8 @@ uint64_t export_gguf(const GgufOptions& o) {
 
   Metadata md;
   md.string("general.architecture", "llama");
-  md.string("general.name", "trillion " + std::filesystem::path(o.checkpoint_dir).filename().string());
+  md.string("general.name",
+            "trillion " + std::filesystem::path(o.checkpoint_dir).filename().string());
   md.u32("general.alignment", kAlignment);
   const uint32_t file_type = d == "f32" ? 0 : d == "f16" ? 1 : d == "q8_0" ? 7 : 32;
   md.u32("general.file_type", file_type);
@@ -196,7 +197,8 @@ uint64_t export_gguf(const GgufOptions& o) {
   const int64_t HD = m.head_dim, half = HD / 2;
   for (const TensorSpec& s : table.specs()) {
     const int64_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
-    const bool rope = s.name.size() > 7 && (s.name.ends_with("attn.wq") || s.name.ends_with("attn.wk"));
+    const bool rope =
+        s.name.size() > 7 && (s.name.ends_with("attn.wq") || s.name.ends_with("attn.wk"));
     // Source row of output row r: q/k rows go from halves to interleaved pairs per head.
     auto source_row = [&](int64_t r) {
       if (!rope) return r;
@@ -209,8 +211,8 @@ uint64_t export_gguf(const GgufOptions& o) {
     infos.str(gguf_name(s.name));
     infos.pod<uint32_t>(static_cast<uint32_t>(s.shape.size()));
     for (auto it = s.shape.rbegin(); it != s.shape.rend(); ++it) infos.pod<uint64_t>(*it);
-    infos.pod<uint32_t>(type == "f32"   ? kGgmlF32
-                        : type == "f16" ? kGgmlF16
+    infos.pod<uint32_t>(type == "f32"    ? kGgmlF32
+                        : type == "f16"  ? kGgmlF16
                         : type == "bf16" ? kGgmlBf16
                                          : kGgmlQ8_0);
     infos.pod<uint64_t>(data.out.size());
@@ -229,9 +231,12 @@ uint64_t export_gguf(const GgufOptions& o) {
       }
       for (int64_t c = 0; c < cols; ++c) {
         const float v = value(base + c);
-        if (type == "f32") data.pod<float>(v);
-        else if (type == "f16") data.pod<uint16_t>(float_to_half(v));
-        else data.pod<uint16_t>(float_to_bf16(v).bits);
+        if (type == "f32")
+          data.pod<float>(v);
+        else if (type == "f16")
+          data.pod<uint16_t>(float_to_half(v));
+        else
+          data.pod<uint16_t>(float_to_bf16(v).bits);
       }
     }
   }

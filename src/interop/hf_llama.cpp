@@ -13,7 +13,7 @@
 #include "interop/hf_tokenizer.h"
 #include "interop/safetensors.h"
 #include "model/transformer.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion::interop {

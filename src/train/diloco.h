@@ -39,7 +39,7 @@
 #include "optim/outer_nesterov.h"
 #include "optim/outer_quantize.h"
 #include "optim/streaming_schedule.h"
-#include "train/resume.h"
+#include "train/checkpoint/resume.h"
 #include "train/step_runner.h"
 
 namespace trillion {

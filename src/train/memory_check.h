@@ -36,7 +36,7 @@ struct MemoryPlan {
 // the rank that owns the most.
 MemoryPlan plan_process_memory(const RunConfig& config);
 
-// What writing a checkpoint holds beyond a rank's state (train/checkpoint_writer.h) when the
+// What writing a checkpoint holds beyond a rank's state (train/checkpoint/writer.h) when the
 // rank owns `owned` elements of the model (StepRunner::owned_runs) of `global` in all and holds
 // `local` in its buffers: sync, the write buffer capped at the owned part; async, the snapshot of
 // the owned parameters and each moment; DiLoCo, the gathered outer model and moments plus the

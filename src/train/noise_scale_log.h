@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "optim/noise_scale.h"
-#include "train/resume.h"
+#include "train/checkpoint/resume.h"
 
 namespace trillion {
 

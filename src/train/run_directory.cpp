@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "data/file_io.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace fs = std::filesystem;

@@ -23,7 +23,7 @@
 #include "plan/stage_partition.h"
 #include "plan/units.h"
 #include "precision/recipe.h"
-#include "train/checkpoint_writer.h"
+#include "train/checkpoint/writer.h"
 #include "train/config_diff.h"
 #include "train/data_shard.h"
 #include "train/datasets.h"
@@ -37,7 +37,7 @@
 #include "train/noise_scale_log.h"
 #include "train/pipeline_trace.h"
 #include "train/replica_check.h"
-#include "train/resume.h"
+#include "train/checkpoint/resume.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
 
@@ -244,7 +244,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   };
   FaultDrill drill(dir.path(), world.rank());
   Heartbeat heartbeat(world.rank());
-  // Sync or async checkpoints (train/checkpoint_writer.h); the drill acts once one exists.
+  // Sync or async checkpoints (train/checkpoint/writer.h); the drill acts once one exists.
   CheckpointWriter checkpoints(
       dir, runner, tracker, config, config_toml, world,
       [&](int64_t s, const std::string& where) { drill.after_checkpoint(s, where); });

@@ -16,7 +16,7 @@
 
 #include "core/error.h"
 #include "fuzz_target.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace {
 

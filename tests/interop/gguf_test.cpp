@@ -17,7 +17,7 @@
 #include "../train/cli_util.h"
 #include "data/tokenizer.h"
 #include "model/transformer.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion {
@@ -73,10 +73,14 @@ Gguf read_gguf(const std::string& path) {
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string key = c.str();
     const uint32_t type = c.get<uint32_t>();
-    if (type == 4) g.kv[key] = c.get<uint32_t>();
-    else if (type == 5) g.kv[key] = c.get<int32_t>();
-    else if (type == 6) g.kv[key] = c.get<float>();
-    else if (type == 8) g.kv[key] = c.str();
+    if (type == 4)
+      g.kv[key] = c.get<uint32_t>();
+    else if (type == 5)
+      g.kv[key] = c.get<int32_t>();
+    else if (type == 6)
+      g.kv[key] = c.get<float>();
+    else if (type == 8)
+      g.kv[key] = c.str();
     else if (type == 9) {
       const uint32_t et = c.get<uint32_t>();
       const uint64_t n = c.get<uint64_t>();
@@ -125,8 +129,8 @@ Fixture make(const std::string& root) {
   Buffer m2(tracker, MemoryCategory::optimizer, DType::f32, model.parameters().count());
   CheckpointContents c{&model.parameters(), &m1, &m2, {}, to_toml(x.cfg), {}};
   x.ckpt = write_checkpoint(root + "/run", c, 1);
-  x.params = std::string(static_cast<const char*>(model.parameters().raw()),
-                         model.parameters().bytes());
+  x.params =
+      std::string(static_cast<const char*>(model.parameters().raw()), model.parameters().bytes());
   const std::vector<std::string> texts = {"the cat sat on the mat, the cat ate the rat"};
   x.tok_path = root + "/tok.json";
   data::Tokenizer::train(texts, 270).save(x.tok_path);

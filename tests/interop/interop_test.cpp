@@ -2,9 +2,10 @@
 // (not the writer's code) gives bitwise the checkpoint's tensors under Hugging Face Llama names;
 // import round-trips bitwise; an independent Llama forward (tests/interop/hf_llama_reference.py,
 // plain Python from HF's formulas) gives trillion's next-token logits, and a PyTorch Llama
-// (tests/interop/torch_llama.py, where PyTorch is installed) its logits at every position; the KV-cached decoder gives the full-window logits at every position, and
-// `trillion generate` the same tokens with and without the cache; tokenizer.json's byte alphabet
-// and tables; clear errors for bad files.
+// (tests/interop/torch_llama.py, where PyTorch is installed) its logits at every position; the
+// KV-cached decoder gives the full-window logits at every position, and `trillion generate` the
+// same tokens with and without the cache; tokenizer.json's byte alphabet and tables; clear errors
+// for bad files.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -25,7 +26,7 @@
 #include "interop/safetensors.h"
 #include "model/cached_decoder.h"
 #include "model/transformer.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_config.h"
 
 namespace trillion {
@@ -132,7 +133,8 @@ TEST(SafetensorsExport, IndependentReaderGetsTheCheckpointBitwise) {
     EXPECT_EQ(t.dtype, "F32");
     EXPECT_EQ(t.shape, spec.shape) << hf;
     ASSERT_EQ(t.end - t.begin, uint64_t(spec.numel()) * 4) << hf;
-    EXPECT_EQ(s.data.substr(t.begin, t.end - t.begin), params.substr(spec.offset * 4, spec.numel() * 4))
+    EXPECT_EQ(s.data.substr(t.begin, t.end - t.begin),
+              params.substr(spec.offset * 4, spec.numel() * 4))
         << hf;
     covered += t.end - t.begin;
   }
@@ -181,8 +183,10 @@ TEST(SafetensorsExport, Bf16IsTheRoundedF32) {
 TEST(SafetensorsImport, RoundTripIsBitwiseAndGenerates) {
   const std::string root = fresh_dir("st_import");
   const TinyRun run = make_tiny_run(root + "/run", {"model.tied_embeddings=true"});
-  ASSERT_EQ(run_trillion("export --checkpoint " + root + "/run --out " + root + "/hf").exit_code, 0);
-  const auto r = run_trillion("import --format safetensors " + root + "/hf --out " + root + "/back");
+  ASSERT_EQ(run_trillion("export --checkpoint " + root + "/run --out " + root + "/hf").exit_code,
+            0);
+  const auto r =
+      run_trillion("import --format safetensors " + root + "/hf --out " + root + "/back");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string back = root + "/back/checkpoints/step_00000000";
   EXPECT_EQ(read_bytes(back + "/params.bin"), read_bytes(run.dir + "/params.bin"));
@@ -208,8 +212,8 @@ std::vector<double> trillion_logits(const RunConfig& cfg, const std::string& ckp
   model.forward(ids.data(), targets.data());
   std::vector<double> logits(n * V);
   Buffer rows(tracker, MemoryCategory::workspace, cfg.model.dtype, n * V);
-  be->gemm(rows.view(0, {n, V}), false, true, model.final_hidden().rows(0, n),
-           model.head_weight(), 1.0, 0.0);
+  be->gemm(rows.view(0, {n, V}), false, true, model.final_hidden().rows(0, n), model.head_weight(),
+           1.0, 0.0);
   be->copy(Tensor(logits.data(), DType::f64, {n * V}), rows.flat());
   return logits;
 }
@@ -232,7 +236,8 @@ LogitDiff compare_logits(const std::vector<double>& ref, const std::vector<doubl
 }
 
 TEST(HfLlamaReference, PlainPythonLlamaGivesTheSameNextTokenLogits) {
-  if (run_shell("python3 -c 'import json' 2>/dev/null").exit_code != 0) GTEST_SKIP() << "no python3";
+  if (run_shell("python3 -c 'import json' 2>/dev/null").exit_code != 0)
+    GTEST_SKIP() << "no python3";
   const std::string root = fresh_dir("st_reference");
   const TinyRun run = make_tiny_run(root + "/run", {"model.init_std=0.2"});
   ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf").exit_code, 0);
@@ -281,9 +286,10 @@ TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
     ref.insert(ref.end(), row.begin(), row.end());
   }
   const LogitDiff d = compare_logits(ref, trillion_logits(cfg, ckpt, kReferenceIds));
-  std::printf("PyTorch vs trillion, f32, %zu positions x %lld logits: max |diff| %.3g (largest "
-              "logit %.3g)\n",
-              rows.size(), static_cast<long long>(cfg.model.vocab_size), d.max_diff, d.max_abs);
+  std::printf(
+      "PyTorch vs trillion, f32, %zu positions x %lld logits: max |diff| %.3g (largest "
+      "logit %.3g)\n",
+      rows.size(), static_cast<long long>(cfg.model.vocab_size), d.max_diff, d.max_abs);
   RecordProperty("max_abs_diff", std::to_string(d.max_diff));
   EXPECT_LT(d.max_diff, 1e-4) << "largest logit " << d.max_abs;
   EXPECT_GT(d.max_abs, 0.1);
@@ -501,10 +507,10 @@ TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
 // The cached decoder's logits at every position equal the full forward's at that position.
 template <DType kDtype>
 void cached_equals_full(double tolerance) {
-  RunConfig cfg = load_run_config(testing::config_path("tiny.toml"),
-                                  {std::string("model.dtype=\"") +
-                                   (kDtype == DType::f64 ? "f64" : "f32") + "\"",
-                                   "model.init_std=0.2"});
+  RunConfig cfg = load_run_config(
+      testing::config_path("tiny.toml"),
+      {std::string("model.dtype=\"") + (kDtype == DType::f64 ? "f64" : "f32") + "\"",
+       "model.init_std=0.2"});
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
   const int64_t T = cfg.model.seq_len, V = cfg.model.vocab_size;
@@ -521,14 +527,19 @@ void cached_equals_full(double tolerance) {
   double max_diff = 0;
   for (int64_t t = 0; t < T; ++t) {
     be->copy(Tensor(got.data(), DType::f64, {V}), dec.step(ids[t]).view({V}));
-    for (int64_t v = 0; v < V; ++v) max_diff = std::max(max_diff, std::abs(got[v] - want[t * V + v]));
+    for (int64_t v = 0; v < V; ++v)
+      max_diff = std::max(max_diff, std::abs(got[v] - want[t * V + v]));
   }
   EXPECT_LT(max_diff, tolerance);
   EXPECT_EQ(dec.position(), T);
 }
 
-TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF64) { cached_equals_full<DType::f64>(1e-12); }
-TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF32) { cached_equals_full<DType::f32>(2e-5); }
+TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF64) {
+  cached_equals_full<DType::f64>(1e-12);
+}
+TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF32) {
+  cached_equals_full<DType::f32>(2e-5);
+}
 
 TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
   const std::string root = fresh_dir("kv_generate");
@@ -544,7 +555,8 @@ TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
     EXPECT_EQ(cached.output, full.output) << sampling;
     EXPECT_GT(cached.output.size(), 45u * 2);
   }
-  const auto r = run_trillion("generate --checkpoint " + root + "/run --prompt-ids '1' --max-tokens 4 --stats");
+  const auto r = run_trillion("generate --checkpoint " + root +
+                              "/run --prompt-ids '1' --max-tokens 4 --stats");
   EXPECT_NE(r.output.find("tokens/s (kv cache)"), std::string::npos) << r.output;
 }
 
@@ -558,8 +570,9 @@ TEST(HfTokenizer, ByteLevelAlphabetAndTables) {
   for (int b = 0; b < 256; ++b) all.insert(interop::byte_level_char(static_cast<unsigned char>(b)));
   EXPECT_EQ(all.size(), 256u);
 
-  const std::vector<std::string> texts = {"the cat sat on the mat; the cat ate the rat. " 
-                                          "the the the cat cat"};
+  const std::vector<std::string> texts = {
+      "the cat sat on the mat; the cat ate the rat. "
+      "the the the cat cat"};
   const data::Tokenizer tok = data::Tokenizer::train(texts, 270);
   const auto j = nlohmann::json::parse(interop::hf_tokenizer_json(tok));
   EXPECT_EQ(j["model"]["type"], "BPE");

@@ -1,8 +1,8 @@
-// The sharded checkpoint format (train/checkpoint.h) without a job: two "ranks" own interleaved
-// runs of a 1000-element model, each writes its shard files, the lead seals. Asserts exact file
-// sizes (each rank's elements x 4 bytes, moments twice that), that any range reads back the
-// values its owner wrote (also across shard boundaries), that runs that do not tile the model are
-// refused at commit, and that a truncated shard, a shard missing from the manifest and a layout
+// The sharded checkpoint format (train/checkpoint/checkpoint.h) without a job: two "ranks" own
+// interleaved runs of a 1000-element model, each writes its shard files, the lead seals. Asserts
+// exact file sizes (each rank's elements x 4 bytes, moments twice that), that any range reads back
+// the values its owner wrote (also across shard boundaries), that runs that do not tile the model
+// are refused at commit, and that a truncated shard, a shard missing from the manifest and a layout
 // whose ranges overlap each make the checkpoint corrupt with one message naming the file.
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 
 #include "cli_util.h"
 #include "core/error.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace trillion;
 using namespace trillion::testing;
@@ -46,9 +46,8 @@ std::string write_two_ranks(const std::string& run, const Model& model, int64_t 
                             bool rank1_moments = true) {
   const std::string tmp = begin_sharded_checkpoint(run, step);
   write_checkpoint_shard(tmp, 0, {model.run(300, 300), model.run(0, 100), model.run(900, 100)}, 4);
-  write_checkpoint_shard(tmp, 1, {model.run(100, 200, rank1_moments),
-                                  model.run(600, 300, rank1_moments)},
-                         4);
+  write_checkpoint_shard(
+      tmp, 1, {model.run(100, 200, rank1_moments), model.run(600, 300, rank1_moments)}, 4);
   ShardedLayout layout{2, kElements, 4, 1234, {{"dp", 2}, {"zero", 3}}};
   CheckpointContents c{nullptr, nullptr, nullptr, {step, step, 64, 7}, "[model]\n", {}};
   return commit_sharded_checkpoint(run, tmp, layout, c, 5);
@@ -162,7 +161,8 @@ TEST(ShardedCheckpoint, ALayoutThatDoesNotCheckIsCorrupt) {
     const std::string dir = write_two_ranks(fresh_dir("sharded_overlap_read"), model);
     rewrite_layout(dir, [](nlohmann::json& l) { l["shards"][1]["ranges"][0] = {50, 200}; });
     // The shard still holds 500 elements, so the sizes check; the ranges overlap.
-    EXPECT_EQ(verify_checkpoint(dir), "layout.json: the shards' ranges overlap at element 100 of 1000");
+    EXPECT_EQ(verify_checkpoint(dir),
+              "layout.json: the shards' ranges overlap at element 100 of 1000");
   }
   {
     const std::string dir = write_two_ranks(fresh_dir("sharded_foreign_shard"), model);

@@ -1,6 +1,6 @@
-// See checkpoint_files.h: the single checkpoint file writer and the helpers shared by the full
-// (checkpoint.cpp) and sharded (checkpoint_sharded.cpp) formats.
-#include "train/checkpoint_files.h"
+// See files.h: the single checkpoint file writer and the helpers shared by the full
+// (checkpoint.cpp) and sharded (sharded.cpp) formats.
+#include "train/checkpoint/files.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -62,9 +62,9 @@ fs::path checkpoint_root(const std::string& run_dir) {
   if (ec || !fs::is_directory(root)) {
     std::error_code probe;  // a file holding the name says so, whatever errno the mkdir gave
     const bool file_in_way = fs::exists(root, probe) && !fs::is_directory(root, probe);
-    throw Error(fmt::format("cannot create checkpoint directory '{}': {}", root.string(),
-                            file_in_way || !ec ? "a file of that name is in the way"
-                                               : ec.message()));
+    throw Error(
+        fmt::format("cannot create checkpoint directory '{}': {}", root.string(),
+                    file_in_way || !ec ? "a file of that name is in the way" : ec.message()));
   }
   return root;
 }
@@ -92,8 +92,8 @@ void CheckpointFileWriter::fail(const char* what) {
   const int error = errno;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  throw Error(fmt::format("cannot {} checkpoint file '{}': {}{}", what, path_,
-                          std::strerror(error), data::write_error_hint(error)));
+  throw Error(fmt::format("cannot {} checkpoint file '{}': {}{}", what, path_, std::strerror(error),
+                          data::write_error_hint(error)));
 }
 
 void CheckpointFileWriter::append(const void* data, size_t bytes) {
@@ -158,7 +158,8 @@ std::string read_checked(const std::string& dir, const std::map<std::string, Man
 void check_file(const std::string& dir, const std::string& name, const ManifestEntry& entry) {
   const fs::path path = fs::path(dir) / name;
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw Error(fmt::format("{} is missing or not a regular file", name));
+  if (!fs::is_regular_file(path, ec))
+    throw Error(fmt::format("{} is missing or not a regular file", name));
   const uintmax_t size = fs::file_size(path, ec);
   if (ec) throw Error(fmt::format("cannot stat {}: {}", path.string(), ec.message()));
   if (size != entry.bytes) {

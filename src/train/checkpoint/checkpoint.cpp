@@ -1,9 +1,9 @@
 // See checkpoint.h: manifest and state parsing, the full (one-process) format, listing,
-// verification and loading. Files go through checkpoint_files.h's one writer (errno with the path:
+// verification and loading. Files go through files.h's one writer (errno with the path:
 // EFBIG under `ulimit -f`, ENOSPC); every file is checked against the manifest's size before it is
 // read, so a damaged manifest cannot make a reader allocate or read more. The sharded format and
-// CheckpointReader live in checkpoint_sharded.cpp.
-#include "train/checkpoint.h"
+// CheckpointReader live in sharded.cpp.
+#include "train/checkpoint/checkpoint.h"
 
 #include <fmt/format.h>
 
@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "data/file_io.h"
-#include "train/checkpoint_files.h"
+#include "train/checkpoint/files.h"
 
 namespace fs = std::filesystem;
 
@@ -43,7 +43,7 @@ std::map<std::string, ManifestEntry> parse_checkpoint_manifest(std::string_view 
     json_object(e, where);
     entries[name] = {json_uint(e, "bytes", where), json_uint(e, "xxh64", where)};
   }
-  for (const auto& [name, e] : j.items()) {  // the run's other state (train/resume.h)
+  for (const auto& [name, e] : j.items()) {  // the run's other state (train/checkpoint/resume.h)
     if (entries.contains(name)) continue;
     const std::string where = fmt::format("{} entry '{}'", origin, name);
     if (name.empty() || name.find('/') != std::string::npos || name.starts_with(".")) {

@@ -1,6 +1,6 @@
 // The checkpoints of a running job, synchronous or asynchronous ([checkpoint] async), in the
-// formats of train/checkpoint.h. Every rank writes what it owns (StepRunner::owned_runs); the
-// lead rank commits (layout, state, config, manifest last, rename).
+// formats of train/checkpoint/checkpoint.h. Every rank writes what it owns
+// (StepRunner::owned_runs); the lead rank commits (layout, state, config, manifest last, rename).
 // - Sync: the owned runs are streamed to disk through one write buffer of
 //   checkpoint.write_buffer_mb (capped at one owned part), and the lead commits at once; training
 //   waits for all of it. Extra memory: the buffer.
@@ -25,8 +25,8 @@
 
 #include "comm/communicator.h"
 #include "core/memory.h"
-#include "train/checkpoint.h"
-#include "train/resume.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/resume.h"
 #include "train/run_config.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"

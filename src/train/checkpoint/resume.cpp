@@ -1,12 +1,12 @@
 // See resume.h.
-#include "train/resume.h"
+#include "train/checkpoint/resume.h"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 #include <filesystem>
 
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

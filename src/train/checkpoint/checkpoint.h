@@ -1,8 +1,8 @@
 // Checkpoints: RUN_DIR/checkpoints/step_NNNNNNNN/ holds state.json (step, optimizer step count,
 // next data sample index, seed, element size), config.toml, the extra files of the run's other
-// state (DiLoCo's outer state, the noise-scale averages: train/resume.h CheckpointPart), the
-// model's parameters and AdamW moments, and manifest.json (written last) with the size and XXH64
-// of every file. The model state comes in one of two forms:
+// state (DiLoCo's outer state, the noise-scale averages: train/checkpoint/resume.h CheckpointPart),
+// the model's parameters and AdamW moments, and manifest.json (written last) with the size and
+// XXH64 of every file. The model state comes in one of two forms:
 // - full (one-process runs, `trillion import`): params.bin, the flat one-process parameter buffer,
 //   and optimizer.bin, the first then the second moments in the same layout;
 // - sharded (multi-rank runs): each rank writes only what it owns, params_rNNNNN.bin (its runs of
@@ -119,7 +119,7 @@ struct ShardedLayout {
   int world = 1;
   int64_t elements = 0;  // the one-process parameter count
   int dtype_bytes = 4;
-  uint64_t model_fingerprint = 0;        // of the tensor table: names and global shapes
+  uint64_t model_fingerprint = 0;         // of the tensor table: names and global shapes
   std::map<std::string, int64_t> writer;  // dp, zero, tp, pp, ep, cp of the run that wrote it
 };
 // Lead rank, after every rank's write: checks the shards cover every element exactly once, writes

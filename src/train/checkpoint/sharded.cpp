@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "data/file_io.h"
-#include "train/checkpoint.h"
-#include "train/checkpoint_files.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/checkpoint/files.h"
 
 namespace fs = std::filesystem;
 
@@ -71,8 +71,8 @@ std::pair<nlohmann::json, nlohmann::json> write_state_files(const fs::path& tmp,
   };
   nlohmann::json params = write_file(params_name, part(&ShardRun::params));
   nlohmann::json optimizer = write_file(optimizer_name, [&](auto&& emit) {
-    part(&ShardRun::first_moment)(emit);
-    part(&ShardRun::second_moment)(emit);
+    part (&ShardRun::first_moment)(emit);
+    part (&ShardRun::second_moment)(emit);
   });
   return {std::move(params), std::move(optimizer)};
 }
@@ -153,8 +153,8 @@ std::string commit_sharded_checkpoint(const std::string& run_dir, const std::str
     std::vector<std::pair<int64_t, int64_t>> covered;
     for (int r = 0; r < layout.world; ++r) {
       const fs::path index_path = tmp / fmt::format("shard_r{:05d}.json", r);
-      const nlohmann::json index = parse_json(data::read_file_raw(index_path.string()),
-                                              index_path.filename().string());
+      const nlohmann::json index =
+          parse_json(data::read_file_raw(index_path.string()), index_path.filename().string());
       manifest[index["params"].get<std::string>()] = index["params_file"];
       manifest[index["optimizer"].get<std::string>()] = index["optimizer_file"];
       for (const auto& range : index["ranges"]) {
@@ -180,13 +180,13 @@ std::string commit_sharded_checkpoint(const std::string& run_dir, const std::str
                                layout.elements));
     nlohmann::json writer = nlohmann::json::object();
     for (const auto& [key, value] : layout.writer) writer[key] = value;
-    const std::string text = nlohmann::json{{"elements", layout.elements},
-                                            {"dtype_bytes", layout.dtype_bytes},
-                                            {"model_fingerprint", layout.model_fingerprint},
-                                            {"world", layout.world},
-                                            {"writer", writer},
-                                            {"shards", shards}}
-                                 .dump();
+    const std::string text = nlohmann::json{
+        {"elements", layout.elements},
+        {"dtype_bytes", layout.dtype_bytes},
+        {"model_fingerprint", layout.model_fingerprint},
+        {"world", layout.world},
+        {"writer", writer},
+        {"shards", shards}}.dump();
     manifest["layout.json"] =
         write_checkpoint_file((tmp / "layout.json").string(), text.data(), text.size());
     put_small_files(tmp, c, layout.dtype_bytes, manifest);
@@ -251,15 +251,16 @@ CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
         segments_.push_back({range[0].get<int64_t>(), range[1].get<int64_t>(), pf, of, at, at, 0});
         at += range[1].get<int64_t>();
       }
-      for (size_t k = first; k < segments_.size(); ++k) segments_[k].second_at = at + segments_[k].first_at;
+      for (size_t k = first; k < segments_.size(); ++k)
+        segments_[k].second_at = at + segments_[k].first_at;
       const uint64_t params_bytes = manifest.at(files_[pf]).bytes;
       const uint64_t optimizer_bytes = manifest.at(files_[of]).bytes;
       if (params_bytes != static_cast<uint64_t>(at) * dtype_bytes_ ||
           optimizer_bytes != 2 * params_bytes) {
-        throw Error(fmt::format("{} has {} bytes and {} {}, but its ranges hold {} elements of {} "
-                                "bytes (a truncated or foreign shard)",
-                                files_[pf], params_bytes, files_[of], optimizer_bytes, at,
-                                dtype_bytes_));
+        throw Error(
+            fmt::format("{} has {} bytes and {} {}, but its ranges hold {} elements of {} "
+                        "bytes (a truncated or foreign shard)",
+                        files_[pf], params_bytes, files_[of], optimizer_bytes, at, dtype_bytes_));
       }
     }
     std::sort(segments_.begin(), segments_.end(),

@@ -1,5 +1,5 @@
-// See checkpoint_writer.h.
-#include "train/checkpoint_writer.h"
+// See writer.h.
+#include "train/checkpoint/writer.h"
 
 #include <fmt/format.h>
 

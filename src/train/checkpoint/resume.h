@@ -1,18 +1,19 @@
 // Checkpoints of a running job: resume from the newest valid one (writing them is
-// train/checkpoint_writer.h: a multi-rank job writes a sharded checkpoint, every rank the runs of
+// train/checkpoint/writer.h: a multi-rank job writes a sharded checkpoint, every rank the runs of
 // the one-process layout it owns; a one-process job, and a DiLoCo job whose islands hold different
 // weights, the full form). Resuming, each rank reads from either
 // form only the global ranges its own layout holds, so any layout resumes any checkpoint; a
-// corrupt checkpoint is reported in events.log and the previous one used (train/checkpoint.h holds
-// the file formats and their checks). The rest of a run's state
-// (DiLoCo's outer state, the noise-scale averages) travels as CheckpointParts, each its own files.
+// corrupt checkpoint is reported in events.log and the previous one used
+// (train/checkpoint/checkpoint.h holds the file formats and their checks). The rest of a run's
+// state (DiLoCo's outer state, the noise-scale averages) travels as CheckpointParts, each its own
+// files.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
 

@@ -1,7 +1,8 @@
-// Internal to src/train/checkpoint*.cpp: the one file writer every checkpoint file goes through
+// Internal to src/train/checkpoint/*.cpp: the one file writer every checkpoint file goes through
 // (POSIX calls, so a failed write reports errno with the path; fsync before close; size and
 // XXH64 computed as the bytes go out) and the helpers the full and the sharded writer share.
-// Invariant: a checkpoint exists only once seal() renamed its temp directory, manifest written last.
+// Invariant: a checkpoint exists only once seal() renamed its temp directory, manifest written
+// last.
 #pragma once
 
 #include <cstddef>
@@ -11,7 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace trillion::checkpoint_detail {
 
@@ -49,8 +50,8 @@ void check_file(const std::string& dir, const std::string& name, const ManifestE
 // Creates checkpoints/.tmp-step_N (removing stale ones a killed write left).
 std::filesystem::path begin_temp(const std::string& run_dir, int64_t step);
 // Writes state.json, config.toml and the extra files into `tmp` and records them in `manifest`.
-void put_small_files(const std::filesystem::path& tmp, const CheckpointContents& c,
-                     int dtype_bytes, nlohmann::json& manifest);
+void put_small_files(const std::filesystem::path& tmp, const CheckpointContents& c, int dtype_bytes,
+                     nlohmann::json& manifest);
 // manifest.json last, then the rename that makes the checkpoint exist; then retention.
 std::string seal(const std::string& run_dir, const std::filesystem::path& tmp, int64_t step,
                  const nlohmann::json& manifest, int64_t keep);
