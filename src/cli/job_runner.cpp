@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -209,20 +211,28 @@ std::string failure_line(const JobReport& r, int exit_status) {
 
 }  // namespace
 
-bool Watchdog::hung(Beat& result) const {
-  std::optional<Beat> worst;
+bool Watchdog::hung(Beat& result, double attempt_age) const {
+  // Each rank's last beat: "STEP PID", STEP -1 while it starts (train/fault_drill.h); no file yet
+  // is a rank that has not even reached MPI_Init's end. A starting rank is overdue after the
+  // start-up timeout, a training one after the heartbeat timeout, a stopped one (state T: it
+  // cannot progress) after the heartbeat timeout whatever its phase.
+  std::vector<Beat> beats;
   const auto now = std::filesystem::file_time_type::clock::now();
   for (int r = 0; r < processes; ++r) {
     const std::string path = fmt::format("{}/rank_{}", dir, r);
-    std::error_code ec;
-    const auto mtime = std::filesystem::last_write_time(path, ec);
-    if (ec) continue;  // not started training yet
     Beat b;
     b.rank = r;
-    b.age = std::chrono::duration<double>(now - mtime).count();
-    if (FILE* f = std::fopen(path.c_str(), "r")) {
-      if (std::fscanf(f, "%lld %d", &b.step, &b.pid) != 2) b.step = -1, b.pid = 0;
-      std::fclose(f);
+    b.starting = true;
+    b.age = attempt_age;
+    std::error_code ec;
+    const auto mtime = std::filesystem::last_write_time(path, ec);
+    if (!ec) {
+      b.age = std::chrono::duration<double>(now - mtime).count();
+      if (FILE* f = std::fopen(path.c_str(), "r")) {
+        if (std::fscanf(f, "%lld %d", &b.step, &b.pid) != 2) b.step = -1, b.pid = 0;
+        std::fclose(f);
+      }
+      b.starting = b.step < 0;
     }
     if (b.pid > 0) {
       std::ifstream stat(fmt::format("/proc/{}/stat", b.pid));
@@ -231,11 +241,24 @@ bool Watchdog::hung(Beat& result) const {
       b.stopped = paren != std::string::npos && paren + 2 < text.size() &&
                   (text[paren + 2] == 'T' || text[paren + 2] == 't');
     }
-    if (b.age <= timeout) continue;
-    if (!worst || (b.stopped && !worst->stopped) ||
-        (b.stopped == worst->stopped && b.age > worst->age)) {
-      worst = b;
-    }
+    beats.push_back(b);
+  }
+  auto overdue = [&](const Beat& b) {
+    if (b.stopped) return b.age > timeout;
+    if (b.starting) return startup_timeout > 0 && b.age > startup_timeout;
+    return b.age > timeout;
+  };
+  // While a rank is still starting within its time, the others wait for it in their first
+  // collective: their silence is not a hang.
+  const bool still_starting = std::any_of(beats.begin(), beats.end(), [&](const Beat& b) {
+    return b.starting && !b.stopped && !overdue(b);
+  });
+  std::optional<Beat> worst;
+  for (const Beat& b : beats) {
+    if (!overdue(b) || (still_starting && !b.stopped)) continue;
+    // The culprit: a stopped process, else one that never started, else the longest silent.
+    auto rank_of = [](const Beat& x) { return std::make_tuple(x.stopped, x.starting, x.age); };
+    if (!worst || rank_of(b) > rank_of(*worst)) worst = b;
   }
   if (worst) result = *worst;
   return worst.has_value();
@@ -272,6 +295,7 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
   char buf[8192];
   Watchdog::Beat beat;
   bool hang = false;
+  const auto began = std::chrono::steady_clock::now();
   while (open_fds > 0) {
     const int ready = ::poll(fds, 2, watchdog ? 1000 : -1);
     if (ready < 0) {
@@ -279,7 +303,8 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
       break;
     }
     if (watchdog && !hang) {
-      hang = watchdog->hung(beat);
+      hang = watchdog->hung(
+          beat, std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
       if (hang) {  // the whole job goes: the stopped rank, and the ranks waiting for it
         ::kill(-pid, SIGKILL);
         for (int r = 0; r < watchdog->processes; ++r) {
@@ -313,12 +338,24 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
   out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (hang) {
     out.code = out.code == 0 ? 1 : out.code;
-    out.failure = fmt::format(
-        "trillion launch: rank {} made no progress for {:.0f} s after step {}{} (heartbeat "
-        "timeout {:.0f} s); the job was stopped",
-        beat.rank, beat.age, beat.step,
-        beat.stopped ? fmt::format(" (pid {} is stopped)", beat.pid) : std::string(),
-        watchdog->timeout);
+    out.failure =
+        beat.starting
+            ? fmt::format(
+                  "trillion launch: rank {} did not reach its first step: {} for {:.0f} s ({}); "
+                  "the job was stopped",
+                  beat.rank,
+                  beat.stopped ? fmt::format("stopped (pid {})", beat.pid) : "still starting",
+                  beat.age,
+                  beat.stopped ? fmt::format("heartbeat timeout {:.0f} s", watchdog->timeout)
+                               : fmt::format("start-up timeout {:.0f} s: MPI, data, model and "
+                                             "checkpoint load",
+                                             watchdog->startup_timeout))
+            : fmt::format(
+                  "trillion launch: rank {} made no progress for {:.0f} s after step {}{} "
+                  "(heartbeat timeout {:.0f} s); the job was stopped",
+                  beat.rank, beat.age, beat.step,
+                  beat.stopped ? fmt::format(" (pid {} is stopped)", beat.pid) : std::string(),
+                  watchdog->timeout);
     out.restartable = true;
     out.failed_rank = beat.rank;
     out.detected_seconds = beat.age;

@@ -26,11 +26,14 @@ int forwarded_signal();
 
 // Reads DIR/rank_R ("STEP PID", train/fault_drill.h) of every rank: a rank whose last beat is
 // older than the timeout has stopped making progress. Among stale ranks a stopped process
-// (state T) is the one that hung; the others are waiting for it in a collective.
+// (state T) is the one that hung; the others are waiting for it in a collective. A rank with no
+// beat yet is still starting (MPI, data, model, checkpoint load): it hangs once the attempt is
+// older than startup_timeout.
 struct Watchdog {
   std::string dir;
   double timeout = 0;
   int processes = 0;
+  double startup_timeout = 0;  // seconds; 0: a rank that never beats is never named
 
   struct Beat {
     int rank = -1;
@@ -38,8 +41,10 @@ struct Watchdog {
     int pid = 0;
     double age = 0;
     bool stopped = false;
+    bool starting = false;  // no beat yet: hung before its first step
   };
-  bool hung(Beat& worst) const;
+  // `attempt_age`: seconds since this attempt's mpirun started.
+  bool hung(Beat& worst, double attempt_age) const;
 };
 
 struct JobOutcome {

@@ -67,8 +67,9 @@ struct LaunchArgs {
 
 constexpr const char* kUsage =
     "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE]\n"
-    "       [--max-restarts K] [--heartbeat-timeout SECONDS] [--fail-at STEP:RANK]\n"
-    "       [--hang-at STEP:RANK] [--corrupt-checkpoint STEP] -- SUBCOMMAND [ARGS...]\n"
+    "       [--max-restarts K] [--heartbeat-timeout SECONDS] [--startup-timeout SECONDS]\n"
+    "       [--fail-at STEP:RANK]"
+    " [--hang-at STEP:RANK] [--corrupt-checkpoint STEP] -- SUBCOMMAND [ARGS...]\n"
     "  e.g. trillion launch -n 4 -- train configs/tiny.toml --run-dir runs/dp4 --set "
     "parallel.dp=4\n";
 
@@ -115,14 +116,23 @@ LaunchArgs parse_args(int argc, char** argv) {
         throw Error(fmt::format("--heartbeat-timeout {}: give seconds in [1, 86400]", v));
       }
       a.supervisor.heartbeat_timeout = t;
+    } else if (arg == "--startup-timeout") {
+      const std::string v = value("--startup-timeout");
+      char* end = nullptr;
+      const double t = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(t >= 1 && t <= 86400)) {
+        throw Error(fmt::format("--startup-timeout {}: give seconds in [1, 86400]", v));
+      }
+      a.supervisor.startup_timeout = t;
     } else if (arg == "--fail-at" || arg == "--hang-at") {
       const std::string v = value(arg.c_str());
       long long step = 0;
       int rank = -1;
       char tail = 0;
-      if (std::sscanf(v.c_str(), "%lld:%d%c", &step, &rank, &tail) != 2 || step < 1 || rank < 0) {
-        throw Error(
-            fmt::format("{} {}: expected STEP:RANK, e.g. 5:1 (after step 5, rank 1)", arg, v));
+      if (std::sscanf(v.c_str(), "%lld:%d%c", &step, &rank, &tail) != 2 || step < 0 || rank < 0) {
+        throw Error(fmt::format(
+            "{} {}: expected STEP:RANK, e.g. 5:1 (after step 5, rank 1; step 0: during start-up)",
+            arg, v));
       }
       a.supervisor.faults.push_back(
           fmt::format("{}:{}:{}", arg == "--fail-at" ? "kill" : "hang", step, rank));
@@ -143,6 +153,12 @@ LaunchArgs parse_args(int argc, char** argv) {
   if (a.processes == 0) throw Error(std::string("missing -n N (number of processes)\n") + kUsage);
   if (a.command.empty()) {
     throw Error(std::string("missing the subcommand to run after '--'\n") + kUsage);
+  }
+  if (a.supervisor.startup_timeout > 0 && a.supervisor.heartbeat_timeout == 0) {
+    throw Error(fmt::format(
+        "--startup-timeout {} needs the watchdog: add --heartbeat-timeout SECONDS (the limit "
+        "between steps once training has begun)",
+        a.supervisor.startup_timeout));
   }
   if (!a.hostfile.empty()) {
     std::error_code ec;

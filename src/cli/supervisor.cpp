@@ -94,6 +94,35 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Adds the supervisor's accounting to the run's summary.json (written by rank 0 of the last
+// attempt, or created here when no attempt got that far): restarts, each failure, the time lost,
+// the job's wall time, goodput, and whether the job finished. Returns the goodput.
+double write_job_summary(const std::string& run_dir, const nlohmann::json& failures, double lost,
+                         double wall, bool finished) {
+  const std::string path = run_dir + "/summary.json";
+  nlohmann::json summary = nlohmann::json::object();
+  {
+    std::ifstream in(path);
+    try {
+      if (in) summary = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  if (!summary.is_object()) summary = nlohmann::json::object();
+  // A failed job's last failure was not restarted: restarts counts only the ones that were.
+  summary["restarts"] = finished ? failures.size() : failures.size() - 1;
+  summary["failures"] = failures;
+  summary["lost_seconds"] = lost;
+  summary["job_seconds"] = wall;
+  summary["goodput"] = wall > 0 ? std::max(0.0, 1.0 - lost / wall) : 1.0;
+  summary["job_finished"] = finished;
+  std::error_code ec;
+  if (std::filesystem::is_directory(run_dir, ec)) {
+    data::write_file_atomic(path, {summary.dump(2) + "\n"});
+  }
+  return summary["goodput"].get<double>();
+}
+
 }  // namespace
 
 int supervise(const SupervisorOptions& args, const std::vector<std::string>& base, bool verbose) {
@@ -111,7 +140,10 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     for (const std::string& f : args.faults) spec += (spec.empty() ? "" : ",") + f;
     ::setenv("TRILLION_FAULTS", spec.c_str(), 1);
   }
-  Watchdog watchdog{run_dir + "/.heartbeat", args.heartbeat_timeout, args.processes};
+  Watchdog watchdog{run_dir + "/.heartbeat", args.heartbeat_timeout, args.processes,
+                    args.startup_timeout > 0
+                        ? args.startup_timeout
+                        : std::max(kDefaultStartupTimeout, args.heartbeat_timeout)};
   const double started = unix_now();
   nlohmann::json failures = nlohmann::json::array();
   double lost = 0;
@@ -167,15 +199,11 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     }
     if (out.code == 0) break;
     const bool retry = out.restartable && attempt < args.max_restarts;
-    if (!supervised || !retry) {
+    if (!supervised || (!retry && !out.restartable)) {
       std::fprintf(stderr, "%s\n", out.failure.c_str());
-      if (supervised && out.restartable) {
-        append_event(run_dir, fmt::format("supervisor: {}; no restart left (--max-restarts {})",
-                                          out.failure, args.max_restarts));
-      }
       return out.on_request ? 128 + forwarded_signal() : out.code;
     }
-    // The work since the newest checkpoint is lost.
+    // The work since the newest checkpoint is lost (with no restart left: all of it, for good).
     failed_at = unix_now();
     const auto steps = read_step_times(run_dir);
     resumed_from = newest_checkpoint_step(run_dir);
@@ -195,6 +223,16 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
                         {"cause", out.failure},
                         {"lost_seconds", work}});
     if (out.detected_seconds >= 0) failures.back()["detected_seconds"] = out.detected_seconds;
+    if (!retry) {
+      // No restart left: the job failed, but its accounting still goes to summary.json (the
+      // failures, the time lost, and that it did not finish) before launch exits.
+      failures.back().erase("resumed_from");
+      std::fprintf(stderr, "%s\n", out.failure.c_str());
+      append_event(run_dir, fmt::format("supervisor: {}; no restart left (--max-restarts {})",
+                                        out.failure, args.max_restarts));
+      write_job_summary(run_dir, failures, lost, unix_now() - started, false);
+      return out.on_request ? 128 + forwarded_signal() : out.code;
+    }
     const std::string line = fmt::format(
         "supervisor: restart {} of {} after: {} (last step logged {}, newest checkpoint "
         "step {}; {:.1f} s since it: the work to redo and the failure's detection)",
@@ -204,24 +242,11 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
   }
   if (supervised) {
     const double wall = unix_now() - started;
-    const std::string path = run_dir + "/summary.json";
-    std::ifstream in(path);
-    nlohmann::json summary = nlohmann::json::object();
-    try {
-      summary = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception&) {
-    }
-    summary["restarts"] = failures.size();
-    summary["failures"] = failures;
-    summary["lost_seconds"] = lost;
-    summary["job_seconds"] = wall;
-    summary["goodput"] = wall > 0 ? 1.0 - lost / wall : 1.0;
-    data::write_file_atomic(path, {summary.dump(2) + "\n"});
+    const double goodput = write_job_summary(run_dir, failures, lost, wall, true);
     if (!failures.empty()) {
-      append_event(run_dir,
-                   fmt::format("supervisor: finished after {} restart(s): {:.1f} s lost "
-                               "of {:.1f} s, goodput {:.3f}",
-                               failures.size(), lost, wall, summary["goodput"].get<double>()));
+      append_event(run_dir, fmt::format("supervisor: finished after {} restart(s): {:.1f} s lost "
+                                        "of {:.1f} s, goodput {:.3f}",
+                                        failures.size(), lost, wall, goodput));
     }
   }
   // A job stopped by SIGTERM, SIGINT or SIGHUP ends 0 after its checkpoint (it got SIGUSR2), but

@@ -10,11 +10,16 @@
 
 namespace trillion::cli {
 
+constexpr double kDefaultStartupTimeout = 600;
+
 struct SupervisorOptions {
   int processes = 0;
   std::vector<std::string> command;  // the subcommand and its arguments (train ... --run-dir D)
   int max_restarts = 0;
-  double heartbeat_timeout = 0;     // seconds; 0: no watchdog
+  double heartbeat_timeout = 0;  // seconds; 0: no watchdog
+  // Seconds a rank may take from its start to its first step (MPI, data, model, checkpoint
+  // load) under the watchdog; 0: max(kDefaultStartupTimeout, heartbeat_timeout).
+  double startup_timeout = 0;
   std::vector<std::string> faults;  // TRILLION_FAULTS items: kill:STEP:RANK, hang:..., corrupt:STEP
 };
 

@@ -50,7 +50,7 @@ FaultDrill::FaultDrill(std::string run_dir, int rank) : run_dir_(std::move(run_d
     f.rank = rank;
     const bool ok =
         (n == 3 && (f.kind == "kill" || f.kind == "hang")) || (n == 2 && f.kind == "corrupt");
-    if (!ok || step < 1 || rank < 0) {
+    if (!ok || step < (f.kind == "corrupt" ? 1 : 0) || rank < 0) {
       throw Error(
           fmt::format("TRILLION_FAULTS: '{}' is not kill:STEP:RANK, hang:STEP:RANK or "
                       "corrupt:STEP",

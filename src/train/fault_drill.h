@@ -1,9 +1,11 @@
 // What the supervisor (`trillion launch --max-restarts`) sees of a rank, and the failures it can
 // inject for tests and drills.
 // - Heartbeat: with TRILLION_HEARTBEAT_DIR set, rank R writes "STEP PID" to DIR/rank_R when it
-//   starts training and after every step, so a rank that stops making progress is found.
+//   starts (step -1), when it starts training and after every step, so a rank that stops making
+//   progress is found.
 // - Fault drill: TRILLION_FAULTS = comma-separated "kill:STEP:RANK" (SIGKILL after that step),
-//   "hang:STEP:RANK" (SIGSTOP after that step) and "corrupt:STEP" (a byte of that step's
+//   "hang:STEP:RANK" (SIGSTOP after that step; STEP 0 for either: at the end of start-up, before
+//   the first step is trained) and "corrupt:STEP" (a byte of that step's
 //   checkpoint flipped after it is written). Each fires once per job: a fired fault is recorded
 //   in RUN_DIR/.faults_fired before it acts, so a restarted attempt does not fire it again.
 #pragma once
@@ -27,6 +29,8 @@ class FaultDrill {
  public:
   FaultDrill(std::string run_dir, int rank);
   void after_step(int64_t step);
+  // Kill and hang faults at step 0, before training begins (after the checkpoint load).
+  void at_start() { after_step(0); }
   // The lead rank, once checkpoint `step` is complete in `checkpoint_dir`.
   void after_checkpoint(int64_t step, const std::string& checkpoint_dir);
 

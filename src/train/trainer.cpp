@@ -23,6 +23,7 @@
 #include "plan/stage_partition.h"
 #include "plan/units.h"
 #include "precision/recipe.h"
+#include "train/checkpoint/resume.h"
 #include "train/checkpoint/writer.h"
 #include "train/config_diff.h"
 #include "train/data_shard.h"
@@ -37,7 +38,6 @@
 #include "train/noise_scale_log.h"
 #include "train/pipeline_trace.h"
 #include "train/replica_check.h"
-#include "train/checkpoint/resume.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
 
@@ -139,6 +139,10 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   comm::LocalCommunicator local_world("world");
   if (comm::launch_environment().found) mpi = std::make_unique<comm::MpiRuntime>();
   comm::Communicator& world = mpi ? static_cast<comm::Communicator&>(mpi->world()) : local_world;
+  // Step -1 until training begins: the supervisor's watchdog gives start-up (data, model,
+  // checkpoint load) its own timeout, and knows this rank's pid from now on.
+  Heartbeat heartbeat(world.rank());
+  heartbeat.beat(-1);
   // Every rank checks the directory before the mesh (a collective) lets any rank write to it.
   RunDirectory dir(opt.run_dir, opt.resume, world.rank() == 0, !opt.quiet);
   const ModelConfig& mc = config.model;
@@ -243,7 +247,6 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
     shard.train_batch(step, micro, tokens, targets);
   };
   FaultDrill drill(dir.path(), world.rank());
-  Heartbeat heartbeat(world.rank());
   // Sync or async checkpoints (train/checkpoint/writer.h); the drill acts once one exists.
   CheckpointWriter checkpoints(
       dir, runner, tracker, config, config_toml, world,
@@ -259,6 +262,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
   const int kill_at = kill_step_for(world.rank());
   StepGuard guard(config.guard);
   int64_t rollbacks = 0;
+  drill.at_start();  // --fail-at 0:R / --hang-at 0:R: a failure during start-up
   heartbeat.beat(step);
   while (step < config.train.steps) {
     if (step + 1 == kill_at) std::raise(SIGKILL);  // fault injection (see kill_step_for)

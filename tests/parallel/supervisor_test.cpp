@@ -22,8 +22,8 @@ using testing::slurp;
 
 const std::string kEnv = one_thread_per_rank();
 
-std::string train(const std::string& extra = "") {
-  return "train " + testing::config_path("tiny.toml") +
+std::string train(const std::string& extra = "", const std::string& config = "tiny.toml") {
+  return "train " + testing::config_path(config) +
          " --quiet --set parallel.dp=2 --set train.steps=20 --set train.checkpoint_every=4" + extra;
 }
 
@@ -35,10 +35,11 @@ void expect_bitwise(const std::string& a, const std::string& b) {
 
 // The kill drill: rank 1 killed after step 5 and rank 0 after step 12 of the 20-step run; the job
 // must end 0 and bitwise the clean run at the same layout. Returns its summary.json.
-nlohmann::json kill_drill(const std::string& extra, const std::string& dir) {
-  const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra));
+nlohmann::json kill_drill(const std::string& extra, const std::string& dir,
+                          const std::string& config = "tiny.toml") {
+  const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train(extra, config));
   const auto r = run_trillion("launch -n 2 --max-restarts 3 --fail-at 5:1 --fail-at 12:0 -- " +
-                              train(extra) + " --run-dir " + dir);
+                              train(extra, config) + " --run-dir " + dir);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   expect_bitwise(clean, dir);
   return read_json(dir + "/summary.json");
@@ -81,6 +82,28 @@ TEST(Supervisor, KilledRanksOfTpAndPpJobsRestartAndTheRunIsBitwiseTheCleanOne) {
     const auto layout_json = read_json(dir + "/checkpoints/step_00000020/layout.json");
     EXPECT_EQ(layout_json["writer"][layout], 2) << layout;
     EXPECT_EQ(layout_json["world"], 2) << layout;
+  }
+}
+
+// The drill at the other axes that shard the state: context parallelism (each rank half of every
+// sequence, ring attention) and the MoE model with its experts split over the ranks (dp 2 x ep 2
+// would need 4; ep 2 within dp 2 puts 4 of the 8 routed experts on each rank, ZeRO-1 over dp).
+TEST(Supervisor, KilledRanksOfCpAndExpertParallelJobsRestartAndTheRunIsBitwiseTheCleanOne) {
+  struct Case {
+    std::string name, extra, config;
+  };
+  for (const Case& c :
+       {Case{"cp", " --set parallel.dp=1 --set parallel.cp=2", "tiny.toml"},
+        Case{"ep", " --set parallel.ep=2 --set parallel.zero=1", "moe-tiny.toml"}}) {
+    const std::string dir = fresh_dir("supervisor_kill_" + c.name);
+    const auto s = kill_drill(c.extra, dir, c.config);
+    EXPECT_EQ(s["restarts"], 2) << c.name;
+    EXPECT_EQ(s["failures"][0]["rank"], 1) << c.name;
+    EXPECT_EQ(s["failures"][0]["resumed_from"], 4) << c.name;
+    EXPECT_EQ(s["failures"][1]["rank"], 0) << c.name;
+    EXPECT_EQ(s["failures"][1]["resumed_from"], 12) << c.name;
+    const auto layout_json = read_json(dir + "/checkpoints/step_00000020/layout.json");
+    EXPECT_EQ(layout_json["writer"][c.name], 2) << c.name;
   }
 }
 
@@ -150,6 +173,37 @@ TEST(Supervisor, AStoppedRankIsNamedWithinTheTimeoutAndTheJobRestarts) {
   EXPECT_LE(detected, s["failures"][0]["lost_seconds"].get<double>());  // lost counts it too
 }
 
+// A rank that stops during start-up (after MPI, the data, the model and the checkpoint load,
+// before its first step) is named by the start-up timeout, not blamed on the ranks waiting for
+// it in their first collective, and the job restarts. A finished job says so in summary.json.
+TEST(Supervisor, ARankStoppedDuringStartUpIsNamedAndTheJobRestarts) {
+  const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train());
+  const std::string dir = fresh_dir("supervisor_hang_start");
+  const auto r = run_trillion(
+      "launch -n 2 --max-restarts 1 --heartbeat-timeout 3 --startup-timeout 60 --hang-at 0:1 "
+      "-- " +
+      train() + " --run-dir " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_bitwise(clean, dir);
+  const std::string events = slurp(dir + "/events.log");
+  // Stopped: named after the heartbeat timeout, not the start-up one (it cannot progress).
+  EXPECT_TRUE(has(events, "trillion launch: rank 1 did not reach its first step: stopped (pid "))
+      << events;
+  EXPECT_TRUE(has(events, "(heartbeat timeout 3 s); the job was stopped")) << events;
+  const auto s = read_json(dir + "/summary.json");
+  EXPECT_TRUE(s["job_finished"].get<bool>()) << s;
+  ASSERT_EQ(s["restarts"], 1) << s;
+  EXPECT_EQ(s["failures"][0]["rank"], 1) << s;
+  EXPECT_EQ(s["failures"][0]["resumed_from"], 0) << s;
+  const double detected = s["failures"][0]["detected_seconds"].get<double>();
+  EXPECT_GT(detected, 3.0);
+  EXPECT_LE(detected, 3.0 + 10.0);
+  // --startup-timeout is the watchdog's: alone it is refused.
+  const auto alone = run_trillion("launch -n 2 --startup-timeout 60 -- " + train());
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_TRUE(has(alone.output, "--startup-timeout 60 needs the watchdog")) << alone.output;
+}
+
 TEST(Supervisor, ACorruptCheckpointIsSkippedOnRestart) {
   const std::string clean = shared_run(kEnv + "launch -n 2 -- " + train());
   const std::string dir = fresh_dir("supervisor_corrupt");
@@ -208,6 +262,21 @@ TEST(Supervisor, RestartsRunOutAndUserErrorsAreNotRetried) {
   EXPECT_TRUE(has(r.output, "supervisor: restart 1 of 1 after")) << r.output;
   EXPECT_TRUE(has(r.output, "trillion launch: rank 1 was killed by signal 9")) << r.output;
   EXPECT_TRUE(has(slurp(dir + "/events.log"), "no restart left (--max-restarts 1)"));
+  // The failed job still accounts for itself: one restart, both failures, the work lost and that
+  // it did not finish (the second failure's work since step 4's checkpoint is lost for good).
+  const auto s = read_json(dir + "/summary.json");
+  EXPECT_FALSE(s["job_finished"].get<bool>()) << s;
+  EXPECT_EQ(s["restarts"], 1) << s;
+  ASSERT_EQ(s["failures"].size(), 2u) << s;
+  EXPECT_EQ(s["failures"][0]["last_step"], 3) << s;
+  EXPECT_EQ(s["failures"][1]["last_step"], 6) << s;
+  EXPECT_EQ(s["failures"][1]["rank"], 1) << s;
+  EXPECT_GT(s["failures"][1]["lost_seconds"].get<double>(), 0) << s;
+  EXPECT_NEAR(s["lost_seconds"].get<double>(),
+              s["failures"][0]["lost_seconds"].get<double>() +
+                  s["failures"][1]["lost_seconds"].get<double>(),
+              1e-6);
+  EXPECT_LT(s["goodput"].get<double>(), 1) << s;
   // A config error fails the same way every time: one attempt, its message, no restart.
   const auto bad = run_trillion("launch -n 2 --max-restarts 3 -- " + train() +
                                 " --set optim.lr=-1 --run-dir " + fresh_dir("supervisor_bad"));
@@ -219,6 +288,25 @@ TEST(Supervisor, RestartsRunOutAndUserErrorsAreNotRetried) {
   const auto bad_flag = run_trillion("launch -n 2 --fail-at 5 -- " + train());
   EXPECT_EQ(bad_flag.exit_code, 2) << bad_flag.output;
   EXPECT_TRUE(has(bad_flag.output, "--fail-at 5: expected STEP:RANK")) << bad_flag.output;
+}
+
+// Two trainers on one run directory, the second a launched job: every rank of it is refused
+// (the lock is the run directory's, whichever rank asks), launch prints the one line and exits 2,
+// and the first trainer goes on undisturbed.
+TEST(RunDirectoryLock, ALaunchedJobOnADirectoryInUseIsRefusedInOneLine) {
+  const std::string dir = fresh_dir("run_dir_lock_launch");
+  const std::string first = std::string(TRILLION_BINARY) + " train " +
+                            testing::config_path("tiny.toml") + " --quiet --run-dir " + dir +
+                            " --set train.steps=1000000";
+  const auto r = run_shell("(timeout -s INT 8 " + first + " &) ; sleep 3; " + kEnv +
+                           std::string(TRILLION_BINARY) + " launch -n 2 -- " + train() +
+                           " --resume --run-dir " + dir + " 2>&1; echo second=$?; sleep 7");
+  EXPECT_TRUE(
+      has(r.output, "error: run directory '" + dir + "' is in use by another trainer (pid "))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "second=2")) << r.output;
+  const std::string events = slurp(dir + "/events.log");
+  EXPECT_TRUE(has(events, "stopping after step")) << events;  // the first one, undisturbed
 }
 
 // The usual scheduler warnings before a preemption checkpoint and stop, through launch too.

@@ -19,7 +19,7 @@
 #include "cli_util.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "train/checkpoint.h"
+#include "train/checkpoint/checkpoint.h"
 
 using namespace trillion;
 using namespace trillion::testing;
@@ -51,8 +51,8 @@ struct Checkpoints {
   std::string write(const std::string& run_dir, int64_t step, int64_t keep = 5) {
     auto* p = static_cast<float*>(params.raw());
     for (int64_t i = 0; i < params.count(); ++i) p[i] = static_cast<float>(step * 1000 + i);
-    CheckpointContents c{
-        &params, &m, &v, {step, step, static_cast<uint64_t>(step * 4), 7}, "[model]\n", {}};
+    CheckpointContents c{&params,     &m, &v, {step, step, static_cast<uint64_t>(step * 4), 7},
+                         "[model]\n", {}};
     return write_checkpoint(run_dir, c, keep);
   }
 };
@@ -151,6 +151,21 @@ TEST(CheckpointFiles, StaleTempDirectoriesAreRemovedByTheNextWrite) {
   EXPECT_EQ(fs::path(all[0]).filename(), "step_00000003");
   EXPECT_EQ(verify_checkpoint(all[0]), std::nullopt);
   EXPECT_EQ(verify_checkpoint(all[1]), std::nullopt);
+}
+
+// checkpoint.keep: each write that completes deletes all but the newest `keep` (retention runs
+// after the new one is sealed, so a failed write deletes nothing).
+TEST(CheckpointFiles, RetentionKeepsTheNewestCheckpoints) {
+  const std::string run = fresh_dir("ckpt_keep");
+  Checkpoints c;
+  for (int64_t step = 2; step <= 10; step += 2) c.write(run, step, 2);
+  std::vector<std::string> names;
+  for (const std::string& d : list_checkpoints(run)) names.push_back(fs::path(d).filename());
+  EXPECT_EQ(names, (std::vector<std::string>{"step_00000010", "step_00000008"}));
+  c.write(run, 12, 1);
+  ASSERT_EQ(list_checkpoints(run).size(), 1u);
+  EXPECT_EQ(fs::path(list_checkpoints(run)[0]).filename(), "step_00000012");
+  EXPECT_EQ(verify_checkpoint(list_checkpoints(run)[0]), std::nullopt);
 }
 
 TEST(CheckpointFiles, WriteBeyondTheFileSizeLimitFailsCleanly) {
