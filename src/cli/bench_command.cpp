@@ -11,16 +11,17 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/onednn_bf16.h"
 #include "backend/profiling_backend.h"
 #include "cli/bench_allreduce.h"
 #include "cli/bench_attention_buffers.h"
 #include "cli/bench_context.h"
-#include "backend/cpu/onednn_bf16.h"
 #include "cli/bench_precision.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "comm/device_mesh.h"
 #include "comm/mpi_communicator.h"
+#include "core/error.h"
 #include "core/philox.h"
 #include "core/timer.h"
 #include "plan/activation_memory.h"
@@ -229,8 +230,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
           "%.4f of the largest output\n",
           cfg.precision.recipe.c_str(),
           cfg.precision.recipe == "bf16" ? onednn_bf16_status().c_str() : "emulated on the CPU",
-          static_cast<long long>(gemm_rows),
-          static_cast<long long>(cfg.model.d_model),
+          static_cast<long long>(gemm_rows), static_cast<long long>(cfg.model.d_model),
           static_cast<long long>(2 * cfg.model.ffn_hidden),
           static_cast<long long>(cfg.model.d_model), gemm_error.rms_rel, gemm_error.max_rel_to_max);
       if (!bf16_blocks.none()) {
@@ -372,10 +372,11 @@ int bench_command(int argc, char** argv) {
   attention->add_flag("--json", json, "print one JSON object");
   int cp = 1;
   std::string cp_split = "zigzag";
-  attention->add_option("--cp", cp,
-                        "context-parallel ranks: ring attention under trillion launch -n CP")
+  attention
+      ->add_option("--cp", cp, "context-parallel ranks: ring attention under trillion launch -n CP")
       ->check(CLI::Range(1, 4096));
-  attention->add_option("--split", cp_split, "with --cp: zigzag or contiguous");
+  auto* split_option =
+      attention->add_option("--split", cp_split, "with --cp: zigzag or contiguous");
 
   AllReduceBenchOptions aro;
   auto* allreduce =
@@ -403,10 +404,16 @@ int bench_command(int argc, char** argv) {
                                 : bench_precision_gemm(gemm_dtype, size, reps, json);
   }
   if (allreduce->parsed()) return bench_allreduce(aro, json);
+  if (attention->parsed() && cp == 1 && split_option->count() > 0) {
+    throw Error(fmt::format(
+        "bench attention --split {} splits the sequence over context-parallel ranks: give --cp N "
+        "(> 1) under trillion launch -n N, or leave --split out",
+        cp_split));
+  }
   if (attention->parsed() && cp > 1) {
-    return bench_ring_attention({cp, ao.seq, ao.batch, ao.heads, ao.kv_heads, ao.head_dim,
-                                 ao.block, cp_split, ao.reps},
-                                json);
+    return bench_ring_attention(
+        {cp, ao.seq, ao.batch, ao.heads, ao.kv_heads, ao.head_dim, ao.block, cp_split, ao.reps},
+        json);
   }
   if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json, profile);

@@ -56,7 +56,13 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
                             o.cp, world.size()));
   }
   const SequenceSplit split{o.cp, parse_cp_split(o.split, "--split")};
-  split.spans(o.seq, 0);  // the error naming the length when it does not cut evenly
+  if (o.seq % split.chunks() != 0) {
+    throw Error(fmt::format(
+        "bench attention --cp {} --split {} cuts the sequence into {} equal chunks, but --seq {} "
+        "is not a multiple of {}; choose --seq {}",
+        o.cp, o.split, split.chunks(), o.seq, split.chunks(),
+        (o.seq / split.chunks() + 1) * split.chunks()));
+  }
   LocalShape ls;
   ls.batch = o.batch, ls.seq = o.seq / o.cp, ls.heads = o.heads;
   ls.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads, ls.head_dim = o.head_dim;

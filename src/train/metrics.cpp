@@ -4,11 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-
-#include <cmath>
-
 #include <chrono>
-
+#include <cmath>
 #include <vector>
 
 namespace trillion {
@@ -63,6 +60,19 @@ nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t
   return ranks;
 }
 
+nlohmann::json ring_balance_json(comm::Communicator& world, comm::Communicator& cp,
+                                 double forward_flops) {
+  std::vector<double> all(static_cast<size_t>(world.size()));
+  double mine = forward_flops;
+  world.all_gather(Tensor(&mine, DType::f64, {1}), Tensor(all.data(), DType::f64, {world.size()}));
+  double group[2] = {forward_flops, forward_flops};  // max, sum over this rank's cp group
+  cp.all_reduce(Tensor(&group[0], DType::f64, {1}), comm::ReduceOp::max);
+  cp.all_reduce(Tensor(&group[1], DType::f64, {1}));
+  double ratio = group[1] > 0 ? group[0] / (group[1] / cp.size()) : 1.0;
+  world.all_reduce(Tensor(&ratio, DType::f64, {1}), comm::ReduceOp::max);
+  return {{"attention_forward_flops_per_rank", all}, {"attention_balance_max_over_mean", ratio}};
+}
+
 std::string format_duration(double seconds) {
   const int64_t s = static_cast<int64_t>(seconds);
   if (s >= 3600) return fmt::format("{}h{:02d}m", s / 3600, (s % 3600) / 60);
@@ -73,12 +83,12 @@ std::string format_duration(double seconds) {
 std::string format_percent(double fraction) {
   const double p = 100 * fraction;
   if (!std::isfinite(p) || p == 0 || std::abs(p) >= 10) return fmt::format("{:.1f}%", p);
-  return fmt::format("{:.{}f}%", p, std::max(1, 2 - static_cast<int>(std::floor(std::log10(std::abs(p))))));
+  return fmt::format("{:.{}f}%", p,
+                     std::max(1, 2 - static_cast<int>(std::floor(std::log10(std::abs(p))))));
 }
 
 double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string MfuConvention::describe() const {

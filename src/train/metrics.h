@@ -26,6 +26,13 @@ nlohmann::json memory_per_rank(comm::Communicator& world, const MemoryTracker& t
                                double predicted_activations = -1,
                                double predicted_ring_buffers = -1);
 
+// Ring attention's load balance over a run (collective over the world): every rank's causal
+// attention FLOPs in its forward passes (`forward_flops`: 4 HD per visible (query, key) pair and
+// head, counted by parallel/context.h), and the worst cp group's max / mean of them (1 when the
+// split balances the causal work; contiguous's > 1). Ranks of one cp group share (pp, dp, tp).
+nlohmann::json ring_balance_json(comm::Communicator& world, comm::Communicator& cp,
+                                 double forward_flops);
+
 // "1h02m", "3m07s", "12s".
 std::string format_duration(double seconds);
 // A fraction as a percentage with three significant digits, so a tiny model's MFU is not

@@ -18,6 +18,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/timer.h"
 #include "data/file_io.h"
+#include "parallel/context.h"
 #include "plan/activation_memory.h"
 #include "plan/context_ring.h"
 #include "plan/stage_partition.h"
@@ -476,6 +477,15 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       memory_per_rank(world, tracker, predicted_activations, predicted_ring);
   const nlohmann::json checkpoint_costs =
       checkpoints.summary(steps_run > 0 ? train_seconds / steps_run : 0.0, memory_plan.checkpoint);
+  // Context parallelism: each rank's counted causal attention FLOPs and the cp groups' balance.
+  nlohmann::json context_balance;
+  if (pc.cp > 1) {
+    const parallel::RingAttention* ring = runner.ring_attention();
+    context_balance = ring_balance_json(world, mesh.group(comm::MeshGroup::cp),
+                                        ring != nullptr ? ring->forward_flops() : 0.0);
+    context_balance["cp"] = pc.cp;
+    context_balance["split"] = pc.cp_split;
+  }
   // Multi-stage runs: the last step's measured timeline (trace.json) and its summary.
   nlohmann::json pipeline;
   if (runner.schedule().num_stages(0) > 1 && steps_run > 0) {
@@ -517,6 +527,7 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
       {"gemm_peak_gflops", peak.gflops},
       {"memory", memory_json(tracker)}};
   if (!pipeline.is_null()) summary["pipeline"] = pipeline;
+  if (!context_balance.is_null()) summary["context"] = context_balance;
   if (diloco) summary["diloco"] = diloco->summary();
   if (config.precision.recipe != "fp32") {  // the blocks whose linear layers ran in bf16
     const precision::Bf16Blocks kept =

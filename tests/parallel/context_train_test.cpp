@@ -11,13 +11,18 @@
 // cp 2 x dp 2 under ZeRO-0, 2 and 3 (gradients and parameters sharded over dp x cp) and cp 2 x
 // tp 2 without SP too. Activations are exactly 1/cp of the layout's without cp; each rank's
 // workspace holds ring attention's buffers, which summary.json predicts (plan/context_ring.h),
-// and (tp = dp = 1) exactly the workspace of a one-process run of T/cp tokens besides.
+// and (tp = dp = 1) exactly the workspace of a one-process run of T/cp tokens besides. Each
+// rank's counted causal attention FLOPs (summary.json "context") are equal under zigzag and in
+// contiguous's max/mean ratio of row blocks. cp 2 with selective and full recomputation replays
+// the forward ring: (cp-1) more K/V blocks per layer and micro-batch, asserted from the counters.
 // cp 2 x pp 2 (1F1B, GPipe, zb-h1, zb-h2) trains the same reference with plan/'s per-stage
 // activation bytes; interleaved 1F1B and DualPipe train a 4-layer, 4-micro-batch reference;
 // cp checkpoints resume at other layouts (cp2 x pp2 -> one process, cp2 -> tp2, one process ->
 // cp2, cp2 zigzag -> cp4 contiguous) and, written asynchronously, at cp 2 bitwise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 
 #include "../train/cli_util.h"
@@ -52,7 +57,8 @@ struct Layout {
   std::string split;
   int tp = 1, dp = 1, zero = 0;
   std::string name;
-  bool sp = true;  // with tp > 1
+  bool sp = true;                  // with tp > 1
+  std::string recompute = "none";  // model.recompute
 };
 
 // The tiny config's model (flags()), as the trainer builds it.
@@ -77,7 +83,7 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
       " --set parallel.cp=" + std::to_string(l.cp) + " --set parallel.cp_split=" + l.split +
       " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.dp=" + std::to_string(l.dp) +
       " --set parallel.zero=" + std::to_string(l.zero) +
-      " --set parallel.sp=" + (l.sp ? "true" : "false");
+      " --set parallel.sp=" + (l.sp ? "true" : "false") + " --set model.recompute=" + l.recompute;
   const bool sp = l.sp && l.tp > 1;
   const int world = l.cp * l.tp * l.dp;
   const auto r = run_trillion(kEnv + "launch -n " + std::to_string(world) + " -- " + flags() +
@@ -98,7 +104,8 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
 
   // Bytes over cp: plan/context_ring.h's, for a K/V block of B_local * T/cp * 2 (KV/tp) HD
   // floats, per layer and micro-batch.
-  const ModelConfig mc = tiny_model();
+  ModelConfig mc = tiny_model();
+  mc.set_recompute(l.recompute);
   const int64_t head_dim = kWidth / kHeads, local_batch = kBatch / l.dp;
   const plan::TensorSplit split{l.tp, sp, l.cp};
   const int64_t block = plan::context_ring_block_bytes(mc.spec(), local_batch, kSeq, 4, split);
@@ -106,7 +113,9 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const plan::RingBytes ring = plan::context_ring_bytes(l.cp, static_cast<uint64_t>(block));
   EXPECT_EQ(ring.forward, static_cast<uint64_t>((l.cp - 1) * block));
   EXPECT_EQ(ring.backward, static_cast<uint64_t>((2 * l.cp - 1) * block));
-  const double per_step = static_cast<double>(kMicro * kLayers * ring.total());
+  // Recomputation (selective: the attention core; full: the layer) replays the forward ring.
+  const uint64_t replay = l.recompute == "none" ? 0 : ring.forward;
+  const double per_step = static_cast<double>(kMicro * kLayers * (ring.total() + replay));
   for (const auto& m : run_lines) {
     EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(), per_step) << m.dump();
   }
@@ -125,7 +134,7 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const int64_t one_process =
       read_json(ref + "/summary.json")["memory_per_rank"][0]["current"]["activations"]
           .get<int64_t>();
-  if (l.tp == 1) {
+  if (l.tp == 1 && l.recompute == "none") {  // the reference stores every activation
     EXPECT_EQ(predicted * l.cp * l.dp, one_process);
   }
   // Workspace: ring attention's 5 blocks (2 K/V, 3 dK/dV), predicted beside the measured bytes,
@@ -136,12 +145,37 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   int64_t scratch = 0;
   if (l.tp == 1 && l.dp == 1) {
     const std::string short_run =
-        shared_run(kEnv + flags() + " --set model.seq_len=" + std::to_string(kSeq / l.cp));
+        shared_run(kEnv + flags() + " --set model.seq_len=" + std::to_string(kSeq / l.cp) +
+                   " --set model.recompute=" + l.recompute);
     scratch = read_json(short_run + "/summary.json")["memory_per_rank"][0]["current"]["workspace"]
                   .get<int64_t>();
     EXPECT_GT(scratch, 0);
   }
   const auto summary = read_json(run + "/summary.json");
+  // Balance: each rank's counted causal attention FLOPs (summary.json "context"); zigzag gives
+  // every rank the same (the bar: within 1%; here exactly, T = 32 cuts into 2 cp equal
+  // chunks), contiguous the max/mean of its row blocks' causal pairs (rows r T/cp .. (r+1) T/cp - 1
+  // see i + 1 keys each).
+  double want_ratio = 1;
+  if (l.split == "contiguous") {
+    const int64_t rows = kSeq / l.cp;
+    double most = 0, total = 0;
+    for (int r = 0; r < l.cp; ++r) {
+      double pairs = 0;
+      for (int64_t i = r * rows; i < (r + 1) * rows; ++i) pairs += static_cast<double>(i + 1);
+      most = std::max(most, pairs), total += pairs;
+    }
+    want_ratio = most / (total / l.cp);
+  }
+  const auto& balance = summary["context"];
+  ASSERT_EQ(balance["attention_forward_flops_per_rank"].size(), static_cast<size_t>(world));
+  for (const auto& f : balance["attention_forward_flops_per_rank"]) EXPECT_GT(f.get<double>(), 0);
+  const double ratio = balance["attention_balance_max_over_mean"].get<double>();
+  EXPECT_NEAR(ratio, want_ratio, 1e-12 * want_ratio) << l.name;
+  if (l.split == "zigzag") {
+    EXPECT_LE(ratio, 1.01) << l.name;
+  }
+  std::printf("[context %s] attention FLOPs per rank max/mean %.4f\n", l.name.c_str(), ratio);
   for (int rank = 0; rank < world; ++rank) {
     const auto& m = summary["memory_per_rank"][rank];
     EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << "rank " << rank;
@@ -156,19 +190,21 @@ TEST_P(ContextParallelRun, TrainsTheOneProcessRunWithTheFormulaBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelRun,
-                         ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
-                                           Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
-                                           Layout{4, "zigzag", 1, 1, 0, "cp4_zigzag"},
-                                           Layout{4, "contiguous", 1, 1, 0, "cp4_contiguous"},
-                                           Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_zigzag"},
-                                           Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_nosp_zigzag",
-                                                  false},
-                                           Layout{2, "zigzag", 1, 2, 0, "cp2_dp2_zero0_zigzag"},
-                                           Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"},
-                                           Layout{2, "zigzag", 1, 2, 2, "cp2_dp2_zero2_zigzag"},
-                                           Layout{2, "zigzag", 1, 2, 3, "cp2_dp2_zero3_zigzag"}),
-                         [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ContextParallelRun,
+    ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
+                      Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
+                      Layout{4, "zigzag", 1, 1, 0, "cp4_zigzag"},
+                      Layout{4, "contiguous", 1, 1, 0, "cp4_contiguous"},
+                      Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_zigzag"},
+                      Layout{2, "zigzag", 2, 1, 0, "cp2_tp2_nosp_zigzag", false},
+                      Layout{2, "zigzag", 1, 2, 0, "cp2_dp2_zero0_zigzag"},
+                      Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"},
+                      Layout{2, "zigzag", 1, 2, 2, "cp2_dp2_zero2_zigzag"},
+                      Layout{2, "zigzag", 1, 2, 3, "cp2_dp2_zero3_zigzag"},
+                      Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag_selective", true, "selective"},
+                      Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag_full", true, "full"}),
+    [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("context_refused");
@@ -179,7 +215,7 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
       {"--set parallel.cp=2 --set parallel.cp_split=striped",
        "parallel.cp_split = \"striped\": expected \"zigzag\""},
       {"--set parallel.cp=2 --set model.attention=materialized",
-       "parallel.cp = 2 needs model.tiled_attention = true"},
+       "parallel.cp = 2 needs model.attention = \"tiled\""},
       {"--set parallel.cp=2 --set diloco.islands=2",
        "parallel.cp = 2 with diloco.islands = 2: DiLoCo islands of context-parallel ranks are not "
        "in this build; use cp = 1"},

@@ -119,6 +119,23 @@ TEST(BenchCli, RingAttentionUnderLaunchMeasuresOverlapAndBalance) {
   }
 }
 
+// The ring benchmark's own flags are what its errors name: a --seq the split cannot cut, and a
+// --split without --cp.
+TEST(BenchCli, RingAttentionFlagErrorsNameTheFlags) {
+  const auto seq = run_trillion("launch -n 2 -- bench attention --cp 2 --seq 66 --heads 2");
+  EXPECT_NE(seq.exit_code, 0) << seq.output;
+  EXPECT_TRUE(has(seq.output,
+                  "bench attention --cp 2 --split zigzag cuts the sequence into 4 equal chunks, "
+                  "but --seq 66 is not a multiple of 4; choose --seq 68"))
+      << seq.output;
+  const auto split = run_trillion("bench attention --split contiguous --seq 64");
+  EXPECT_EQ(split.exit_code, 2) << split.output;
+  EXPECT_TRUE(has(split.output,
+                  "bench attention --split contiguous splits the sequence over "
+                  "context-parallel ranks: give --cp N"))
+      << split.output;
+}
+
 // The emulated block-scaled GEMMs: error against the fp32 product of the same inputs, in the
 // order of their mantissa bits (E4M3 3, E5M2 2, E2M1 1), and a named refusal of other dtypes.
 TEST(BenchCli, EmulatedLowPrecisionGemmReportsItsErrorVsFp32) {
