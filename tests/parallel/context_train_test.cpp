@@ -202,6 +202,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{2, "zigzag", 1, 2, 1, "cp2_dp2_zero1_zigzag"},
                       Layout{2, "zigzag", 1, 2, 2, "cp2_dp2_zero2_zigzag"},
                       Layout{2, "zigzag", 1, 2, 3, "cp2_dp2_zero3_zigzag"},
+                      Layout{2, "zigzag", 2, 2, 1, "cp2_tp2_dp2_zero1_zigzag"},
+                      Layout{4, "zigzag", 1, 2, 1, "cp4_dp2_zero1_zigzag"},
                       Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag_selective", true, "selective"},
                       Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag_full", true, "full"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
@@ -301,6 +303,45 @@ TEST(ContextParallelPipeline, Cp2Pp2GpipeAndZbH2TrainTheOneProcessRun) {
   expect_cp2_pp2_trains_the_one_process_run("zb-h2");
 }
 
+// The three-axis compositions (8 ranks, 1F1B): cp 2 x pp 2 x tp 2 (SP) and cp 2 x pp 2 x dp 2
+// (ZeRO-1) train the same one-process reference; each rank's cp bytes are plan/'s for its one
+// layer at its tp and dp share, and its activations the trainer's prediction.
+TEST(ContextParallelPipeline, Cp2Pp2WithTp2OrDp2TrainsTheOneProcessRun) {
+  const std::string ref = shared_run(kEnv + flags());
+  const ModelConfig mc = tiny_model();
+  for (const auto& [tp, dp] : {std::pair<int, int>{2, 1}, {1, 2}}) {
+    const std::string name = tp > 1 ? "tp2" : "dp2";
+    const std::string run = fresh_dir("context_cp2_pp2_" + name);
+    const std::string layout =
+        " --set parallel.cp=2 --set parallel.pp=2 --set parallel.tp=" + std::to_string(tp) +
+        " --set parallel.dp=" + std::to_string(dp) +
+        " --set parallel.zero=" + std::to_string(dp > 1 ? 1 : 0);
+    const auto r = run_trillion(kEnv + "launch -n 8 -- " + flags() + " --run-dir " + run + layout);
+    ASSERT_EQ(r.exit_code, 0) << name << "\n" << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << name << "\n" << cmp.output;
+    EXPECT_NE(cmp.output.find("MATCH"), std::string::npos) << cmp.output;
+    const uint64_t block = static_cast<uint64_t>(
+        plan::context_ring_block_bytes(mc.spec(), kBatch / dp, kSeq, 4, {tp, tp > 1, 2}));
+    EXPECT_EQ(block, static_cast<uint64_t>((kBatch / dp) * (kSeq / 2) * 2 * (kKv / tp) *
+                                           (kWidth / kHeads) * 4));
+    for (const auto& m : read_metrics(run)) {
+      EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(),
+                static_cast<double>(kMicro * plan::context_ring_bytes(2, block).total()))
+          << name;
+    }
+    const auto summary = read_json(run + "/summary.json");
+    ASSERT_EQ(summary["memory_per_rank"].size(), 8u);
+    for (const auto& m : summary["memory_per_rank"]) {
+      EXPECT_GT(m["predicted"]["activations"].get<int64_t>(), 0) << name;
+      EXPECT_EQ(m["current"]["activations"].get<int64_t>(),
+                m["predicted"]["activations"].get<int64_t>())
+          << name << " " << m;
+    }
+    EXPECT_EQ(summary["context"]["attention_balance_max_over_mean"].get<double>(), 1.0) << name;
+  }
+}
+
 // cp 2 x pp 2 under the schedules with two chunks per rank: interleaved 1F1B (4 layers: 2 stages
 // x 2 chunks) and DualPipe (its two model copies; it needs >= 2 pp micro-batches). One shared
 // one-process reference of that config (4 layers, 4 micro-batches); every rank's activations
@@ -380,6 +421,15 @@ TEST(ContextParallelResume, Cp2ZigzagCheckpointResumesAtCp4Contiguous) {
   expect_resume_matches({2, "--set parallel.cp=2", 4,
                          "--set parallel.cp=4 --set parallel.cp_split=contiguous",
                          "context_resume_cp2_cp4_contiguous"});
+}
+
+// A checkpoint whose optimizer state is sharded over dp x cp (ZeRO-2 at cp 2 x dp 2: each of the 4
+// ranks owns a quarter of the gradients and moments) resumes in one process and at cp 2 x tp 2.
+TEST(ContextParallelResume, ZeroShardedCpCheckpointResumesElsewhere) {
+  const std::string z2 = "--set parallel.cp=2 --set parallel.dp=2 --set parallel.zero=2";
+  expect_resume_matches({4, z2, 1, "", "context_resume_cp2dp2z2_one"});
+  expect_resume_matches(
+      {4, z2, 4, "--set parallel.cp=2 --set parallel.tp=2", "context_resume_cp2dp2z2_cp2tp2"});
 }
 
 TEST(ContextParallelResume, AsyncCheckpointsResumeBitwise) {

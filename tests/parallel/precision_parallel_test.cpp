@@ -134,6 +134,8 @@ std::vector<Layout> layouts() {
   all.push_back(
       {"fp8", "cp2_contiguous", 2, " --set parallel.cp=2 --set parallel.cp_split=contiguous"});
   all.push_back({"bf16", "cp2_tp2", 4, " --set parallel.cp=2 --set parallel.tp=2", 2});
+  // cp x pp: a stage runs its cp rank's T/cp tokens of whole micro-batches, so the tiles are cp's.
+  all.push_back({"fp8", "cp2_pp2", 4, " --set parallel.cp=2 --set parallel.pp=2"});
   // bf16 gradients: each rank rounds its share of the gradient to bf16 before the reduction (dp,
   // cp: its tokens' part; tp + SP: the replicated norms' part of its tokens), one process the
   // whole: another rounding at bf16's u, below the block-scaled recipes' own.
