@@ -1,5 +1,5 @@
 // The low-precision formats against their definitions (OCP FP8 1.0, OCP MX 1.0): every code of
-// E4M3, E5M2 and E2M1 round-trips; the largest finite values are 448, 57344 and 6; the smallest
+// E4M3, E5M2, E2M1 and E8M0 is the value its bit fields define and round-trips; the largest finite values are 448, 57344 and 6; the smallest
 // subnormals 2^-9, 2^-16 and 0.5; every midpoint between neighbours rounds to the even code;
 // overflow saturates; stochastic rounding is unbiased.
 #include "core/minifloat.h"
@@ -45,6 +45,49 @@ TEST(MiniFloat, EveryCodeRoundTrips) {
                          : f == MiniFormat::e2m1 ? 0
                                                  : 1;
     EXPECT_EQ(nans, expected) << info(f).name;
+  }
+}
+
+// Every code's value is the format's definition, computed here from its bit fields alone:
+// (-1)^s 2^(e - bias) (1 + m / 2^M) for e > 0, (-1)^s 2^(1 - bias) (m / 2^M) for e = 0 (OCP FP8
+// 1.0 §5.3, OCP MX 1.0 §5.3.3); E8M0 is 2^(e - 127). The special codes are the tables': E4M3's
+// S.1111.111 and E5M2's S.11111.{01,10,11} NaN, E5M2's S.11111.00 infinite, E8M0's 0xFF NaN.
+TEST(MiniFloat, EveryCodeIsItsFormatsDefinition) {
+  for (MiniFormat f : {MiniFormat::e4m3, MiniFormat::e5m2, MiniFormat::e2m1, MiniFormat::e8m0}) {
+    const MiniFormatInfo& fi = info(f);
+    const int E = fi.exponent_bits, M = fi.mantissa_bits;
+    for (int c = 0; c < fi.codes; ++c) {
+      const float v = decode(f, static_cast<uint8_t>(c));
+      const int sign = fi.has_sign ? (c >> (E + M)) & 1 : 0;
+      const int e = (c >> M) & ((1 << E) - 1), m = c & ((1 << M) - 1);
+      const bool all_ones = e == (1 << E) - 1;
+      if (f == MiniFormat::e8m0) {
+        if (c == 0xFF) {
+          EXPECT_TRUE(std::isnan(v)) << "e8m0 0xFF";
+        } else {
+          EXPECT_EQ(v, std::ldexp(1.0f, c - 127)) << "e8m0 code " << c;
+        }
+        continue;
+      }
+      if (f == MiniFormat::e4m3 && all_ones && m == (1 << M) - 1) {
+        EXPECT_TRUE(std::isnan(v)) << "e4m3 code " << c;
+        continue;
+      }
+      if (f == MiniFormat::e5m2 && all_ones) {
+        if (m == 0) {
+          EXPECT_TRUE(std::isinf(v) && std::signbit(v) == (sign == 1)) << "e5m2 code " << c;
+        } else {
+          EXPECT_TRUE(std::isnan(v)) << "e5m2 code " << c;
+        }
+        continue;
+      }
+      const double magnitude =
+          e == 0 ? std::ldexp(static_cast<double>(m) / (1 << M), 1 - fi.bias)
+                 : std::ldexp(1.0 + static_cast<double>(m) / (1 << M), e - fi.bias);
+      const double want = sign ? -magnitude : magnitude;
+      EXPECT_EQ(static_cast<double>(v), want) << fi.name << " code " << c;
+      EXPECT_EQ(std::signbit(v), sign == 1) << fi.name << " code " << c;  // -0 included
+    }
   }
 }
 
