@@ -60,7 +60,8 @@ TEST_P(PrecisionPipeline, TrainsTheOneProcessRunOfTheRecipe) {
   ASSERT_EQ(read_metrics(ref).size(), 2u) << "the one-process reference did not run";
   const std::string run = fresh_dir("precision_pp2_" + name_of(l));
   const std::string layout = " --set parallel.pp=2 --set parallel.schedule=" + l.schedule +
-                             (l.schedule == "interleaved" ? " --set parallel.chunks=2" : "");
+                             (l.schedule == "interleaved" ? " --set parallel.chunks=2" : "") +
+                             (l.schedule == "zb-h2" ? " --set parallel.split_backward=true" : "");
   const auto r = run_trillion(kEnv + "launch -n 2 -- " + train_args(l.recipe, l.grad_dtype) +
                               " --run-dir " + run + layout);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -113,6 +114,12 @@ std::vector<Layout> layouts() {
   }
   all.push_back({"mxfp4", "zb-h1", true});
   all.push_back({"nvfp4", "1f1b", true});
+  // The other schedules, and the fp4 recipes under two chunks per rank: a stage still runs whole
+  // micro-batches (same tiles and draws), so bitwise; DualPipe sums its copies after the step.
+  all.push_back({"fp8", "gpipe", true});
+  all.push_back({"nvfp4", "zb-h2", true});
+  all.push_back({"mxfp4", "interleaved", true});
+  all.push_back({"nvfp4", "dualpipe", false});
   // bf16 gradients: a stage folds each micro-batch into them in the one-process order except
   // where noted above.
   for (const char* schedule : {"1f1b", "zb-h1"}) all.push_back({"bf16", schedule, true, "bf16"});
