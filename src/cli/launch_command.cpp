@@ -108,22 +108,15 @@ LaunchArgs parse_args(int argc, char** argv) {
         throw Error(fmt::format("--max-restarts {}: give a whole number in [0, 1000]", v));
       }
       a.supervisor.max_restarts = static_cast<int>(k);
-    } else if (arg == "--heartbeat-timeout") {
-      const std::string v = value("--heartbeat-timeout");
+    } else if (arg == "--heartbeat-timeout" || arg == "--startup-timeout") {
+      const std::string v = value(arg.c_str());
       char* end = nullptr;
       const double t = std::strtod(v.c_str(), &end);
       if (end == v.c_str() || *end != '\0' || !(t >= 1 && t <= 86400)) {
-        throw Error(fmt::format("--heartbeat-timeout {}: give seconds in [1, 86400]", v));
+        throw Error(fmt::format("{} {}: give seconds in [1, 86400]", arg, v));
       }
-      a.supervisor.heartbeat_timeout = t;
-    } else if (arg == "--startup-timeout") {
-      const std::string v = value("--startup-timeout");
-      char* end = nullptr;
-      const double t = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(t >= 1 && t <= 86400)) {
-        throw Error(fmt::format("--startup-timeout {}: give seconds in [1, 86400]", v));
-      }
-      a.supervisor.startup_timeout = t;
+      (arg == "--heartbeat-timeout" ? a.supervisor.heartbeat_timeout
+                                    : a.supervisor.startup_timeout) = t;
     } else if (arg == "--fail-at" || arg == "--hang-at") {
       const std::string v = value(arg.c_str());
       long long step = 0;
