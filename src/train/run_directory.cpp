@@ -4,8 +4,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -22,20 +24,17 @@ namespace fs = std::filesystem;
 namespace trillion {
 
 namespace {
-// Keeps the metrics of steps <= last_step (a resumed run rewrites what came after).
-void truncate_metrics(const std::string& path, int64_t last_step) {
-  if (!fs::exists(path)) return;
-  std::ifstream in(path);
-  std::string kept, line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    try {
-      if (nlohmann::json::parse(line).value("step", int64_t{0}) <= last_step) kept += line + "\n";
-    } catch (const nlohmann::json::exception&) {
-      // A torn last line from a killed run: drop it.
-    }
+// Temporary files of atomic writes (name.tmp.PID) that a killed trainer left behind. Called with
+// the directory's lock held, so no live writer owns one.
+void remove_stale_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 == name.size() || !entry.is_regular_file(ec)) continue;
+    if (name.find_first_not_of("0123456789", at + 5) != std::string::npos) continue;
+    fs::remove(entry.path(), ec);
   }
-  data::write_file_atomic(path, {kept});
 }
 // Throws when `path` exists but this process may not create files in it (EACCES, EROFS).
 void check_writable(const std::string& path, const char* what) {
@@ -50,6 +49,67 @@ void check_writable(const std::string& path, const char* what) {
 }
 
 }  // namespace
+
+// Steps only grow along the file (every start cuts before it appends), so the cut is found reading
+// back from the end — the lines since the checkpoint, not the whole run, which a months-long job
+// makes hundreds of MB (rewriting it made each restart slower: 2.4 s to 13 s over the 10-minute
+// chaos drill) — and made by one ftruncate: a trainer killed meanwhile leaves the old file or the
+// cut one, never a temporary copy.
+void truncate_metrics(const std::string& path, int64_t last_step) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return;
+    throw Error(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+  }
+  auto fail = [&](const char* what) {
+    const std::string message =
+        fmt::format("cannot {} '{}': {}{}", what, path, std::strerror(errno),
+                    data::write_error_hint(errno));
+    ::close(fd);
+    throw Error(message);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) fail("stat");
+  const off_t size = st.st_size;
+  std::string tail;  // the file's bytes [loaded, size), read backwards in doubling chunks
+  off_t loaded = size, cut = size;
+  auto byte = [&](off_t at) {
+    while (at < loaded) {
+      const off_t from = std::max<off_t>(0, loaded - std::max<off_t>(off_t{1} << 16, size - loaded));
+      std::string chunk(static_cast<size_t>(loaded - from), '\0');
+      if (::pread(fd, chunk.data(), chunk.size(), from) != static_cast<ssize_t>(chunk.size()))
+        fail("read");
+      tail.insert(0, chunk);
+      loaded = from;
+    }
+    return tail[static_cast<size_t>(at - loaded)];
+  };
+  bool kept_line_ends = true;
+  while (cut > 0) {
+    const off_t content_end = byte(cut - 1) == '\n' ? cut - 1 : cut;
+    off_t start = content_end;  // the line's first byte: after the '\n' before it
+    while (start > 0 && byte(start - 1) != '\n') --start;
+    const std::string_view line(tail.data() + (start - loaded),
+                                static_cast<size_t>(content_end - start));
+    bool keep = false;
+    if (!line.empty()) {
+      try {
+        keep = nlohmann::json::parse(line).value("step", int64_t{0}) <= last_step;
+      } catch (const nlohmann::json::exception&) {
+        // A torn last line from a killed run: dropped.
+      }
+    }
+    if (keep) {
+      kept_line_ends = content_end < cut;
+      break;
+    }
+    cut = start;
+  }
+  if (cut < size && (::ftruncate(fd, cut) != 0 || ::fsync(fd) != 0)) fail("truncate");
+  // A whole last line whose newline was never written: the next line must not join it.
+  if (!kept_line_ends && (::pwrite(fd, "\n", 1, cut) != 1 || ::fsync(fd) != 0)) fail("write");
+  ::close(fd);
+}
 
 RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_events)
     : dir_(std::move(dir)), lead_(lead), echo_(echo_events && lead) {
@@ -105,6 +165,7 @@ RunDirectory::~RunDirectory() {
 
 void RunDirectory::start(const std::string& config_toml, int64_t first_step) {
   if (!lead_) return;
+  remove_stale_temporaries(dir_);
   truncate_metrics(metrics_path(), first_step);
   truncate_tensorboard_events(dir_, first_step);  // also when a resumed run turned them off
   data::write_file_atomic(dir_ + "/config.toml", {config_toml});

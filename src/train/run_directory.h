@@ -47,4 +47,9 @@ class RunDirectory {
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
+// Keeps the lines of `path` (a metrics.jsonl) of steps <= last_step, drops the rest, a torn last
+// line and blank lines at its end; a missing file is left missing. Cuts in place (one ftruncate),
+// reading back from the end only as far as the last kept line.
+void truncate_metrics(const std::string& path, int64_t last_step);
+
 }  // namespace trillion

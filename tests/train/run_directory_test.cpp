@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include "cli_util.h"
+#include "train/run_directory.h"
 
 namespace trillion {
 namespace {
@@ -115,6 +117,68 @@ TEST(RunDirectoryLock, ACheckpointDirectoryWithoutWritePermissionIsOneLineAndLos
     EXPECT_TRUE(fs::exists(ckpt + "/step_00000008/manifest.json"));
     fs::remove_all(dir);
   }
+}
+
+// A resumed run's metrics.jsonl keeps exactly the lines of steps <= the checkpoint's, byte for
+// byte: cut in place from the end (a torn last line, blank lines and the later steps go), across
+// the 64 KiB read chunks, a complete last line whose newline was never written gets one, and a
+// run that resumes from before every line keeps nothing.
+TEST(RunDirectoryMetrics, AResumeKeepsExactlyTheLinesUpToItsCheckpoint) {
+  const std::string dir = fresh_dir("truncate_metrics");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/metrics.jsonl";
+  std::string lines;  // 3000 lines of ~60 bytes: about 3 chunks
+  std::vector<size_t> end_of;  // end_of[s] = bytes of the lines of steps 1..s
+  end_of.push_back(0);
+  for (int step = 1; step <= 3000; ++step) {
+    lines += "{\"loss\":4.1,\"step\":" + std::to_string(step) + ",\"tokens\":128,\"pad\":\"xxxxxxxx\"}\n";
+    end_of.push_back(lines.size());
+  }
+  auto write = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
+  for (int64_t keep : {3000, 2999, 1500, 17, 1, 0}) {
+    SCOPED_TRACE(keep);
+    write(lines + "\n{\"loss\":4.0,\"step\":3001,\"tok");  // a blank line and a torn one
+    truncate_metrics(path, keep);
+    EXPECT_EQ(slurp(path), lines.substr(0, end_of[static_cast<size_t>(keep)]));
+  }
+  write(lines.substr(0, end_of[20] - 1));  // step 20's newline never written
+  truncate_metrics(path, 25);
+  EXPECT_EQ(slurp(path), lines.substr(0, end_of[20]));
+  write(lines.substr(0, end_of[20] - 1));
+  truncate_metrics(path, 19);
+  EXPECT_EQ(slurp(path), lines.substr(0, end_of[19]));
+  std::filesystem::remove(path);
+  truncate_metrics(path, 5);  // no file: still none
+  EXPECT_FALSE(std::filesystem::exists(path));
+  std::filesystem::remove_all(dir);
+}
+
+// A resumed run removes the temporaries (NAME.tmp.PID) of atomic writes a killed trainer left in
+// its run directory (the 10-minute chaos drill left three of metrics.jsonl, 85 MB), and nothing
+// else; its metrics.jsonl is the first run's up to the checkpoint, then the resumed steps.
+TEST(RunDirectoryMetrics, AResumedRunRemovesAKilledTrainersTemporaries) {
+  namespace fs = std::filesystem;
+  const std::string dir = fresh_dir("stale_temporaries");
+  const std::string train = std::string(TRILLION_BINARY) + " train " + config_path("tiny.toml") +
+                            " --quiet --set train.steps=8 --set checkpoint.interval=4 --run-dir " +
+                            dir + " 2>&1";
+  ASSERT_EQ(run_shell(train).exit_code, 0);
+  fs::remove_all(dir + "/checkpoints/step_00000008");  // as if killed before writing it
+  const std::string first = slurp(dir + "/metrics.jsonl");
+  for (const char* name : {"summary.json.tmp.4242", "metrics.jsonl.tmp.17", "notes.tmp.txt", "a.tmp."})
+    std::ofstream(dir + "/" + name) << "x";
+  const auto r = run_shell(train + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/summary.json.tmp.4242"));
+  EXPECT_FALSE(fs::exists(dir + "/metrics.jsonl.tmp.17"));
+  EXPECT_TRUE(fs::exists(dir + "/notes.tmp.txt"));  // not a temporary's name: the user's
+  EXPECT_TRUE(fs::exists(dir + "/a.tmp."));
+  const std::string now = slurp(dir + "/metrics.jsonl");
+  size_t four = 0;  // the bytes of steps 1..4
+  for (int n = 0; n < 4; ++n) four = first.find('\n', four) + 1;
+  EXPECT_EQ(now.substr(0, four), first.substr(0, four));
+  EXPECT_EQ(std::count(now.begin(), now.end(), '\n'), 8);
+  fs::remove_all(dir);
 }
 
 }  // namespace
