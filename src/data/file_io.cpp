@@ -122,6 +122,57 @@ std::string read_file_raw(const std::string& path, size_t max_bytes) {
   return raw;
 }
 
+bool visit_lines_backwards(
+    const std::string& path,
+    const std::function<bool(std::string_view line, uint64_t offset, bool terminated)>& visit) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    throw Error("cannot open '" + path + "': " + std::strerror(errno));
+  }
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_at_end{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw Error("cannot read '" + path + "': " + std::strerror(errno));
+  const off_t size = st.st_size;
+  std::string tail;  // the file's bytes [loaded, size)
+  off_t loaded = size;
+  auto byte = [&](off_t at) {
+    while (at < loaded) {
+      const off_t from =
+          std::max<off_t>(0, loaded - std::max<off_t>(off_t{1} << 16, size - loaded));
+      std::string chunk(static_cast<size_t>(loaded - from), '\0');
+      size_t got = 0;
+      while (got < chunk.size()) {
+        const ssize_t n =
+            ::pread(fd, chunk.data() + got, chunk.size() - got, from + static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          throw Error("cannot read '" + path +
+                      "': " + (n < 0 ? std::strerror(errno) : "it shrank while being read"));
+        }
+        got += static_cast<size_t>(n);
+      }
+      tail.insert(0, chunk);
+      loaded = from;
+    }
+    return tail[static_cast<size_t>(at - loaded)];
+  };
+  for (off_t end = size; end > 0;) {
+    const bool terminated = byte(end - 1) == '\n';
+    const off_t content_end = terminated ? end - 1 : end;
+    off_t start = content_end;
+    while (start > 0 && byte(start - 1) != '\n') --start;
+    const std::string_view line(tail.data() + (start - loaded),
+                                static_cast<size_t>(content_end - start));
+    if (!visit(line, static_cast<uint64_t>(start), terminated)) break;
+    end = start;
+  }
+  return true;
+}
+
 std::string read_file(const std::string& path, size_t max_bytes) {
   std::string raw = read_file_raw(path, max_bytes);
   return is_gzip(raw) ? gunzip(raw, path, max_bytes) : raw;

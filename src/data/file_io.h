@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <string>
@@ -22,6 +24,16 @@ constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
 std::string read_file(const std::string& path, size_t max_bytes = kNoSizeLimit);
 // The file's bytes as they are (binary files: no gzip detection).
 std::string read_file_raw(const std::string& path, size_t max_bytes = kNoSizeLimit);
+
+// Calls visit(line, offset, terminated) for the lines of `path` from the last one backwards —
+// `line` without its '\n', `offset` where it starts, `terminated` false only for a last line
+// without a newline — until visit returns false, reading only as far back as that (in chunks
+// that double, so a whole-file walk costs O(size)). For append-only logs whose tail is what a
+// reader needs (a run's metrics.jsonl). Returns false, visiting nothing, when the file does not
+// exist; throws an Error naming the path when it cannot be read.
+bool visit_lines_backwards(
+    const std::string& path,
+    const std::function<bool(std::string_view line, uint64_t offset, bool terminated)>& visit);
 
 // True when `bytes` starts with the gzip magic (1f 8b).
 bool is_gzip(std::string_view bytes);

@@ -102,11 +102,11 @@ std::string describe_stages(const schedule::Schedule& s, const ModelConfig& mc) 
 }
 
 // All ranks stop together, when any rank was asked to.
-bool any_rank(comm::Communicator& world, bool mine) {
+int max_over_ranks(comm::Communicator& world, int mine) {
   if (world.size() == 1) return mine;
-  double any = mine ? 1.0 : 0.0;
-  world.all_reduce(Tensor(&any, DType::f64, {1}), comm::ReduceOp::max);
-  return any > 0;
+  double most = mine;
+  world.all_reduce(Tensor(&most, DType::f64, {1}), comm::ReduceOp::max);
+  return static_cast<int>(most);
 }
 
 }  // namespace
@@ -414,14 +414,21 @@ std::string train(const RunConfig& config, const TrainOptions& opt) {
 
     const bool budget_spent =
         opt.max_minutes > 0 && wall.seconds() + train_seconds / steps_run > opt.max_minutes * 60;
-    const bool stop = any_rank(world, g_stop_requested.load() || budget_spent ||
-                                          (opt.stop_after_step > 0 && step >= opt.stop_after_step));
-    if (stop && step < config.train.steps) {
+    // Why the job stops after this step, the same on every rank: the most urgent reason any
+    // rank has (a signal reaches the ranks at different steps, and the lead rank must name the
+    // other rank's signal, not guess its own reason).
+    enum : int { kGoOn, kStopAfter, kBudgetSpent, kSignal };
+    const int stop_reason =
+        max_over_ranks(world, g_stop_requested.load() ? kSignal
+                              : budget_spent          ? kBudgetSpent
+                              : opt.stop_after_step > 0 && step >= opt.stop_after_step ? kStopAfter
+                                                                                       : kGoOn);
+    if (stop_reason != kGoOn && step < config.train.steps) {
       if (tty) std::fprintf(stderr, "\n");
       dir.event(fmt::format("stopping after step {} ({})", step,
-                            g_stop_requested ? "signal"
-                            : budget_spent   ? "time budget spent"
-                                             : "--stop-after"));
+                            stop_reason == kSignal        ? "signal"
+                            : stop_reason == kBudgetSpent ? "time budget spent"
+                                                          : "--stop-after"));
       stopped_early = true;
       break;
     }

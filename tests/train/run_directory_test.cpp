@@ -1,6 +1,8 @@
 // One trainer per run directory (issue 15: two were accepted and mixed checkpoints and logs),
 // a scheduler's preemption warning (SIGUSR1, SIGUSR2, SIGHUP) checkpoints and stops a one-process
 // run, and a run directory whose checkpoints cannot be written is refused before anything.
+#include "train/run_directory.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "cli_util.h"
-#include "train/run_directory.h"
 
 namespace trillion {
 namespace {
@@ -127,11 +128,12 @@ TEST(RunDirectoryMetrics, AResumeKeepsExactlyTheLinesUpToItsCheckpoint) {
   const std::string dir = fresh_dir("truncate_metrics");
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/metrics.jsonl";
-  std::string lines;  // 3000 lines of ~60 bytes: about 3 chunks
+  std::string lines;           // 3000 lines of ~60 bytes: about 3 chunks
   std::vector<size_t> end_of;  // end_of[s] = bytes of the lines of steps 1..s
   end_of.push_back(0);
   for (int step = 1; step <= 3000; ++step) {
-    lines += "{\"loss\":4.1,\"step\":" + std::to_string(step) + ",\"tokens\":128,\"pad\":\"xxxxxxxx\"}\n";
+    lines += "{\"loss\":4.1,\"step\":" + std::to_string(step) +
+             ",\"tokens\":128,\"pad\":\"xxxxxxxx\"}\n";
     end_of.push_back(lines.size());
   }
   auto write = [&](const std::string& text) { std::ofstream(path, std::ios::trunc) << text; };
@@ -165,7 +167,8 @@ TEST(RunDirectoryMetrics, AResumedRunRemovesAKilledTrainersTemporaries) {
   ASSERT_EQ(run_shell(train).exit_code, 0);
   fs::remove_all(dir + "/checkpoints/step_00000008");  // as if killed before writing it
   const std::string first = slurp(dir + "/metrics.jsonl");
-  for (const char* name : {"summary.json.tmp.4242", "metrics.jsonl.tmp.17", "notes.tmp.txt", "a.tmp."})
+  for (const char* name :
+       {"summary.json.tmp.4242", "metrics.jsonl.tmp.17", "notes.tmp.txt", "a.tmp."})
     std::ofstream(dir + "/" + name) << "x";
   const auto r = run_shell(train + " --resume");
   ASSERT_EQ(r.exit_code, 0) << r.output;
