@@ -51,8 +51,7 @@ void check_writable(const std::string& path, const char* what) {
 // Steps only grow along the file (every start cuts before it appends), so the cut is found reading
 // back from the end — the lines since the checkpoint, not the whole run, which a months-long job
 // makes hundreds of MB (rewriting one of 640k steps took 8.2 s of a resume) — and made by one
-// ftruncate: a trainer killed meanwhile leaves the old file or the
-// cut one, never a temporary copy.
+// ftruncate: a trainer killed meanwhile leaves the old file or the cut one, never a copy.
 void truncate_metrics(const std::string& path, int64_t last_step) {
   uint64_t cut = 0;  // the bytes kept
   bool kept_line_ends = true;

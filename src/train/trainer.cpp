@@ -101,7 +101,7 @@ std::string describe_stages(const schedule::Schedule& s, const ModelConfig& mc) 
   return text;
 }
 
-// All ranks stop together, when any rank was asked to.
+// The largest of `mine` over the ranks: all ranks stop together, when any one was asked to.
 int max_over_ranks(comm::Communicator& world, int mine) {
   if (world.size() == 1) return mine;
   double most = mine;
