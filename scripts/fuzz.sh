@@ -8,6 +8,7 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 30 s, all five targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/phase.sh
 seconds=${1:-30}
 shift || true
 targets=("$@")
@@ -21,6 +22,7 @@ if [[ ! -f build-fuzz/build.ninja ]]; then
     -DTRILLION_FUZZ=ON >/dev/null
 fi
 cmake --build build-fuzz --target fuzzers
+end_phase "fuzz build"
 status=0
 for t in "${targets[@]}"; do
   corpus=build-fuzz/corpus/$t
@@ -37,4 +39,5 @@ for t in "${targets[@]}"; do
     status=1
   fi
 done
+end_phase fuzzing
 exit $status

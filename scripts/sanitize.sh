@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # Builds the engine with AddressSanitizer + UndefinedBehaviorSanitizer (-DTRILLION_SANITIZE=ON,
-# -O1 -g, into build-asan/) and runs the unit, data, train and fuzz-replay suites under it. Any
-# sanitizer report is fatal (-fno-sanitize-recover), so a report fails its test.
+# -O1 -g, into build-asan/; only the test executables it runs) and runs the unit, data, train and
+# fuzz-replay suites under it. Any sanitizer report is fatal (-fno-sanitize-recover), so a report
+# fails its test.
 #   scripts/sanitize.sh [CTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/phase.sh
 # oneDNN is left out: its JIT-generated kernels are not instrumented, and the bf16 recipe then
 # runs the exact emulation, which is the code these suites are here to check.
 if [[ ! -f build-asan/build.ninja ]]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRILLION_SANITIZE=ON \
-    -DTRILLION_BENCH=OFF -DTRILLION_ONEDNN=OFF >/dev/null
+    -DTRILLION_BENCH=OFF -DTRILLION_ONEDNN=OFF -DTRILLION_TEST_AREAS="unit;data;train;fuzz" \
+    >/dev/null
 fi
 cmake --build build-asan --parallel "$(nproc)"
+end_phase "asan build"
 # Leak checking is on. Its only suppressions are Open MPI's own allocations in ranks started by
 # `trillion launch` (scripts/lsan-openmpi.supp); they match only with the complete unwinder
 # (fast_unwind_on_malloc=0: Open MPI's components are built without frame pointers).
@@ -27,3 +31,4 @@ cd build-asan
 # block-scaled GEMMs, recipe training steps), for more steps.
 ctest --output-on-failure --timeout 900 -j "$(nproc)" -L '^(unit|data|train|fuzz)$' \
   -E '^(MarkovConvergence\.(Fp8|Mxfp4|Nvfp4)ReachesTheEntropyRate|PrecisionLossGap\.)' "$@"
+end_phase "asan suites"

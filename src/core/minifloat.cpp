@@ -197,11 +197,42 @@ uint8_t encode_finite_fast(MiniFormat f, float x) {
   });
 }
 
+// fast_code with ties to even, specialised for a row: the format's constants are read once and
+// the normal range's remainder is compared as the integer of the dropped bits (exactly the
+// double remainder fast_code compares: rem = dropped x 2^-shift), so the loop has no calls and
+// no conversions. The quantisers spent half of an fp8 training step here before.
 void encode_scaled_row(MiniFormat f, const float* x, float divisor, uint8_t* out, int64_t n) {
-  auto nearest_even = [](double rem, uint32_t lower) {
-    return rem > 0.5 || (rem == 0.5 && (lower & 1u) != 0);
-  };
-  for (int64_t i = 0; i < n; ++i) out[i] = fast_code(f, x[i] / divisor, nearest_even);
+  const MiniFormatInfo& fi = info(f);
+  const FastConsts& k = fast_consts(f);
+  const int m = fi.mantissa_bits;
+  const int shift = 23 - m;
+  const uint32_t sign_bit = 1u << (fi.exponent_bits + m);
+  const uint32_t rebias = static_cast<uint32_t>(127 - fi.bias) << m;
+  const uint32_t dropped_mask = (1u << shift) - 1u, half = 1u << (shift - 1);
+  const float max_finite = static_cast<float>(fi.max_finite);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / divisor;
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const uint32_t u = bits & 0x7fffffffu;
+    const float a = std::fabs(v);
+    uint32_t lower;
+    bool up;
+    if (a < k.min_normal) {
+      const float scaled = a * k.to_quanta;  // exact
+      const float whole = std::floor(scaled);
+      lower = static_cast<uint32_t>(whole);
+      const float rem = scaled - whole;  // exact
+      up = rem > 0.5f || (rem == 0.5f && (lower & 1u) != 0);
+    } else {
+      lower = (u >> shift) - rebias;
+      const uint32_t dropped = u & dropped_mask;
+      up = dropped > half || (dropped == half && (lower & 1u) != 0);
+    }
+    uint32_t code = std::min(lower + (up ? 1u : 0u), k.top);
+    if (a >= max_finite) code = k.top;
+    out[i] = static_cast<uint8_t>(((bits >> 31) != 0 ? sign_bit : 0u) | code);
+  }
 }
 
 uint8_t encode_stochastic_fast(MiniFormat f, float x, double u) {

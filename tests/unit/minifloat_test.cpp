@@ -160,7 +160,7 @@ namespace trillion {
 namespace {
 
 // The quantisers' fast encoders give encode's (and encode_stochastic's, for a uniform drawn per
-// probe) code for every finite float it was tried on:
+// probe) code for every finite float it was tried on, and so does the row encoder:
 // every code's value, the midpoints between neighbours and the floats on either side of them,
 // and ~4.3 million float bit patterns spread over the whole finite range, both signs.
 TEST(MiniFloat, FastEncoderIsEncodeOnFiniteInput) {
@@ -196,6 +196,23 @@ TEST(MiniFloat, FastEncoderIsEncodeOnFiniteInput) {
       }
     }
     EXPECT_GT(checked, 4'000'000);
+    // The quantisers' row encoder: the same codes for every probe and both signs, scaled by a
+    // power-of-two divisor (exact) and by one that is not (the division rounds first).
+    for (const float divisor : {1.0f, 0.25f, 3.0f}) {
+      for (const float sign : {1.0f, -1.0f}) {
+        std::vector<float> row(probes.size());
+        for (size_t i = 0; i < probes.size(); ++i) {
+          row[i] = sign * probes[i] * divisor;
+          if (!std::isfinite(row[i])) row[i] = 0;  // finite input only, as the quantisers give
+        }
+        std::vector<uint8_t> codes(row.size());
+        encode_scaled_row(f, row.data(), divisor, codes.data(), static_cast<int64_t>(row.size()));
+        for (size_t i = 0; i < row.size(); ++i) {
+          ASSERT_EQ(codes[i], encode(f, row[i] / divisor))
+              << info(f).name << " x = " << row[i] << " / " << divisor;
+        }
+      }
+    }
   }
 }
 
