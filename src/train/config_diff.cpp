@@ -11,7 +11,7 @@ namespace {
 
 // Flattened "section.key" -> value text, in file order. Both texts come from to_toml (one
 // "[section]" header, then "key = value" lines), so a line reader is enough and this file
-// stays free of the TOML library (run_config.cpp is the one unit that includes it).
+// stays free of the TOML library (only run_config.cpp and run_config_sections.cpp include it).
 std::vector<std::pair<std::string, std::string>> flatten(const std::string& text) {
   std::vector<std::pair<std::string, std::string>> out;
   std::istringstream in(text);

@@ -1,4 +1,5 @@
-// See step_runner.h.
+// See step_runner.h. The constructor and step() call their named parts in order; what the
+// layout resolves to before anything is allocated is step_layout.h's.
 #include "train/step_runner.h"
 
 #include <fmt/format.h>
@@ -13,177 +14,12 @@
 #include "optim/sgd.h"
 #include "parallel/global_layout.h"
 #include "plan/parameter_table.h"
-#include "plan/stage_partition.h"
-#include "schedule/generators.h"
 #include "schedule/simulator.h"
+#include "train/step_layout.h"
 
 namespace trillion {
 
 namespace {
-AdamWConfig adamw_config(const OptimConfig& o) {
-  return {o.beta1, o.beta2, o.eps, o.weight_decay};
-}
-
-LrSchedule lr_schedule_of(const RunConfig& c) {
-  LrSchedule s;
-  s.kind = parse_lr_schedule(c.optim.schedule);
-  s.peak_lr = c.optim.lr;
-  s.min_lr = c.optim.min_lr;
-  s.warmup_steps = c.optim.warmup_steps;
-  s.total_steps = std::max<int64_t>(1, c.train.steps);
-  s.decay_fraction = c.optim.decay_fraction;
-  return s;
-}
-
-comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const char* key) {
-  if (g.size() != degree) {
-    throw Error(
-        fmt::format("parallel.{} = {} but the {} group has {} process(es); start "
-                    "pp*dp*cp*tp processes (trillion launch -n N -- train ...)",
-                    key, degree, key, g.size()));
-  }
-  return g;
-}
-
-// The layouts this build trains; the others are shown by `trillion inspect`.
-const RunConfig& checked_layout(const RunConfig& c) {
-  if (c.parallel.tp > 1 && c.model.moe.enabled()) {
-    throw Error(fmt::format(
-        "parallel.tp = {} with MoE layers (model.n_routed_experts = {}): tensor parallelism of "
-        "the experts is not in this build; use parallel.ep for the experts and tp = 1",
-        c.parallel.tp, c.model.moe.n_routed_experts));
-  }
-  if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
-    throw Error(fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
-                            "(model.n_routed_experts > 0)",
-                            c.parallel.ep));
-  }
-  if (c.parallel.ep > 1 && c.model.moe.n_routed_experts % c.parallel.ep != 0) {
-    throw Error(fmt::format("parallel.ep = {} does not divide model.n_routed_experts = {}",
-                            c.parallel.ep, c.model.moe.n_routed_experts));
-  }
-  const ParallelConfig& p = c.parallel;
-  if (c.model.moe.enabled() && p.zero >= 2) {
-    throw Error(fmt::format(
-        "parallel.zero = {} with MoE layers: the routing bias is updated in place and expert "
-        "gradients reduce over their own group, which ZeRO-2/3's sharded stores do not do yet; "
-        "use parallel.zero = 0 or 1",
-        p.zero));
-  }
-  if (p.pp > 1 && p.zero >= 2) {
-    throw Error(fmt::format(
-        "parallel.zero = {} with parallel.pp = {}: ZeRO-2/3 reduce or gather every micro-batch, "
-        "which pipelining multiplies; use parallel.zero = 0 or 1 with pipeline parallelism",
-        p.zero, p.pp));
-  }
-  const bool dualpipe =
-      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
-  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe) {
-    throw Error(fmt::format(
-        "model.tied_embeddings = true with parallel.pp = {}: the head (last stage) and the "
-        "embedding (first stage) are on different ranks; use tied_embeddings = false, or the "
-        "dualpipe schedule (its ranks hold both ends)",
-        p.pp));
-  }
-  return c;
-}
-
-ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp,
-                           comm::Communicator& cp) {
-  const ShardDegrees degrees{tp.size(), cp.size(), 1};
-  ParallelContext ctx;
-  ctx.shape = local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len, degrees);
-  ctx.degrees = degrees;
-  ctx.shard = ShardCoord{tp.size(), tp.rank(), 1, 0};
-  if (tp.size() > 1) {
-    ctx.tp = &tp;
-    ctx.sp = c.parallel.sp;
-  }
-  ctx.sequence = {cp.size(), parse_cp_split(c.parallel.cp_split, "parallel.cp_split")};
-  ctx.cp_rank = cp.rank();
-  if (cp.size() > 1) ctx.cp = &cp;
-  return ctx;
-}
-
-schedule::Schedule schedule_of(const RunConfig& c) {
-  const schedule::ScheduleKind kind = schedule::parse_schedule_kind(c.parallel.schedule);
-  const int p = static_cast<int>(c.parallel.pp), m = static_cast<int>(c.train.grad_accum);
-  int v = static_cast<int>(c.parallel.chunks);
-  if (kind == schedule::ScheduleKind::kDualPipe) {
-    if (v != 1 && v != 2) {
-      throw Error(
-          fmt::format("parallel.chunks = {}: dualpipe holds 2 chunks per rank (its two "
-                      "model copies); leave chunks unset",
-                      v));
-    }
-    v = 2;
-  } else if (kind != schedule::ScheduleKind::kInterleaved && v != 1) {
-    throw Error(
-        fmt::format("parallel.chunks = {} needs parallel.schedule = \"interleaved\" "
-                    "(the {} schedule runs one chunk per rank)",
-                    v, c.parallel.schedule));
-  }
-  schedule::Schedule s;
-  try {
-    s = schedule::generate_schedule(kind, p, m, v);
-  } catch (const Error& e) {
-    throw Error(
-        fmt::format("parallel.schedule = \"{}\" with parallel.pp = {} and "
-                    "train.grad_accum = {} micro-batches per step: {}",
-                    c.parallel.schedule, p, m, e.what()));
-  }
-  const int stages = s.num_stages(0);
-  if (stages > c.model.n_layers) {
-    throw Error(
-        fmt::format("parallel.pp = {} x {} chunk(s) = {} stages for model.n_layers = {}: "
-                    "every stage needs a whole layer; lower pp or chunks",
-                    p, s.num_chunks / (kind == schedule::ScheduleKind::kDualPipe ? 2 : 1), stages,
-                    c.model.n_layers));
-  }
-  return s;
-}
-
-// One micro-batch's forward through the pipeline, along the first path (validation).
-schedule::Schedule forward_only(const schedule::Schedule& train) {
-  schedule::Schedule s;
-  s.kind = train.kind;
-  s.num_ranks = train.num_ranks;
-  s.num_microbatches = 1;
-  s.num_chunks = train.num_chunks;
-  s.chunk_fraction = train.chunk_fraction;
-  s.paths = {train.paths[0]};
-  s.path_of = {0};
-  s.actions.assign(s.num_ranks, {});
-  using K = schedule::ActionKind;
-  const auto& path = s.paths[0];
-  for (int st = 0; st < static_cast<int>(path.size()); ++st) {
-    const schedule::Placement& at = path[st];
-    schedule::Action f{at.rank, K::kForward, 0, at.chunk, st};
-    if (st > 0 && path[st - 1].rank != at.rank) {
-      schedule::Action r = f;
-      r.kind = K::kRecvF;
-      s.actions[at.rank].push_back(r);
-    }
-    s.actions[at.rank].push_back(f);
-    if (st + 1 < static_cast<int>(path.size()) && path[st + 1].rank != at.rank) {
-      schedule::Action snd = f;
-      snd.kind = K::kSendF;
-      s.actions[at.rank].push_back(snd);
-    }
-  }
-  return s;
-}
-
-parallel::DataParallelOptions parallel_options(const RunConfig& c) {
-  const double elem = static_cast<double>(dtype_size(c.model.dtype));
-  return {static_cast<int>(c.parallel.zero),
-          static_cast<int64_t>(c.parallel.bucket_mb * 1e6 / elem),
-          c.parallel.overlap,
-          c.train.grad_accum,
-          {},
-          {},
-          0};
-}
 
 comm::Communicator& group_or(comm::Communicator* g, std::unique_ptr<comm::Communicator>& local,
                              const char* name) {
@@ -191,7 +27,26 @@ comm::Communicator& group_or(comm::Communicator* g, std::unique_ptr<comm::Commun
   local = std::make_unique<comm::LocalCommunicator>(name);
   return *local;
 }
+
+// This rank's coordinate among the tp shards and the ep ranks (which experts it holds).
+ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep) {
+  return ShardCoord{tp.size(), tp.rank(), ep.size(), ep.rank()};
+}
+
 }  // namespace
+
+// The comm counters of every group as a step starts; the step reports the differences.
+struct StepRunner::CommSnapshot {
+  comm::CommCounters dp, pp, mirror, ep, edp, tp, cp, reduce;
+};
+
+// The gradient noise scale's small-batch estimates of a step (optim/noise_scale.h): how many,
+// and the sum of their squared norms over this rank's part of the model.
+struct StepRunner::NoiseEstimates {
+  bool valid = false;
+  int64_t count = 0;
+  double sum_squares = 0;
+};
 
 StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker& tracker,
                        RankGroups groups)
@@ -213,63 +68,75 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       global_table_(build_parameter_table(config.model)),
       tracker_(tracker),
       lr_schedule_(lr_schedule_of(config)) {
-  const ModelConfig& mc = config.model;
-  const int zero = static_cast<int>(config.parallel.zero);
-  const int rank = pp_.rank();
-  if (cp_.size() > 1) {
-    ring_ = std::make_unique<parallel::RingAttention>(backend, tracker, cp_, ctx_.sequence,
-                                                      ctx_.shape, mc.seq_len, mc.dtype,
-                                                      AttentionBlocks{mc.attention_block, mc.attention_block});
-    ctx_.context_attention = ring_.get();
-  }
-  // The stages this pipeline rank runs, one per chunk, where the schedule's paths place them.
-  const std::vector<plan::StageUnits> partition =
-      plan::partition_stages(mc.n_layers, schedule_.num_stages(0));
-  std::vector<int> stage_of_chunk(schedule_.num_chunks, -1);
-  for (const auto& path : schedule_.paths) {
-    for (int s = 0; s < static_cast<int>(path.size()); ++s) {
-      if (path[s].rank == rank) stage_of_chunk[path[s].chunk] = s;
-    }
-  }
-  auto held = [&](int unit) {
-    for (int s : stage_of_chunk) {
-      if (unit >= partition[s].first_unit && unit <= partition[s].last_unit) return true;
-    }
-    return false;
-  };
-  // Expert parallelism: this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep).
-  const ShardCoord coord{tp_.size(), tp_.rank(), ep_.size(), ep_.rank()};
-  if (ep_.size() > 1) {
-    experts_ = std::make_unique<parallel::AllToAllExchange>(ep_, backend, tracker,
-                                                           mc.moe.n_routed_experts);
-    ctx_.experts = experts_.get();
-    ctx_.ep = &ep_;
-    ctx_.degrees.ep = ep_.size();
-    ctx_.shard = coord;
-  }
-  // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
-  if (config.precision.recipe != "fp32") {
-    const precision::Recipe recipe =
-        precision::recipe_with(config.precision.recipe, config.precision.wgrad_hadamard);
-    precision_ = std::make_unique<LinearPrecision>(
-        recipe, config.train.seed,
-        precision::resolve_bf16_blocks(recipe, mc.n_layers, config.precision.bf16_blocks),
-        mc.n_layers);
-    ctx_.precision = precision_.get();
-  }
-  // In table order, so DualPipe's two ranks holding the same stages lay them out identically.
-  // A recipe's weights: fp32 master and bf16 copy in the ZeRO store (mixed_weights.h), or, where
-  // recipe_weights_in_store says no, the fp32 master in the model's buffer and the bf16 copy of
-  // the linear layers in LinearPrecision.
-  const bool in_store = recipe_weights_in_store(config);
-  const bool bf16_grads = config.precision.grad_dtype == "bf16";
-  ModelStorage storage = parallel::DataParallel::model_storage(zero, in_store, bf16_grads);
+  // Each part needs the ones before it: the layer modules' attachments in ctx_, then the
+  // parameters of the stages this pipeline rank holds, their models, their gradient reduction,
+  // the executors that run the schedule over them, and the optimizer of what this rank owns.
+  const RankStages stages = rank_stages(schedule_, config_.model.n_layers, pp_.rank());
+  attach_ring_attention();
+  attach_experts();
+  attach_precision();
+  allocate_parameters(stages);
+  build_stage_models(stages);
+  build_data_parallel(stages);
+  build_executors();
+  build_optimizer();
+}
+
+// Context parallelism: every stage's attention runs as ring attention over cp.
+void StepRunner::attach_ring_attention() {
+  if (cp_.size() <= 1) return;
+  const ModelConfig& mc = config_.model;
+  ring_ = std::make_unique<parallel::RingAttention>(
+      be_, tracker_, cp_, ctx_.sequence, ctx_.shape, mc.seq_len, mc.dtype,
+      AttentionBlocks{mc.attention_block, mc.attention_block});
+  ctx_.context_attention = ring_.get();
+}
+
+// Expert parallelism: this rank holds experts [ep_rank E/ep, (ep_rank + 1) E/ep).
+void StepRunner::attach_experts() {
+  if (ep_.size() <= 1) return;
+  experts_ = std::make_unique<parallel::AllToAllExchange>(ep_, be_, tracker_,
+                                                          config_.model.moe.n_routed_experts);
+  ctx_.experts = experts_.get();
+  ctx_.ep = &ep_;
+  ctx_.degrees.ep = ep_.size();
+  ctx_.shard = shard_coord(tp_, ep_);
+}
+
+// The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
+void StepRunner::attach_precision() {
+  const PrecisionConfig& p = config_.precision;
+  if (p.recipe == "fp32") return;
+  const int64_t n_layers = config_.model.n_layers;
+  const precision::Recipe recipe = precision::recipe_with(p.recipe, p.wgrad_hadamard);
+  precision_ = std::make_unique<LinearPrecision>(
+      recipe, config_.train.seed, precision::resolve_bf16_blocks(recipe, n_layers, p.bf16_blocks),
+      n_layers);
+  ctx_.precision = precision_.get();
+}
+
+// In table order, so DualPipe's two ranks holding the same stages lay them out identically.
+// A recipe's weights: fp32 master and bf16 copy in the ZeRO store (mixed_weights.h), or, where
+// recipe_weights_in_store says no, the fp32 master in the model's buffer and the bf16 copy of
+// the linear layers in LinearPrecision.
+void StepRunner::allocate_parameters(const RankStages& stages) {
+  const bool in_store = recipe_weights_in_store(config_);
+  const bool bf16_grads = config_.precision.grad_dtype == "bf16";
+  ModelStorage storage = parallel::DataParallel::model_storage(
+      static_cast<int>(config_.parallel.zero), in_store, bf16_grads);
   storage.master_weights = precision_ != nullptr && !in_store;
-  params_ = std::make_unique<ParameterSet>(global_table_.local(held, coord), coord, mc.dtype,
-                                           backend, tracker, storage);
-  if (precision_ && !in_store) precision_->attach_weights(params_->parameters(), tracker);
+  const ShardCoord coord = shard_coord(tp_, ep_);
+  params_ = std::make_unique<ParameterSet>(
+      global_table_.local([&](int unit) { return stages.holds(unit); }, coord), coord,
+      config_.model.dtype, be_, tracker_, storage);
+  if (precision_ && !in_store) precision_->attach_weights(params_->parameters(), tracker_);
+}
+
+// One StageModel per chunk, with the activation slots the schedule keeps in flight.
+void StepRunner::build_stage_models(const RankStages& stages) {
+  const int rank = pp_.rank();
   const std::vector<int> slots = schedule::inflight_slots(schedule_, rank);
-  std::vector<char> split(schedule_.num_chunks, config.parallel.split_backward ? 1 : 0);
+  std::vector<char> split(schedule_.num_chunks, config_.parallel.split_backward ? 1 : 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
     if (a.kind == schedule::ActionKind::kBackwardInput &&
         a.group != schedule::ActionGroup::kFusedWithNextW) {
@@ -278,81 +145,115 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   }
   stages_.resize(schedule_.num_chunks);
   for (int c = 0; c < schedule_.num_chunks; ++c) {
-    const plan::StageUnits& u = partition[stage_of_chunk[c]];
-    stages_[c] =
-        std::make_unique<StageModel>(mc, ctx_, *params_, StageRange{u.first_unit, u.last_unit},
-                                     StageOptions{slots[c], split[c] != 0}, backend, tracker);
+    const plan::StageUnits& u = stages.of_chunk(c);
+    stages_[c] = std::make_unique<StageModel>(config_.model, ctx_, *params_,
+                                              StageRange{u.first_unit, u.last_unit},
+                                              StageOptions{slots[c], split[c] != 0}, be_, tracker_);
   }
+}
+
+// Gradient reduction over dp (x cp: reduce_); under expert parallelism the routed experts reduce
+// over edp instead, in a DataParallel of their own.
+void StepRunner::build_data_parallel(const RankStages& stages) {
+  const int rank = pp_.rank();
+  parallel::DataParallelOptions dp_options = parallel_options(config_);
+  dp_options.mixed_precision = recipe_weights_in_store(config_);
+  dp_options.bf16_gradients = config_.precision.grad_dtype == "bf16";
   // Backward passes per unit per step: the micro-batches its chunk runs (DualPipe's two copies
   // see half each).
-  parallel::DataParallelOptions dp_options = parallel_options(config);
-  dp_options.mixed_precision = in_store;
-  dp_options.bf16_gradients = bf16_grads;
   std::vector<int64_t> passes_of_chunk(schedule_.num_chunks, 0);
   for (const schedule::Action& a : schedule_.actions[rank]) {
     if (a.kind == schedule::ActionKind::kBackwardWeight) ++passes_of_chunk[a.chunk];
   }
   dp_options.passes_per_unit.assign(params_->num_units(), 0);
   for (int c = 0; c < schedule_.num_chunks; ++c) {
-    const plan::StageUnits& u = partition[stage_of_chunk[c]];
+    const plan::StageUnits& u = stages.of_chunk(c);
     for (int g = u.first_unit; g <= u.last_unit; ++g) {
       dp_options.passes_per_unit[params_->local_unit(g)] = passes_of_chunk[c];
     }
   }
-  if (ep_.size() > 1) {
-    // Each unit's routed experts (stored last in it) reduce over edp, the rest over dp (x cp:
-    // reduce_); one bucket per unit, since a unit's two parts interleave in the flat layout.
-    std::vector<UnitRange> dense, expert;
-    for (int u = 0; u < params_->num_units(); ++u) {
-      const UnitRange r = params_->unit_range(u);
-      int64_t split_at = r.end;
-      for (const TensorSpec& t : params_->table().specs()) {
-        if (t.role == TensorRole::routed_expert && t.offset >= r.begin && t.offset < r.end) {
-          split_at = std::min(split_at, t.offset);
-        }
-      }
-      dense.push_back({r.begin, split_at});
-      expert.push_back({split_at, r.end});
-    }
-    parallel::DataParallelOptions expert_options = dp_options;
-    dp_options.ranges = dense;
-    dp_options.bucket_elements = 0;
+  if (ep_.size() <= 1) {
     parallel_ =
-        std::make_unique<parallel::DataParallel>(*params_, reduce_, backend, tracker, dp_options);
-    expert_options.ranges = expert;
-    expert_options.bucket_elements = 0;
-    expert_options.state_base = parallel_->state_elements();
-    expert_parallel_ =
-        std::make_unique<parallel::DataParallel>(*params_, edp_, backend, tracker, expert_options);
-  } else {
-    parallel_ =
-        std::make_unique<parallel::DataParallel>(*params_, reduce_, backend, tracker, dp_options);
+        std::make_unique<parallel::DataParallel>(*params_, reduce_, be_, tracker_, dp_options);
+    return;
   }
+  // Each unit's routed experts (stored last in it) reduce over edp, the rest over dp (x cp:
+  // reduce_); one bucket per unit, since a unit's two parts interleave in the flat layout.
+  std::vector<UnitRange> dense, expert;
+  for (int u = 0; u < params_->num_units(); ++u) {
+    const UnitRange r = params_->unit_range(u);
+    int64_t split_at = r.end;
+    for (const TensorSpec& t : params_->table().specs()) {
+      if (t.role == TensorRole::routed_expert && t.offset >= r.begin && t.offset < r.end) {
+        split_at = std::min(split_at, t.offset);
+      }
+    }
+    dense.push_back({r.begin, split_at});
+    expert.push_back({split_at, r.end});
+  }
+  parallel::DataParallelOptions expert_options = dp_options;
+  dp_options.ranges = dense;
+  dp_options.bucket_elements = 0;
+  parallel_ =
+      std::make_unique<parallel::DataParallel>(*params_, reduce_, be_, tracker_, dp_options);
+  expert_options.ranges = expert;
+  expert_options.bucket_elements = 0;
+  expert_options.state_base = parallel_->state_elements();
+  expert_parallel_ =
+      std::make_unique<parallel::DataParallel>(*params_, edp_, be_, tracker_, expert_options);
+}
+
+// The step's schedule and the validation pass over this rank's chunks; DualPipe's mirror group
+// pairs this rank with the one holding the same stages of the other model copy.
+void StepRunner::build_executors() {
+  const int rank = pp_.rank();
   std::vector<StageModel*> chunks;
   for (auto& s : stages_) chunks.push_back(s.get());
   comm::Communicator* pp = pp_.size() > 1 ? &pp_ : nullptr;
   executor_ =
-      std::make_unique<parallel::PipelineExecutor>(schedule_, rank, chunks, backend, tracker, pp);
-  eval_executor_ = std::make_unique<parallel::PipelineExecutor>(eval_schedule_, rank, chunks,
-                                                                backend, tracker, pp);
+      std::make_unique<parallel::PipelineExecutor>(schedule_, rank, chunks, be_, tracker_, pp);
+  eval_executor_ =
+      std::make_unique<parallel::PipelineExecutor>(eval_schedule_, rank, chunks, be_, tracker_, pp);
   if (schedule_.kind == schedule::ScheduleKind::kDualPipe) {
     const int p = pp_.size();
     mirror_ = pp_.split(std::min(rank, p - 1 - rank), rank, "pp_mirror");
   }
+}
 
-  const AdamWConfig oc = adamw_config(config.optim);
+// The optimizer over the segments this rank updates (dense, then experts); under tp the
+// replicated tensors' gradients are reduced by tensor_, built over the dense segments.
+void StepRunner::build_optimizer() {
+  const ModelConfig& mc = config_.model;
+  const AdamWConfig oc = adamw_config(config_.optim);
   std::vector<OptimSegment> segments = parallel_->segments();
   if (tp_.size() > 1) {
     tensor_ = std::make_unique<parallel::TensorParallel>(tp_, ctx_.sequence_parallel(),
-                                                         params_->table(), segments, backend);
+                                                         params_->table(), segments, be_);
   }
   int64_t state = parallel_->state_elements();
-  SumAcrossRanks sums = parallel_->sum_across_ranks();
   if (expert_parallel_) {
     const auto& more = expert_parallel_->segments();
     segments.insert(segments.end(), more.begin(), more.end());
     state += expert_parallel_->state_elements();
-    // LAMB's per-tensor partial sums: dense tensors' over dp, experts' over edp.
+  }
+  if (config_.optim.name == "sgd") {
+    optimizer_ =
+        std::make_unique<Sgd>(params_->table(), segments, state, mc.dtype,
+                              SgdConfig{config_.optim.beta1, config_.optim.weight_decay}, tracker_);
+  } else if (config_.optim.name == "lamb") {
+    optimizer_ = std::make_unique<Lamb>(params_->table(), segments, state, mc.dtype, oc, tracker_,
+                                        lamb_sums());
+  } else {
+    optimizer_ =
+        std::make_unique<AdamW>(params_->table(), segments, state, mc.dtype, oc, be_, tracker_);
+  }
+}
+
+// LAMB's per-tensor partial sums, added over the ranks that hold parts of each tensor.
+SumAcrossRanks StepRunner::lamb_sums() {
+  SumAcrossRanks sums = parallel_->sum_across_ranks();
+  if (expert_parallel_) {
+    // Dense tensors' sums add over dp, experts' over edp.
     const int n_specs = params_->table().size();
     std::vector<char> is_expert(n_specs);
     for (int i = 0; i < n_specs; ++i) {
@@ -368,8 +269,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
     };
   }
   if (tensor_) {
-    // LAMB's per-tensor sums: a tp shard's partial sums add over tp; a replicated tensor's are
-    // the same on every tp rank (taken from tp rank 0).
+    // A tp shard's partial sums add over tp; a replicated tensor's are the same on every tp rank
+    // (taken from tp rank 0).
     const int n_specs = params_->table().size();
     std::vector<char> sharded(n_specs);
     for (int i = 0; i < n_specs; ++i) {
@@ -383,32 +284,43 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       tp_.all_reduce(Tensor(v.data(), DType::f64, {static_cast<int64_t>(v.size())}));
     };
   }
-  if (config.optim.name == "sgd") {
-    optimizer_ = std::make_unique<Sgd>(params_->table(), segments, state, mc.dtype,
-                                       SgdConfig{config.optim.beta1, config.optim.weight_decay},
-                                       tracker);
-  } else if (config.optim.name == "lamb") {
-    optimizer_ = std::make_unique<Lamb>(params_->table(), segments, state, mc.dtype, oc, tracker,
-                                        sums);
-  } else {
-    optimizer_ =
-        std::make_unique<AdamW>(params_->table(), segments, state, mc.dtype, oc, backend, tracker);
-  }
+  return sums;
 }
 
 int64_t StepRunner::tokens_per_step() const {
   return config_.train.micro_batch * config_.model.seq_len * config_.train.grad_accum;
 }
 
-StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
-                           const UpdateGate& gate) {
+StepStats StepRunner::step(int64_t step_index, const BatchSource& batches, const UpdateGate& gate) {
   Timer timer;
   StepStats st;
-  const comm::CommCounters dp_before = dp_.counters(), pp_before = pp_.counters();
-  const comm::CommCounters mirror_before = mirror_ ? mirror_->counters() : comm::CommCounters{};
-  const comm::CommCounters ep_before = ep_.counters(), edp_before = edp_.counters();
-  const comm::CommCounters tp_before = tp_.counters(), cp_before = cp_.counters();
-  const comm::CommCounters reduce_before = reduce_.counters();
+  const CommSnapshot before = comm_snapshot();
+  st.loss = forward_backward(step_index, batches);
+  const NoiseEstimates noise = reduce_gradients(st);
+  measure_grad_norm(st, noise);
+  st.lr = lr_schedule_.at(step_index);
+  st.update_skipped = gate ? !gate(st.loss, st.grad_norm)
+                           : !(std::isfinite(st.loss) && std::isfinite(st.grad_norm));
+  if (!st.update_skipped) apply_update(st);
+  // A skipped step still closes the step (ZeRO gathers the unchanged shards, gradients clear).
+  parallel_->finish_step();
+  if (expert_parallel_) expert_parallel_->finish_step();
+  if (config_.model.moe.enabled()) finish_moe_step(st);
+  st.tokens = tokens_per_step();
+  st.seconds = timer.seconds();
+  count_communication(st, before);
+  return st;
+}
+
+StepRunner::CommSnapshot StepRunner::comm_snapshot() const {
+  return {dp_.counters(), pp_.counters(),    mirror_ ? mirror_->counters() : comm::CommCounters{},
+          ep_.counters(), edp_.counters(),   tp_.counters(),
+          cp_.counters(), reduce_.counters()};
+}
+
+// The schedule's forward and backward passes over the step's micro-batches. Returns the mean
+// loss over this rank's tokens, known to every pipeline rank.
+double StepRunner::forward_backward(int64_t step_index, const BatchSource& batches) {
   const int64_t accum = config_.train.grad_accum;
   // Every rank scales by the global token count, so the sum over ranks is the mean's gradient.
   const double grad_scale = 1.0 / static_cast<double>(tokens_per_step());
@@ -420,21 +332,30 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
                          int32_t* targets) { batches(step_index, micro, tokens, targets); },
                      grad_scale);
   const double N = static_cast<double>(ctx_.shape.tokens());
-  for (double sum : sums) st.loss += sum / N / static_cast<double>(accum);
+  double loss = 0;
+  for (double sum : sums) loss += sum / N / static_cast<double>(accum);
   // The head stages hold the losses (both ends under DualPipe); every pipeline rank learns them.
-  if (pp_.size() > 1) pp_.all_reduce(Tensor(&st.loss, DType::f64, {1}));
+  if (pp_.size() > 1) pp_.all_reduce(Tensor(&loss, DType::f64, {1}));
+  return loss;
+}
+
+// Finishes the gradients' reduction over dp (x cp) and, under DualPipe, sums the two model
+// copies'; st.loss becomes the step's global mean.
+StepRunner::NoiseEstimates StepRunner::reduce_gradients(StepStats& st) {
   parallel_->finish_gradients();
   if (expert_parallel_) expert_parallel_->finish_gradients();
   if (tensor_) tensor_->reduce_replicated_gradients(parallel_->optimizer_grads());
   // The noise scale's small-batch estimates (unreduced gradients) ride on the loss's all-reduce
   // over dp and the norm's over pp: no extra round trip.
-  const int64_t estimates = dp_.size() * parallel_->local_estimates();
-  const bool noise = estimates > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_;
-  const int64_t scalars = noise ? 2 : 1;
+  NoiseEstimates noise;
+  noise.count = dp_.size() * parallel_->local_estimates();
+  noise.valid = noise.count > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_;
+  const int64_t scalars = noise.valid ? 2 : 1;
   // Every rank's loss is the mean over its tokens, and every rank of dp x cp holds as many.
-  double dp_sums[2] = {st.loss, noise ? parallel_->local_sum_squares() : 0.0};
+  double dp_sums[2] = {st.loss, noise.valid ? parallel_->local_sum_squares() : 0.0};
   if (reduce_.size() > 1) reduce_.all_reduce(Tensor(dp_sums, DType::f64, {scalars}));
   st.loss = dp_sums[0] / reduce_.size();
+  noise.sum_squares = dp_sums[1];
   // DualPipe: the gradient of a stage is the sum over the two model copies that hold it.
   if (mirror_) {
     for (const Tensor& g : parallel_->reduced_gradients()) mirror_->all_reduce(g);
@@ -442,8 +363,14 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
       for (const Tensor& g : expert_parallel_->reduced_gradients()) mirror_->all_reduce(g);
     }
   }
-  // The global norm over every stage, each parameter once (one of the two DualPipe copies).
-  double norm_sums[2] = {parallel_->gradient_sum_squares(), dp_sums[1]};
+  return noise;
+}
+
+// The global gradient norm over every stage, each parameter once (one of the two DualPipe
+// copies), and the noise scale's measurement beside it.
+void StepRunner::measure_grad_norm(StepStats& st, const NoiseEstimates& noise) {
+  const int64_t scalars = noise.valid ? 2 : 1;
+  double norm_sums[2] = {parallel_->gradient_sum_squares(), noise.sum_squares};
   if (tensor_) {
     std::vector<double> replicated{tensor_->replicated_sum_squares(parallel_->optimizer_grads())};
     parallel_->sum_across_ranks()(replicated);  // over the dp shards, as the total is
@@ -460,39 +387,36 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
   if (pp_.size() > 1) pp_.all_reduce(Tensor(norm_sums, DType::f64, {scalars}));
   const double sum_sq = norm_sums[0];
   st.grad_norm = std::sqrt(sum_sq);
-  if (noise) {
+  if (noise.valid) {
     const double tokens = static_cast<double>(tokens_per_step()),
-                 e = static_cast<double>(estimates);
+                 e = static_cast<double>(noise.count);
     // Estimate i of E is g_i * E (each rank scales by the step's token count): the mean of
     // |G_small|^2 is E * sum |g_i|^2.
     st.noise = {e * norm_sums[1], tokens / e, sum_sq, tokens};
     st.noise_valid = true;
   }
-  st.lr = lr_schedule_.at(step_index);
-  st.update_skipped = gate ? !gate(st.loss, st.grad_norm)
-                           : !(std::isfinite(st.loss) && std::isfinite(st.grad_norm));
-  if (!st.update_skipped) {
-    if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
-      parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
-      if (expert_parallel_) {
-        expert_parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
-      }
+}
+
+// Global-norm clipping, then the optimizer's update of this rank's parameters.
+void StepRunner::apply_update(const StepStats& st) {
+  if (config_.optim.grad_clip > 0 && st.grad_norm > config_.optim.grad_clip) {
+    parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
+    if (expert_parallel_) {
+      expert_parallel_->scale_gradients(config_.optim.grad_clip / st.grad_norm);
     }
-    optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
   }
-  // A skipped step still closes the step (ZeRO gathers the unchanged shards, gradients clear).
-  parallel_->finish_step();
-  if (expert_parallel_) expert_parallel_->finish_step();
-  if (config_.model.moe.enabled()) finish_moe_step(st);
-  st.tokens = tokens_per_step();
-  st.seconds = timer.seconds();
-  st.comm = ring_ ? reduce_.counters() - reduce_before : dp_.counters() - dp_before;
-  if (ring_) st.comm_cp = cp_.counters() - cp_before;
-  st.comm_pp = pp_.counters() - pp_before;
-  if (mirror_) st.comm_mirror = mirror_->counters() - mirror_before;
-  st.comm_ep = ep_.counters() - ep_before;
-  st.comm_edp = edp_.counters() - edp_before;
-  st.comm_tp = tp_.counters() - tp_before;
+  optimizer_->step(parallel_->optimizer_params(), parallel_->optimizer_grads(), st.lr);
+}
+
+// What each group sent during the step, and the time blocked on reductions and receives.
+void StepRunner::count_communication(StepStats& st, const CommSnapshot& before) {
+  st.comm = ring_ ? reduce_.counters() - before.reduce : dp_.counters() - before.dp;
+  if (ring_) st.comm_cp = cp_.counters() - before.cp;
+  st.comm_pp = pp_.counters() - before.pp;
+  if (mirror_) st.comm_mirror = mirror_->counters() - before.mirror;
+  st.comm_ep = ep_.counters() - before.ep;
+  st.comm_edp = edp_.counters() - before.edp;
+  st.comm_tp = tp_.counters() - before.tp;
   if (experts_) {
     const auto rows = experts_->take_row_counts();
     st.moe_rows_out = rows.out, st.moe_rows_in = rows.in, st.moe_rows_local = rows.local;
@@ -503,7 +427,6 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches,
                   st.comm_cp.total_sent();
   st.comm_wait_seconds = parallel_->exposed_wait_seconds();
   st.pipeline_wait_seconds = executor_->wait_seconds();
-  return st;
 }
 
 void StepRunner::finish_moe_step(StepStats& st) {
@@ -569,16 +492,13 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   // DualPipe's two ranks of a pair hold the same tensors: the lower one contributes.
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
   // Experts differ per ep rank; everything else is replicated over ep: ep rank 0 gives it.
-  parallel::local_to_global(be_, params_->table(), params_->shard(), local, global_table_, global,
-                            [&](int spec) {
-                              const bool expert = params_->table().spec(spec).shard.group ==
-                                                  ShardGroup::ep;
-                              // tp shards land apart; tp-replicated tensors come from tp rank 0.
-                              const bool tp_shard = params_->table().spec(spec).shard.group ==
-                                                    ShardGroup::tp;
-                              return contributes && (expert || ep_.rank() == 0) &&
-                                     (tp_shard || tp_.rank() == 0);
-                            });
+  parallel::local_to_global(
+      be_, params_->table(), params_->shard(), local, global_table_, global, [&](int spec) {
+        const bool expert = params_->table().spec(spec).shard.group == ShardGroup::ep;
+        // tp shards land apart; tp-replicated tensors come from tp rank 0.
+        const bool tp_shard = params_->table().spec(spec).shard.group == ShardGroup::tp;
+        return contributes && (expert || ep_.rank() == 0) && (tp_shard || tp_.rank() == 0);
+      });
   if (ep_.size() > 1) ep_.all_reduce(global.flat());
   if (tp_.size() > 1) tp_.all_reduce(global.flat());
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
@@ -631,8 +551,8 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
         const int64_t z = std::min(from + n, p.table_offset + p.length);
         if (a >= z) continue;
         const int64_t skip = a - p.table_offset;
-        runs.push_back({to + (a - from), z - a, &held, p.param_offset + skip,
-                        p.state_offset + skip});
+        runs.push_back(
+            {to + (a - from), z - a, &held, p.param_offset + skip, p.state_offset + skip});
       }
     }
   };
@@ -643,19 +563,17 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
 
 void StepRunner::load_parameters_from(const GlobalReader& read) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
-  parallel::for_each_global_run(table(), params_->shard(), global_table_,
-                                [&](int, int64_t to, int64_t from, int64_t n) {
-                                  read(from, local.view(to, {n}));
-                                });
+  parallel::for_each_global_run(
+      table(), params_->shard(), global_table_,
+      [&](int, int64_t to, int64_t from, int64_t n) { read(from, local.view(to, {n})); });
   parallel_->load_parameters(local);
 }
 
 void StepRunner::load_state_from(const GlobalReader& read, const Buffer& state) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
-  parallel::for_each_global_run(table(), params_->shard(), global_table_,
-                                [&](int, int64_t to, int64_t from, int64_t n) {
-                                  read(from, local.view(to, {n}));
-                                });
+  parallel::for_each_global_run(
+      table(), params_->shard(), global_table_,
+      [&](int, int64_t to, int64_t from, int64_t n) { read(from, local.view(to, {n})); });
   parallel_->load_state(local, state);
   if (expert_parallel_) expert_parallel_->load_state(local, state);
 }

@@ -31,29 +31,31 @@
 #include "parallel/context.h"
 #include "parallel/data.h"
 #include "parallel/expert_comm.h"
-#include "parallel/tensor.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/tensor.h"
 #include "schedule/action.h"
 #include "train/run_config.h"
 
 namespace trillion {
 
+struct RankStages;  // train/step_layout.h
+
 struct StepStats {
-  double loss = 0;  // mean over the step's global batch
+  double loss = 0;              // mean over the step's global batch
   bool update_skipped = false;  // the gate refused the update: parameters and moments unchanged
   double lr = 0;
   double grad_norm = 0;  // before clipping, over all shards
   int64_t tokens = 0;    // global
   double seconds = 0;
-  uint64_t comm_bytes = 0;           // bytes this rank sent in the step, all groups
-  comm::CommCounters comm;           // the dp group's counters for the step, per collective kind
-  comm::CommCounters comm_pp;        // the pp group's: activations, their gradients, loss and norm
-  comm::CommCounters comm_mirror;    // DualPipe: summing the two model copies' gradients
-  comm::CommCounters comm_ep;        // expert parallelism: the all-to-alls and the experts' norm
-  comm::CommCounters comm_edp;       // expert gradients over the ranks holding the same experts
-  comm::CommCounters comm_tp;        // tensor parallelism: the layers' all-reduces (SP: gathers
-                                     // and reduce-scatters), the loss's shard sums, norm grads
-  comm::CommCounters comm_cp;        // context parallelism: ring attention's K/V and dK/dV
+  uint64_t comm_bytes = 0;         // bytes this rank sent in the step, all groups
+  comm::CommCounters comm;         // the dp group's counters for the step, per collective kind
+  comm::CommCounters comm_pp;      // the pp group's: activations, their gradients, loss and norm
+  comm::CommCounters comm_mirror;  // DualPipe: summing the two model copies' gradients
+  comm::CommCounters comm_ep;      // expert parallelism: the all-to-alls and the experts' norm
+  comm::CommCounters comm_edp;     // expert gradients over the ranks holding the same experts
+  comm::CommCounters comm_tp;      // tensor parallelism: the layers' all-reduces (SP: gathers
+                                   // and reduce-scatters), the loss's shard sums, norm grads
+  comm::CommCounters comm_cp;      // context parallelism: ring attention's K/V and dK/dV
   // Expert parallelism: this rank's routed rows (parallel/expert_comm.h RowCounts).
   int64_t moe_rows_out = 0, moe_rows_in = 0, moe_rows_local = 0, moe_exchanges = 0;
   double comm_wait_seconds = 0;      // time blocked on gradient reductions after backward
@@ -80,9 +82,9 @@ using UpdateGate = std::function<bool(double loss, double grad_norm)>;
 struct RankGroups {
   comm::Communicator* dp = nullptr;
   comm::Communicator* pp = nullptr;
-  comm::Communicator* ep = nullptr;   // expert parallelism (within dp)
-  comm::Communicator* edp = nullptr;  // the ranks holding the same experts
-  comm::Communicator* tp = nullptr;   // tensor parallelism (within a pp stage and dp replica)
+  comm::Communicator* ep = nullptr;     // expert parallelism (within dp)
+  comm::Communicator* edp = nullptr;    // the ranks holding the same experts
+  comm::Communicator* tp = nullptr;     // tensor parallelism (within a pp stage and dp replica)
   comm::Communicator* cp = nullptr;     // context parallelism (ring attention)
   comm::Communicator* dp_cp = nullptr;  // gradient reduction when cp > 1 (dp x cp)
 };
@@ -166,7 +168,7 @@ class StepRunner {
   std::unique_ptr<comm::Communicator> local_cp_, local_dp_cp_;
   comm::Communicator& cp_;
   comm::Communicator& reduce_;  // where gradients and the loss reduce: dp, or dp x cp
-  std::unique_ptr<parallel::TensorParallel> tensor_;  // tp > 1: replicated grads and the norm
+  std::unique_ptr<parallel::TensorParallel> tensor_;     // tp > 1: replicated grads and the norm
   std::unique_ptr<parallel::AllToAllExchange> experts_;  // expert parallelism's all-to-all
   std::unique_ptr<comm::Communicator> mirror_;  // DualPipe: this rank and the one holding the
                                                 // same stages of the other model copy
@@ -183,9 +185,28 @@ class StepRunner {
   // dense tensors, over dp).
   std::unique_ptr<parallel::DataParallel> expert_parallel_;
   std::unique_ptr<parallel::PipelineExecutor> executor_, eval_executor_;
+  // The constructor's parts, in the order it calls them.
+  void attach_ring_attention();
+  void attach_experts();
+  void attach_precision();
+  void allocate_parameters(const RankStages& stages);
+  void build_stage_models(const RankStages& stages);
+  void build_data_parallel(const RankStages& stages);
+  void build_executors();
+  void build_optimizer();
+  SumAcrossRanks lamb_sums();
+  // The step's parts, in the order step() calls them.
+  struct CommSnapshot;
+  struct NoiseEstimates;
+  CommSnapshot comm_snapshot() const;
+  double forward_backward(int64_t step_index, const BatchSource& batches);
+  NoiseEstimates reduce_gradients(StepStats& st);
+  void measure_grad_norm(StepStats& st, const NoiseEstimates& noise);
+  void apply_update(const StepStats& st);
   // MoE: the step's expert loads over the data-parallel group, the aux-loss-free bias update and
   // the routing metrics.
   void finish_moe_step(StepStats& st);
+  void count_communication(StepStats& st, const CommSnapshot& before);
   // Assembles a local-layout buffer into the global layout over the pp group (one holder of
   // each tensor contributes).
   void to_global(const Buffer& local, const Buffer& global);

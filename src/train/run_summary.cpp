@@ -1,0 +1,124 @@
+// See run_summary.h.
+#include "train/run_summary.h"
+
+#include "data/file_io.h"
+#include "plan/activation_memory.h"
+#include "plan/context_ring.h"
+#include "precision/recipe.h"
+#include "train/pipeline_trace.h"
+
+namespace trillion {
+
+nlohmann::json measured_memory_per_rank(TrainingJob& job) {
+  const ModelConfig& mc = job.config.model;
+  const ParallelConfig& pc = job.config.parallel;
+  StepRunner& runner = job.runner;
+  // plan/'s activation bytes for this rank's stages (dense models: the engine block's formula),
+  // beside the measured ones; every buffer of the engine is in the model's dtype.
+  double predicted_activations = -1;
+  if (!mc.moe.enabled()) {
+    const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
+    predicted_activations = 0;
+    for (int c = 0; c < runner.num_stages(); ++c) {
+      const StageModel& stage = runner.stage(c);
+      predicted_activations += static_cast<double>(
+          plan::engine_activation_bytes(mc.spec(), runner.local_micro_batch(), mc.seq_len,
+                                        mc.activation_policy(), elem, elem, stage.extent(),
+                                        stage.slots(), {pc.tp, pc.sp, pc.cp})
+              .total());
+    }
+  }
+  // Ring attention's K/V and dK/dV buffers (workspace), one set per rank for all its stages.
+  const double predicted_ring =
+      pc.cp > 1 ? static_cast<double>(plan::context_ring_buffer_bytes(
+                      mc.spec(), runner.local_micro_batch(), mc.seq_len,
+                      static_cast<int64_t>(dtype_size(mc.dtype)), {pc.tp, pc.sp, pc.cp}))
+                : -1.0;
+  return memory_per_rank(job.world, job.tracker, predicted_activations, predicted_ring);
+}
+
+nlohmann::json context_balance_json(TrainingJob& job) {
+  const ParallelConfig& pc = job.config.parallel;
+  nlohmann::json context_balance;
+  if (pc.cp > 1) {
+    const parallel::RingAttention* ring = job.runner.ring_attention();
+    context_balance = ring_balance_json(job.world, job.mesh.group(comm::MeshGroup::cp),
+                                        ring != nullptr ? ring->forward_flops() : 0.0);
+    context_balance["cp"] = pc.cp;
+    context_balance["split"] = pc.cp_split;
+  }
+  return context_balance;
+}
+
+nlohmann::json pipeline_timeline_json(TrainingJob& job, int64_t steps_run) {
+  nlohmann::json pipeline;
+  if (job.runner.schedule().num_stages(0) > 1 && steps_run > 0) {
+    const PipelineTrace trace = gather_pipeline_trace(job.runner);
+    pipeline = pipeline_summary(trace, job.runner.schedule());
+    if (job.dir.lead()) {
+      data::write_file_atomic(job.dir.path() + "/trace.json", {chrome_trace(trace).dump() + "\n"});
+    }
+  }
+  return pipeline;
+}
+
+nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
+                            const nlohmann::json& per_rank, const nlohmann::json& checkpoints,
+                            const nlohmann::json& context_balance, const nlohmann::json& pipeline) {
+  const RunConfig& config = job.config;
+  const ModelConfig& mc = config.model;
+  const ParallelConfig& pc = config.parallel;
+  const StepRunner& runner = job.runner;
+  nlohmann::json summary{
+      {"steps", totals.steps},
+      {"completed", totals.completed},
+      {"skipped_updates", totals.skipped_updates},
+      {"rollbacks", totals.rollbacks},
+      {"final_train_loss", totals.final_train_loss},
+      {"final_val_loss", totals.final_val_loss},
+      {"tokens_per_s", totals.steps_run > 0 ? static_cast<double>(totals.steps_run) *
+                                                  job.tokens_per_step / totals.train_seconds
+                                            : 0.0},
+      {"train_seconds", totals.train_seconds},
+      {"checkpoints", checkpoints},
+      {"params", job.counts.total},
+      {"activated_params", job.counts.activated},
+      {"model_flops_per_token", job.mfu_flops.flops_per_token},
+      {"mfu_attention_flops", plan::attention_flops_name(job.mfu_flops.attention)},
+      {"world_size", job.world.size()},
+      {"parallel",
+       {{"dp", pc.dp},
+        {"tp", pc.tp},
+        {"sp", pc.tp > 1 && pc.sp},
+        {"zero", pc.zero},
+        {"pp", pc.pp},
+        {"schedule", pc.schedule},
+        {"chunks", runner.schedule().num_chunks},
+        {"stages_per_rank", runner.num_stages()},
+        {"split_backward", pc.split_backward},
+        {"allreduce", pc.allreduce}}},
+      {"memory_per_rank", per_rank},
+      {"gemm_peak_gflops", job.peak.gflops},
+      {"memory", memory_json(job.tracker)}};
+  if (!pipeline.is_null()) summary["pipeline"] = pipeline;
+  if (!context_balance.is_null()) summary["context"] = context_balance;
+  if (job.diloco) summary["diloco"] = job.diloco->summary();
+  if (config.precision.recipe != "fp32") {  // the blocks whose linear layers ran in bf16
+    const precision::Bf16Blocks kept =
+        precision::resolve_bf16_blocks(precision::recipe_named(config.precision.recipe),
+                                       mc.n_layers, config.precision.bf16_blocks);
+    summary["precision"] = {
+        {"recipe", config.precision.recipe},
+        {"bf16_blocks", precision::bf16_blocks_text(kept)},
+        {"bf16_blocks_described", precision::describe_bf16_blocks(kept, mc.n_layers)}};
+  }
+  if (const auto b = job.noise.last()) summary["gradient_noise_scale"] = *b;
+  if (auto h = job.datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
+  if (auto bpt = job.datasets.validation->bytes_per_token()) {
+    summary["val_bits_per_byte"] = totals.final_val_loss / std::log(2.0) / *bpt;
+  }
+  if (std::isnan(totals.final_train_loss)) summary["final_train_loss"] = nullptr;
+  return summary;
+}
+
+}  // namespace trillion

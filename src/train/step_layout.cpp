@@ -1,0 +1,195 @@
+// See step_layout.h.
+#include "train/step_layout.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/local_shape.h"
+#include "model/sequence_split.h"
+#include "schedule/generators.h"
+
+namespace trillion {
+
+AdamWConfig adamw_config(const OptimConfig& o) {
+  return {o.beta1, o.beta2, o.eps, o.weight_decay};
+}
+
+LrSchedule lr_schedule_of(const RunConfig& c) {
+  LrSchedule s;
+  s.kind = parse_lr_schedule(c.optim.schedule);
+  s.peak_lr = c.optim.lr;
+  s.min_lr = c.optim.min_lr;
+  s.warmup_steps = c.optim.warmup_steps;
+  s.total_steps = std::max<int64_t>(1, c.train.steps);
+  s.decay_fraction = c.optim.decay_fraction;
+  return s;
+}
+
+comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const char* key) {
+  if (g.size() != degree) {
+    throw Error(
+        fmt::format("parallel.{} = {} but the {} group has {} process(es); start "
+                    "pp*dp*cp*tp processes (trillion launch -n N -- train ...)",
+                    key, degree, key, g.size()));
+  }
+  return g;
+}
+
+const RunConfig& checked_layout(const RunConfig& c) {
+  if (c.parallel.tp > 1 && c.model.moe.enabled()) {
+    throw Error(fmt::format(
+        "parallel.tp = {} with MoE layers (model.n_routed_experts = {}): tensor parallelism of "
+        "the experts is not in this build; use parallel.ep for the experts and tp = 1",
+        c.parallel.tp, c.model.moe.n_routed_experts));
+  }
+  if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
+    throw Error(
+        fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
+                    "(model.n_routed_experts > 0)",
+                    c.parallel.ep));
+  }
+  if (c.parallel.ep > 1 && c.model.moe.n_routed_experts % c.parallel.ep != 0) {
+    throw Error(fmt::format("parallel.ep = {} does not divide model.n_routed_experts = {}",
+                            c.parallel.ep, c.model.moe.n_routed_experts));
+  }
+  const ParallelConfig& p = c.parallel;
+  if (c.model.moe.enabled() && p.zero >= 2) {
+    throw Error(fmt::format(
+        "parallel.zero = {} with MoE layers: the routing bias is updated in place and expert "
+        "gradients reduce over their own group, which ZeRO-2/3's sharded stores do not do yet; "
+        "use parallel.zero = 0 or 1",
+        p.zero));
+  }
+  if (p.pp > 1 && p.zero >= 2) {
+    throw Error(fmt::format(
+        "parallel.zero = {} with parallel.pp = {}: ZeRO-2/3 reduce or gather every micro-batch, "
+        "which pipelining multiplies; use parallel.zero = 0 or 1 with pipeline parallelism",
+        p.zero, p.pp));
+  }
+  const bool dualpipe =
+      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
+  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe) {
+    throw Error(fmt::format(
+        "model.tied_embeddings = true with parallel.pp = {}: the head (last stage) and the "
+        "embedding (first stage) are on different ranks; use tied_embeddings = false, or the "
+        "dualpipe schedule (its ranks hold both ends)",
+        p.pp));
+  }
+  return c;
+}
+
+ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp,
+                           comm::Communicator& cp) {
+  const ShardDegrees degrees{tp.size(), cp.size(), 1};
+  ParallelContext ctx;
+  ctx.shape = local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len, degrees);
+  ctx.degrees = degrees;
+  ctx.shard = ShardCoord{tp.size(), tp.rank(), 1, 0};
+  if (tp.size() > 1) {
+    ctx.tp = &tp;
+    ctx.sp = c.parallel.sp;
+  }
+  ctx.sequence = {cp.size(), parse_cp_split(c.parallel.cp_split, "parallel.cp_split")};
+  ctx.cp_rank = cp.rank();
+  if (cp.size() > 1) ctx.cp = &cp;
+  return ctx;
+}
+
+schedule::Schedule schedule_of(const RunConfig& c) {
+  const schedule::ScheduleKind kind = schedule::parse_schedule_kind(c.parallel.schedule);
+  const int p = static_cast<int>(c.parallel.pp), m = static_cast<int>(c.train.grad_accum);
+  int v = static_cast<int>(c.parallel.chunks);
+  if (kind == schedule::ScheduleKind::kDualPipe) {
+    if (v != 1 && v != 2) {
+      throw Error(
+          fmt::format("parallel.chunks = {}: dualpipe holds 2 chunks per rank (its two "
+                      "model copies); leave chunks unset",
+                      v));
+    }
+    v = 2;
+  } else if (kind != schedule::ScheduleKind::kInterleaved && v != 1) {
+    throw Error(
+        fmt::format("parallel.chunks = {} needs parallel.schedule = \"interleaved\" "
+                    "(the {} schedule runs one chunk per rank)",
+                    v, c.parallel.schedule));
+  }
+  schedule::Schedule s;
+  try {
+    s = schedule::generate_schedule(kind, p, m, v);
+  } catch (const Error& e) {
+    throw Error(
+        fmt::format("parallel.schedule = \"{}\" with parallel.pp = {} and "
+                    "train.grad_accum = {} micro-batches per step: {}",
+                    c.parallel.schedule, p, m, e.what()));
+  }
+  const int stages = s.num_stages(0);
+  if (stages > c.model.n_layers) {
+    throw Error(
+        fmt::format("parallel.pp = {} x {} chunk(s) = {} stages for model.n_layers = {}: "
+                    "every stage needs a whole layer; lower pp or chunks",
+                    p, s.num_chunks / (kind == schedule::ScheduleKind::kDualPipe ? 2 : 1), stages,
+                    c.model.n_layers));
+  }
+  return s;
+}
+
+schedule::Schedule forward_only(const schedule::Schedule& train) {
+  schedule::Schedule s;
+  s.kind = train.kind;
+  s.num_ranks = train.num_ranks;
+  s.num_microbatches = 1;
+  s.num_chunks = train.num_chunks;
+  s.chunk_fraction = train.chunk_fraction;
+  s.paths = {train.paths[0]};
+  s.path_of = {0};
+  s.actions.assign(s.num_ranks, {});
+  using K = schedule::ActionKind;
+  const auto& path = s.paths[0];
+  for (int st = 0; st < static_cast<int>(path.size()); ++st) {
+    const schedule::Placement& at = path[st];
+    schedule::Action f{at.rank, K::kForward, 0, at.chunk, st};
+    if (st > 0 && path[st - 1].rank != at.rank) {
+      schedule::Action r = f;
+      r.kind = K::kRecvF;
+      s.actions[at.rank].push_back(r);
+    }
+    s.actions[at.rank].push_back(f);
+    if (st + 1 < static_cast<int>(path.size()) && path[st + 1].rank != at.rank) {
+      schedule::Action snd = f;
+      snd.kind = K::kSendF;
+      s.actions[at.rank].push_back(snd);
+    }
+  }
+  return s;
+}
+
+bool RankStages::holds(int unit) const {
+  for (int s : stage_of_chunk) {
+    if (unit >= partition[s].first_unit && unit <= partition[s].last_unit) return true;
+  }
+  return false;
+}
+
+RankStages rank_stages(const schedule::Schedule& s, int64_t n_layers, int rank) {
+  RankStages r{plan::partition_stages(n_layers, s.num_stages(0)),
+               std::vector<int>(s.num_chunks, -1)};
+  for (const auto& path : s.paths) {
+    for (int st = 0; st < static_cast<int>(path.size()); ++st) {
+      if (path[st].rank == rank) r.stage_of_chunk[path[st].chunk] = st;
+    }
+  }
+  return r;
+}
+
+parallel::DataParallelOptions parallel_options(const RunConfig& c) {
+  const double elem = static_cast<double>(dtype_size(c.model.dtype));
+  return {static_cast<int>(c.parallel.zero),
+          static_cast<int64_t>(c.parallel.bucket_mb * 1e6 / elem),
+          c.parallel.overlap,
+          c.train.grad_accum,
+          {},
+          {},
+          0};
+}
+
+}  // namespace trillion

@@ -1,0 +1,198 @@
+// See training_job.h.
+#include "train/training_job.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "plan/stage_partition.h"
+#include "plan/units.h"
+#include "train/mesh_options.h"
+
+namespace trillion {
+
+namespace {
+
+// --resume with a changed config: say what changed; refuse what no checkpoint survives.
+std::vector<ConfigChange> changes_since_last_start(const TrainOptions& opt,
+                                                   const std::string& config_toml) {
+  std::vector<ConfigChange> changes;
+  if (!opt.resume || !std::filesystem::exists(opt.run_dir + "/config.toml")) return changes;
+  std::ifstream in(opt.run_dir + "/config.toml");
+  const std::string before((std::istreambuf_iterator<char>(in)), {});
+  changes = diff_configs(before, config_toml);
+  std::vector<ConfigChange> fatal;
+  for (const ConfigChange& c : changes) {
+    if (breaks_checkpoint(c.key)) fatal.push_back(c);
+  }
+  if (!fatal.empty()) {
+    throw Error(fmt::format(
+        "cannot resume '{}' with this config: {} (its checkpoints hold tensors of the old "
+        "shape or kind); resume with the old values or start a new --run-dir",
+        opt.run_dir, describe(fatal)));
+  }
+  return changes;
+}
+
+// Step -1 until training begins: the supervisor's watchdog gives start-up (data, model,
+// checkpoint load) its own timeout, and knows this rank's pid from now on.
+Heartbeat started_heartbeat(int rank) {
+  Heartbeat heartbeat(rank);
+  heartbeat.beat(-1);
+  return heartbeat;
+}
+
+comm::DeviceMesh mesh_of(comm::Communicator& world, const RunConfig& config) {
+  const ModelConfig& mc = config.model;
+  const ParallelConfig& pc = config.parallel;
+  return comm::DeviceMesh(world,
+                          {.pp = static_cast<int>(pc.pp),
+                           .dp = static_cast<int>(pc.dp),
+                           .cp = static_cast<int>(pc.cp),
+                           .tp = static_cast<int>(pc.tp),
+                           .ep = static_cast<int>(pc.ep)},
+                          {.n_heads = mc.n_heads,
+                           .n_kv_heads = mc.n_kv_heads,
+                           .n_layers = mc.n_layers,
+                           .micro_batch = config.train.micro_batch,
+                           .seq_len = mc.seq_len,
+                           .n_experts = mc.moe.n_routed_experts},
+                          mesh_options(config, world.size()));
+}
+
+// Mean validation loss over `batches` global micro-batches; this rank reads its part of each.
+double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches) {
+  const int64_t n = shard.local_batch() * runner.context().shape.seq;
+  std::vector<int32_t> tokens(n), targets(n);
+  double total = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    shard.validation_batch(i, tokens.data(), targets.data());
+    total += runner.evaluate(tokens.data(), targets.data());
+  }
+  return runner.data_parallel().mean_across_ranks(total / static_cast<double>(batches));
+}
+
+// "pipeline: 1f1b, 2 rank(s) x 1 chunk(s); stage 0 (rank 0 chunk 0): embedding + layers 0-3; ..."
+// Uneven splits show here: the first L mod S stages hold one layer more.
+std::string describe_stages(const schedule::Schedule& s, const ModelConfig& mc) {
+  const auto partition = plan::partition_stages(mc.n_layers, s.num_stages(0));
+  std::string text = fmt::format("pipeline: {}, {} rank(s) x {} chunk(s)",
+                                 schedule::schedule_kind_name(s.kind), s.num_ranks, s.num_chunks);
+  for (size_t st = 0; st < partition.size(); ++st) {
+    const plan::StageUnits& u = partition[st];
+    const int first = std::max(u.first_unit, 1) - 1;
+    const int last = std::min<int>(u.last_unit, static_cast<int>(mc.n_layers)) - 1;
+    text += fmt::format("; stage {} (rank {} chunk {}): {}layers {}-{}{}", st, s.paths[0][st].rank,
+                        s.paths[0][st].chunk, u.first_unit == 0 ? "embedding + " : "", first, last,
+                        u.last_unit == mc.n_layers + 1 ? " + head" : "");
+  }
+  if (s.paths.size() > 1)
+    text += " (DualPipe: the second copy runs the stages in reverse rank order)";
+  return text;
+}
+
+}  // namespace
+
+TrainingJob::TrainingJob(const RunConfig& config, const TrainOptions& options)
+    : config(config),
+      options(options),
+      memory_plan(check_memory(config, options.allow_oversubscribe_memory)),
+      config_toml(to_toml(config)),
+      changes(changes_since_last_start(options, config_toml)),
+      datasets(open_run_datasets(config)),
+      mpi(comm::launch_environment().found ? std::make_unique<comm::MpiRuntime>() : nullptr),
+      local_world("world"),
+      world(mpi ? static_cast<comm::Communicator&>(mpi->world()) : local_world),
+      heartbeat(started_heartbeat(world.rank())),
+      // Every rank checks the directory before the mesh (a collective) lets any rank write to it.
+      dir(options.run_dir, options.resume, world.rank() == 0, !options.quiet),
+      // The mesh checks the world size against the layout before any allocation.
+      mesh(mesh_of(world, config)),
+      backend(make_cpu_backend(tracker)),
+      islands(mesh, config),
+      runner(islands.runner_config(), *backend, tracker,
+             RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
+                        &mesh.group(comm::MeshGroup::ep), &mesh.group(comm::MeshGroup::edp),
+                        &mesh.group(comm::MeshGroup::tp), &mesh.group(comm::MeshGroup::cp),
+                        &mesh.group(comm::MeshGroup::dp_cp)}),
+      shard(config, datasets, mesh.coord().dp, static_cast<int>(config.parallel.dp),
+            runner.context().sequence, mesh.coord().cp),
+      tokens_per_step(runner.tokens_per_step() * islands.count()),
+      diloco(islands.enabled()
+                 ? std::make_unique<Diloco>(config, runner, islands, tracker,
+                                            [this](const std::string& e) { dir.event(e); })
+                 : nullptr),
+      noise(config.train.noise_scale_decay),
+      parts(diloco ? std::vector<CheckpointPart*>{&noise, diloco.get()}
+                   : std::vector<CheckpointPart*>{&noise}),
+      resumed(options.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts)
+                             : CheckpointState{}),
+      start_step(resumed.step),
+      mfu_flops(mfu_convention(config.model.spec(), config.model.seq_len)),
+      counts(plan::count_model(config.model.spec())) {
+  start_at_resumed_step();
+}
+
+void TrainingJob::start_at_resumed_step() {
+  // The data goes on at the checkpoint's next sample, whatever the global batch is now.
+  shard.resume_at(resumed.step, resumed.next_sample);
+  if (options.stop_after_step > 0 && start_step >= options.stop_after_step) {
+    throw Error(
+        fmt::format("--stop-after {}: the run resumes after step {}, so that step is "
+                    "already done; pass a later step (nothing was trained)",
+                    options.stop_after_step, start_step));
+  }
+  if (start_step == 0) runner.init_parameters(config.train.seed);
+  if (start_step == 0 && diloco) diloco->start();
+  dir.start(config_toml, start_step);
+  if (!changes.empty()) dir.event("resumed with a changed config: " + describe(changes));
+  const uint64_t at_this_batch = static_cast<uint64_t>(start_step * shard.global_batch());
+  if (start_step > 0 && resumed.next_sample != at_this_batch) {
+    dir.event(
+        fmt::format("the data goes on at global sample {}, the checkpoint's next sample "
+                    "(step {} at this run's {} samples per step would be sample {})",
+                    resumed.next_sample, start_step, shard.global_batch(), at_this_batch));
+  }
+}
+
+void TrainingJob::report_start() {
+  const ModelConfig& mc = config.model;
+  const ParallelConfig& pc = config.parallel;
+  // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
+  // others; the job's peak, MFU's denominator, is that times the number of processes.
+  if (dir.lead()) peak = measure_gemm_peak(2048, 2);
+  world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
+  std::string model_parallel =
+      pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
+  if (pc.tp > 1) {
+    model_parallel += fmt::format(", tp {} (sequence parallelism {})", pc.tp, pc.sp ? "on" : "off");
+  }
+  if (pc.cp > 1) {
+    model_parallel += fmt::format(", cp {} ({} split, ring attention)", pc.cp, pc.cp_split);
+  }
+  dir.event(fmt::format(
+      "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
+      "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
+      "over pp {} ({} stage(s) on this rank); MFU counts {})",
+      counts.total, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
+      backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero,
+      config.optim.name, pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
+
+  dir.event(fmt::format(
+      "memory plan per process: at least {}; {} available on this machine for "
+      "{} process(es)",
+      memory_plan.describe(), plan::format_bytes(available_memory_bytes()), local_process_count()));
+  if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
+  if (pc.allreduce != "mpi" || config.emulate.sites > 1) {
+    dir.event(describe_mesh_options(mesh_options(config, world.size())));
+  }
+  if (diloco) dir.event(diloco->describe());
+}
+
+double TrainingJob::validate() {
+  auto island = [&] { return evaluate(runner, shard, config.train.eval_batches); };
+  return diloco ? diloco->evaluate_global(island) : island();
+}
+
+}  // namespace trillion
