@@ -235,6 +235,43 @@ void encode_scaled_row(MiniFormat f, const float* x, float divisor, uint8_t* out
   }
 }
 
+// encode_stochastic_fast for a row, u_i = (words[i] + 1/2) / 2^32 (Philox::unit). In the normal
+// range u < rem = dropped x 2^-shift is compared exactly in integers as
+// 2 words[i] + 1 < dropped x 2^(33 - shift); in the subnormal range as doubles, as there.
+void encode_stochastic_row(MiniFormat f, const float* x, float divisor, const uint32_t* words,
+                           uint8_t* out, int64_t n) {
+  const MiniFormatInfo& fi = info(f);
+  const FastConsts& k = fast_consts(f);
+  const int m = fi.mantissa_bits;
+  const int shift = 23 - m;
+  const uint32_t sign_bit = 1u << (fi.exponent_bits + m);
+  const uint32_t rebias = static_cast<uint32_t>(127 - fi.bias) << m;
+  const uint32_t dropped_mask = (1u << shift) - 1u;
+  const float max_finite = static_cast<float>(fi.max_finite);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i] / divisor;
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const uint32_t u = bits & 0x7fffffffu;
+    const float a = std::fabs(v);
+    uint32_t lower;
+    bool up;
+    if (a < k.min_normal) {
+      const float scaled = a * k.to_quanta;  // exact
+      const float whole = std::floor(scaled);
+      lower = static_cast<uint32_t>(whole);
+      up = (static_cast<double>(words[i]) + 0.5) * 0x1p-32 < static_cast<double>(scaled - whole);
+    } else {
+      lower = (u >> shift) - rebias;
+      const uint64_t dropped = u & dropped_mask;
+      up = 2 * static_cast<uint64_t>(words[i]) + 1 < (dropped << (33 - shift));
+    }
+    uint32_t code = std::min(lower + (up ? 1u : 0u), k.top);
+    if (a >= max_finite) code = k.top;
+    out[i] = static_cast<uint8_t>(((bits >> 31) != 0 ? sign_bit : 0u) | code);
+  }
+}
+
 uint8_t encode_stochastic_fast(MiniFormat f, float x, double u) {
   return fast_code(f, x, [u](double rem, uint32_t) { return u < rem; });
 }

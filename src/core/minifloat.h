@@ -47,6 +47,9 @@ uint8_t encode_finite_fast(MiniFormat f, float x);
 void encode_scaled_row(MiniFormat f, const float* x, float divisor, uint8_t* out, int64_t n);
 // encode_stochastic's codes the same way.
 uint8_t encode_stochastic_fast(MiniFormat f, float x, double u);
+// out[i] = encode_stochastic_fast(f, x[i] / divisor, Philox::unit(words[i])) for i < n.
+void encode_stochastic_row(MiniFormat f, const float* x, float divisor, const uint32_t* words,
+                           uint8_t* out, int64_t n);
 // Stochastic rounding; u uniform in [0, 1).
 uint8_t encode_stochastic(MiniFormat f, float x, double u);
 // encode then decode.

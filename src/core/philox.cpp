@@ -44,21 +44,39 @@ PhiloxCounter Philox::block(uint64_t index) const {
   return philox4x32_10(counter, key);
 }
 
-namespace {
-// Maps a 32-bit word to the open interval (0, 1).
-inline double to_unit(uint32_t w) {
-  return (static_cast<double>(w) + 0.5) * 0x1p-32;
-}
-}  // namespace
-
 double Philox::uniform(uint64_t index) const {
-  return to_unit(block(index)[0]);
+  return unit(block(index)[0]);
+}
+
+// philox4x32_10 on one counter per lane with plain scalars and no early exit, so the compiler
+// runs several lanes per vector register (32x32->64 multiplies); word 0 is block(first + i)[0].
+void Philox::first_words(uint64_t first, int64_t n, uint32_t* out) const {
+  const uint32_t s0 = static_cast<uint32_t>(stream_), s1 = static_cast<uint32_t>(stream_ >> 32);
+  const uint32_t key0 = static_cast<uint32_t>(seed_), key1 = static_cast<uint32_t>(seed_ >> 32);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t index = first + static_cast<uint64_t>(i);
+    uint32_t c0 = static_cast<uint32_t>(index), c1 = static_cast<uint32_t>(index >> 32);
+    uint32_t c2 = s0, c3 = s1, k0 = key0, k1 = key1;
+    for (int round = 0; round < 10; ++round) {
+      const uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+      const uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+      c1 = static_cast<uint32_t>(p1);
+      c3 = static_cast<uint32_t>(p0);
+      c0 = n0;
+      c2 = n2;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    out[i] = c0;
+  }
 }
 
 double Philox::normal(uint64_t index) const {
   PhiloxCounter w = block(index);
-  double u1 = to_unit(w[0]);
-  double u2 = to_unit(w[1]);
+  double u1 = unit(w[0]);
+  double u2 = unit(w[1]);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 

@@ -26,8 +26,13 @@ class Philox {
 
   // Four 32-bit words for block `index`.
   PhiloxCounter block(uint64_t index) const;
-  // Uniform in (0, 1), from the first word of block `index`.
+  // Uniform in (0, 1), from the first word of block `index`: unit(block(index)[0]).
   double uniform(uint64_t index) const;
+  // out[i] = block(first + i)[0] for i < n: the words of uniform(first + i), computed many at a
+  // time (the loop vectorises; stochastic rounding draws one per element).
+  void first_words(uint64_t first, int64_t n, uint32_t* out) const;
+  // The uniform in (0, 1) of a word: (w + 1/2) / 2^32, exact in double.
+  static double unit(uint32_t w) { return (static_cast<double>(w) + 0.5) * 0x1p-32; }
   // Standard normal via Box-Muller on the first two words of block `index`.
   double normal(uint64_t index) const;
   // Uniform integer in [0, n) (n > 0), from 64 bits of block `index` (bias < 2^-32 for n < 2^32).

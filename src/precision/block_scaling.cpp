@@ -62,6 +62,7 @@ BlockQuantized quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
     q.tensor_scale = tensor_amax / static_cast<float>(info(MiniFormat::e4m3).max_finite *
                                                       info(o.format).max_finite);
   }
+  std::vector<uint32_t> words;  // stochastic rounding's Philox words for one row of a tile
   for (int64_t tr = 0; tr < q.tiles_down(); ++tr) {
     for (int64_t tc = 0; tc < q.tiles_across(); ++tc) {
       const int64_t r0 = tr * o.tile_rows, r1 = std::min(rows, r0 + o.tile_rows);
@@ -76,16 +77,15 @@ BlockQuantized quantize(const float* x, int64_t rows, int64_t cols, int64_t ld,
       const float divisor = s * q.tensor_scale;
       if (amax == 0) continue;  // codes stay 0 (+0)
       for (int64_t r = r0; r < r1; ++r) {
+        const float* in = x + r * ld + c0;
+        uint8_t* codes = q.codes.data() + r * cols + c0;
         if (!o.stochastic) {
-          encode_scaled_row(o.format, x + r * ld + c0, divisor, q.codes.data() + r * cols + c0,
-                            c1 - c0);
+          encode_scaled_row(o.format, in, divisor, codes, c1 - c0);
           continue;
         }
-        for (int64_t c = c0; c < c1; ++c) {
-          const float v = x[r * ld + c] / divisor;
-          q.codes[r * cols + c] =
-              encode_stochastic_fast(o.format, v, o.stochastic->uniform(r * cols + c));
-        }
+        words.resize(static_cast<size_t>(c1 - c0));
+        o.stochastic->first_words(static_cast<uint64_t>(r * cols + c0), c1 - c0, words.data());
+        encode_stochastic_row(o.format, in, divisor, words.data(), codes, c1 - c0);
       }
     }
   }

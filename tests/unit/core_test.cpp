@@ -95,6 +95,24 @@ TEST(Philox, KnownAnswerVectors) {
             (PhiloxCounter{0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}));
 }
 
+// The batched words stochastic rounding draws are block(i)[0] exactly, for runs of odd lengths
+// (vector tails), across the 2^32 boundary of the counter's low word, and for seeds and streams
+// whose high halves are set.
+TEST(Philox, FirstWordsAreTheBlocksFirstWords) {
+  for (const Philox rng : {Philox(1234, "quantize"), Philox(0xfedcba9876543210ull, ~0ull)}) {
+    for (const uint64_t first : {uint64_t{0}, uint64_t{0xffffffffu} - 5, uint64_t{1} << 40}) {
+      for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{33}}) {
+        std::vector<uint32_t> words(static_cast<size_t>(n));
+        rng.first_words(first, n, words.data());
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(words[i], rng.block(first + i)[0]) << "first " << first << " i " << i;
+          EXPECT_EQ(Philox::unit(words[i]), rng.uniform(first + i));
+        }
+      }
+    }
+  }
+}
+
 TEST(Philox, NormalsHaveUnitMomentsAndDependOnlyOnIndex) {
   Philox rng(1234, "layers.0.attn.wq");
   double sum = 0, sum_sq = 0;

@@ -211,6 +211,24 @@ TEST(MiniFloat, FastEncoderIsEncodeOnFiniteInput) {
           ASSERT_EQ(codes[i], encode(f, row[i] / divisor))
               << info(f).name << " x = " << row[i] << " / " << divisor;
         }
+        // Stochastic rounding's row encoder, against encode_stochastic on the same uniforms: a
+        // third of the words from Philox, the others the two words either side of the value's
+        // remainder (where u < rem flips), and the extremes 0 and ~0.
+        std::vector<uint32_t> words(row.size());
+        Philox(5, "row-encoder").first_words(0, static_cast<int64_t>(words.size()), words.data());
+        const int shift = 23 - info(f).mantissa_bits;
+        for (size_t i = 0; i < row.size(); ++i) {
+          const uint32_t dropped = std::bit_cast<uint32_t>(row[i] / divisor) & ((1u << shift) - 1);
+          if (i % 3 == 1) words[i] = dropped << (32 - shift);
+          if (i % 3 == 2) words[i] = (dropped << (32 - shift)) - 1;
+        }
+        words[0] = 0, words[3] = ~0u;
+        encode_stochastic_row(f, row.data(), divisor, words.data(), codes.data(),
+                              static_cast<int64_t>(row.size()));
+        for (size_t i = 0; i < row.size(); ++i) {
+          ASSERT_EQ(codes[i], encode_stochastic(f, row[i] / divisor, Philox::unit(words[i])))
+              << info(f).name << " x = " << row[i] << " / " << divisor << " word " << words[i];
+        }
       }
     }
   }
