@@ -26,4 +26,10 @@ GemmPeak measure_gemm_peak(int64_t size, int reps) {
   return {2.0 * static_cast<double>(size) * size * size / best / 1e9, be->threads(), size};
 }
 
+GemmPeak measure_training_gemm_peak() {
+  MemoryTracker tracker;
+  const int threads = make_cpu_backend(tracker)->threads();
+  return measure_gemm_peak(threads <= 8 ? 1024 : 2048, 2);
+}
+
 }  // namespace trillion

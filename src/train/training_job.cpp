@@ -161,7 +161,7 @@ void TrainingJob::report_start() {
   const ParallelConfig& pc = config.parallel;
   // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
   // others; the job's peak, MFU's denominator, is that times the number of processes.
-  if (dir.lead()) peak = measure_gemm_peak(2048, 2);
+  if (dir.lead()) peak = measure_training_gemm_peak();
   world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
   std::string model_parallel =
       pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
