@@ -7,11 +7,14 @@
 # - scripts/sanitize.sh: the unit, data, train and fuzz-replay suites built with ASan + UBSan,
 #   in build-asan/ (TRILLION_SANITIZE=0 skips it).
 # A failed test is run once more before it counts (--repeat until-pass:2), for one named reason:
-# the multi-process tests start up to 8 MPI ranks (mpirun, sockets, shared-memory segments) on
-# two shared cores, and a rank can miss a start-up or heartbeat deadline under that load. A
-# deterministic failure still fails twice. (Launch.FailingRankIsOneLineWithItsError, the flake
-# this rule was first added for, had a cause: a rank mpirun tore down was named instead of the
-# rank that failed; src/cli/job_runner.cpp.)
+# the watchdog tests (Supervisor.AStoppedRankIsNamedWithinTheTimeoutAndTheJobRestarts,
+# Supervisor.ARankStoppedDuringStartUpIsNamedAndTheJobRestarts) assert wall-clock deadlines
+# (a stopped rank named within its 3-4 s heartbeat timeout + 10 s), which two shared, loaded
+# cores can miss. A deterministic failure still fails twice. Flakes that had causes were fixed
+# instead: a rank mpirun tore down was named over the rank that failed (src/cli/job_runner.cpp,
+# Launch.FailingRankIsOneLineWithItsError: 0 failures in 30 runs beside two busy loops); tests of
+# two binaries running at once shared a run directory by name (fresh_dir is now per test);
+# signal tests slept fixed seconds (they now signal a run once it has logged a step).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ci_start=$SECONDS

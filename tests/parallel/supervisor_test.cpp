@@ -298,9 +298,10 @@ TEST(RunDirectoryLock, ALaunchedJobOnADirectoryInUseIsRefusedInOneLine) {
   const std::string first = std::string(TRILLION_BINARY) + " train " +
                             testing::config_path("tiny.toml") + " --quiet --run-dir " + dir +
                             " --set train.steps=1000000";
-  const auto r = run_shell("(timeout -s INT 8 " + first + " &) ; sleep 3; " + kEnv +
-                           std::string(TRILLION_BINARY) + " launch -n 2 -- " + train() +
-                           " --resume --run-dir " + dir + " 2>&1; echo second=$?; sleep 7");
+  const auto r = run_shell(testing::signal_once_training(
+      first, dir, "INT",
+      kEnv + std::string(TRILLION_BINARY) + " launch -n 2 -- " + train() + " --resume --run-dir " +
+          dir + " 2>&1; echo second=$?;"));
   EXPECT_TRUE(
       has(r.output, "error: run directory '" + dir + "' is in use by another trainer (pid "))
       << r.output;
@@ -316,9 +317,10 @@ TEST(Supervisor, PreemptionSignalsCheckpointAndStop) {
   for (const auto& [sig, code] :
        {std::pair<const char*, int>{"USR1", 0}, {"USR2", 0}, {"HUP", 129}}) {
     const std::string dir = fresh_dir(std::string("preempt_") + sig);
-    const auto r = run_shell("timeout --preserve-status -s " + std::string(sig) + " 4 " +
-                             std::string(TRILLION_BINARY) + " launch -n 2 -- " +
-                             train(" --set train.steps=100000") + " --run-dir " + dir + " 2>&1");
+    const auto r = run_shell(testing::signal_once_training(
+        std::string(TRILLION_BINARY) + " launch -n 2 -- " + train(" --set train.steps=100000") +
+            " --run-dir " + dir + " 2>&1",
+        dir, sig));
     EXPECT_EQ(r.exit_code, code) << sig << ": " << r.output;
     const std::string events = slurp(dir + "/events.log");
     EXPECT_TRUE(has(events, "(signal)")) << sig << ": " << events;
@@ -330,9 +332,10 @@ TEST(Supervisor, PreemptionSignalsCheckpointAndStop) {
 // job still checkpoints, stops and exits as the signal's process would (128 + 15), with no restart.
 TEST(Supervisor, ASignalStopsASupervisedJobWithoutARestart) {
   const std::string dir = fresh_dir("preempt_supervised_TERM");
-  const auto r = run_shell("timeout --preserve-status -s TERM 4 " + std::string(TRILLION_BINARY) +
-                           " launch -n 2 --max-restarts 3 -- " +
-                           train(" --set train.steps=100000") + " --run-dir " + dir + " 2>&1");
+  const auto r = run_shell(testing::signal_once_training(
+      std::string(TRILLION_BINARY) + " launch -n 2 --max-restarts 3 -- " +
+          train(" --set train.steps=100000") + " --run-dir " + dir + " 2>&1",
+      dir, "TERM"));
   EXPECT_EQ(r.exit_code, 143) << r.output;
   EXPECT_FALSE(has(r.output, "supervisor: restart")) << r.output;
   const std::string events = slurp(dir + "/events.log");

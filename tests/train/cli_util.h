@@ -2,10 +2,12 @@
 #pragma once
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -44,8 +46,16 @@ inline std::string config_path(const std::string& name) {
   return std::string(TRILLION_SOURCE_DIR) + "/configs/" + name;
 }
 
+// An empty directory for `name`, private to the running test: CTest runs tests of several
+// binaries at once, and two tests that chose the same name would otherwise share (and lock, or
+// delete) one directory.
 inline std::string fresh_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / ("trillion_test_" + name);
+  std::string owner;
+  if (const auto* test = ::testing::UnitTest::GetInstance()->current_test_info()) {
+    owner = std::string(test->test_suite_name()) + "." + test->name() + "_";
+    std::replace(owner.begin(), owner.end(), '/', '_');
+  }
+  const auto dir = std::filesystem::temp_directory_path() / ("trillion_test_" + owner + name);
   std::filesystem::remove_all(dir);
   return dir.string();
 }
@@ -95,6 +105,18 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& dir) {
   std::string line;
   while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
   return lines;
+}
+
+// A shell line that starts `command` in the background, waits until it trains (its run
+// directory's metrics.jsonl is not empty: the directory is its and a step is done), runs `between`
+// (shell commands ending in ';', or nothing), sends it SIG`sig` and waits for it: the line exits
+// with the command's status. No fixed sleeps, so as fast as the run starts under any load (the
+// wait gives up after 60 s and the signal then finds a run still starting).
+inline std::string signal_once_training(const std::string& command, const std::string& run_dir,
+                                        const std::string& sig, const std::string& between = "") {
+  return command + " & pid=$!; for i in $(seq 1200); do [ -s " + run_dir +
+         "/metrics.jsonl ] && break; sleep 0.05; done; " + between + " kill -" + sig +
+         " $pid; wait $pid";
 }
 
 // Multi-rank tests start more ranks than this machine has cores: one OpenMP thread per rank, set

@@ -26,10 +26,11 @@ TEST(RunDirectoryLock, ASecondTrainerOnTheSameDirectoryIsRefused) {
   const std::string dir = fresh_dir("run_dir_lock");
   const std::string train = std::string(TRILLION_BINARY) + " train " + config_path("tiny.toml") +
                             " --quiet --run-dir " + dir;
-  // The first trainer runs (SIGINT after 5 s checkpoints and stops it); the second starts while
-  // it holds the directory.
-  const auto r = run_shell("(timeout -s INT 5 " + train + " --set train.steps=1000000 &) ; " +
-                           "sleep 2; " + train + " --resume 2>&1; echo second=$?; sleep 4");
+  // The first trainer runs; the second starts while it holds the directory; then SIGINT
+  // checkpoints and stops the first.
+  const auto r = run_shell(testing::signal_once_training(
+      train + " --set train.steps=1000000", dir, "INT",
+      train + " --resume 2>&1; echo second=$?;"));
   EXPECT_TRUE(has(r.output, "trillion train: error: run directory '" + dir +
                                 "' is in use by another trainer (pid "))
       << r.output;
@@ -39,12 +40,14 @@ TEST(RunDirectoryLock, ASecondTrainerOnTheSameDirectoryIsRefused) {
   EXPECT_TRUE(has(events, "stopping after step")) << events;  // the first one, undisturbed
 }
 
-// `sig` 3 s into an endless one-process run: it finishes its step, checkpoints, stops, exits 0.
+// `sig` to an endless one-process run once it trains: it finishes its step, checkpoints, stops,
+// exits 0.
 void expect_signal_checkpoints_and_stops(const std::string& sig) {
   const std::string dir = fresh_dir("preempt_" + sig);
-  const auto r = run_shell("timeout --preserve-status -s " + sig + " 3 " +
-                           std::string(TRILLION_BINARY) + " train " + config_path("tiny.toml") +
-                           " --quiet --set train.steps=1000000 --run-dir " + dir + " 2>&1");
+  const auto r = run_shell(testing::signal_once_training(
+      std::string(TRILLION_BINARY) + " train " + config_path("tiny.toml") +
+          " --quiet --set train.steps=1000000 --run-dir " + dir + " 2>&1",
+      dir, sig));
   EXPECT_EQ(r.exit_code, 0) << sig << ": " << r.output;
   std::ifstream in(dir + "/events.log");
   const std::string events((std::istreambuf_iterator<char>(in)), {});
