@@ -2,12 +2,17 @@
 // writes a checkpoint as a Hugging Face LlamaForCausalLM directory (interop/hf_llama.h), with the
 // run's tokenizer as tokenizer.json when it has one; `--format gguf --out FILE.gguf [--dtype
 // f32|f16|bf16|q8_0]` as a llama.cpp GGUF v3 file with the tokenizer embedded (interop/gguf.h).
+// Files that exist are not replaced without --overwrite.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <filesystem>
+#include <string>
+#include <vector>
 
 #include "cli/checkpoint_dir.h"
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "interop/gguf.h"
@@ -22,6 +27,7 @@ int export_command(int argc, char** argv) {
   std::string checkpoint, format = "safetensors", tokenizer;
   interop::ExportOptions o;
   int64_t step = -1;
+  bool overwrite = false;
   app.add_option("--checkpoint", checkpoint, "checkpoint directory or run directory")->required();
   app.add_option("--step", step, "the run's checkpoint of this step (default: newest valid)")
       ->check(CLI::NonNegativeNumber);
@@ -31,9 +37,24 @@ int export_command(int argc, char** argv) {
   app.add_option(
       "--tokenizer", tokenizer,
       "tokenizer JSON to convert (default: the one the run's shards were prepared with)");
+  app.add_flag("--overwrite", overwrite, "replace the output files if they exist");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (format != "safetensors" && format != "gguf")
     throw Error(fmt::format("--format {}: expected safetensors or gguf", format));
+  if (format == "gguf") {
+    refuse_to_replace({o.out_dir}, overwrite);
+  } else {
+    std::vector<std::string> outputs;
+    for (const char* file :
+         {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"}) {
+      outputs.push_back(o.out_dir + "/" + file);
+    }
+    std::error_code ec;
+    if (std::filesystem::exists(o.out_dir, ec) && !std::filesystem::is_directory(o.out_dir, ec)) {
+      outputs.insert(outputs.begin(), o.out_dir);  // a file where the directory would go
+    }
+    refuse_to_replace(outputs, overwrite);
+  }
   o.checkpoint_dir = resolve_checkpoint_dir(checkpoint, "export", step);
   if (tokenizer.empty()) {
     tokenizer = run_tokenizer_path(

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <numeric>
@@ -71,11 +72,20 @@ int32_t sample_token(const std::vector<double>& logits, const SamplingOptions& o
   return order[cut - 1];
 }
 
+// Space-separated decimal token ids, each whole ("1,2", "1x" and "1.5" are not ids).
 std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
   std::vector<int32_t> ids;
   std::stringstream ss(text);
-  int64_t id;
-  while (ss >> id) {
+  std::string word;
+  while (ss >> word) {
+    int64_t id = 0;
+    const auto [end, ec] = std::from_chars(word.data(), word.data() + word.size(), id);
+    if (ec != std::errc() || end != word.data() + word.size()) {
+      throw Error(fmt::format(
+          "--prompt-ids: '{}' is not a token id; give space-separated integers, e.g. "
+          "--prompt-ids \"1 2 3\"",
+          word));
+    }
     if (id < 0 || id >= vocab) {
       throw Error(
           fmt::format("--prompt-ids: token {} is outside the model vocabulary [0, {})", id, vocab));
@@ -99,7 +109,8 @@ int generate_command(int argc, char** argv) {
                  "checkpoint directory, or a run directory (its newest valid checkpoint)")
       ->required();
   app.add_option("--prompt", prompt, "prompt text (needs a tokenizer)");
-  app.add_option("--prompt-ids", prompt_ids, "prompt as space-separated token ids");
+  auto* prompt_ids_option =
+      app.add_option("--prompt-ids", prompt_ids, "prompt as space-separated token ids");
   app.add_option("--tokenizer", tokenizer_path,
                  "tokenizer JSON (default: the one the run's shards were prepared with)");
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(1, 100000));
@@ -125,7 +136,7 @@ int generate_command(int argc, char** argv) {
                             tokenizer_path, tokenizer->vocab_size(), cfg.model.vocab_size));
   }
   std::vector<int32_t> context;
-  if (!prompt_ids.empty()) {
+  if (prompt_ids_option->count() > 0) {
     context = parse_ids(prompt_ids, cfg.model.vocab_size);
   } else {
     if (!tokenizer) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "interop/hf_llama.h"
@@ -26,6 +27,7 @@ int import_command(int argc, char** argv) {
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (format != "safetensors")
     throw Error(fmt::format("--format {}: only safetensors imports", format));
+  require_new_directory(run_dir, "--out");
   // A placeholder [model] (replaced by config.json's) so the defaults parse on their own.
   std::string base =
       "[model]\nvocab_size = 2\nd_model = 8\nn_layers = 1\nn_heads = 1\nffn_hidden = 8\n"

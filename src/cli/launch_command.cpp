@@ -147,6 +147,17 @@ LaunchArgs parse_args(int argc, char** argv) {
   if (a.command.empty()) {
     throw Error(std::string("missing the subcommand to run after '--'\n") + kUsage);
   }
+  for (const std::string& fault : a.supervisor.faults) {  // kind:STEP:RANK, or corrupt:STEP
+    const size_t last = fault.rfind(':');
+    if (fault.rfind("corrupt:", 0) == 0 || last == std::string::npos) continue;
+    const int rank = std::stoi(fault.substr(last + 1));
+    if (rank >= a.processes) {
+      throw Error(fmt::format(
+          "--{}-at {}: rank {} is not one of the job's {} ranks (0..{}), so it would never fire",
+          fault.rfind("kill", 0) == 0 ? "fail" : "hang",
+          fault.substr(fault.find(':') + 1), rank, a.processes, a.processes - 1));
+    }
+  }
   if (a.supervisor.startup_timeout > 0 && a.supervisor.heartbeat_timeout == 0) {
     throw Error(fmt::format(
         "--startup-timeout {} needs the watchdog: add --heartbeat-timeout SECONDS (the limit "

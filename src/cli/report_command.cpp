@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "cli/parse_arguments.h"
 #include "data/file_io.h"
 #include "interop/run_report.h"
@@ -14,8 +15,11 @@ int report_command(int argc, char** argv) {
   std::vector<std::string> runs;
   std::string out = "report.html";
   app.add_option("RUN_DIR", runs, "run directories (overlaid)")->required();
+  bool overwrite = false;
   app.add_option("--out", out, "HTML file to write");
+  app.add_flag("--overwrite", overwrite, "replace the --out file if it exists");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  refuse_to_replace({out}, overwrite);
   const std::string html = interop::run_report_html(runs);
   data::write_file_atomic(out, {html});
   std::printf("wrote %s (%zu bytes, %zu runs)\n", out.c_str(), html.size(), runs.size());

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/output_guard.h"
 #include "cli/parse_arguments.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -53,6 +54,8 @@ int tokenizer_command(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--out", out, "tokenizer JSON to write")->required();
   train->add_option("inputs", inputs, "text files (.gz allowed)")->required();
+  bool overwrite = false;
+  train->add_flag("--overwrite", overwrite, "replace the --out file if it exists");
 
   auto* encode = app.add_subcommand("encode", "print the token ids of a text");
   auto* decode = app.add_subcommand("decode", "print the text of token ids");
@@ -71,6 +74,7 @@ int tokenizer_command(int argc, char** argv) {
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
 
   if (*train) {
+    refuse_to_replace({out}, overwrite);
     std::vector<std::string> texts;
     for (const std::string& path : inputs) texts.push_back(data::read_file(path));
     data::BpeTrainStats stats;

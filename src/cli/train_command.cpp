@@ -10,6 +10,8 @@
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "core/error.h"
+#include "comm/mpi_communicator.h"
+#include "train/fault_drill.h"
 #include "train/trainer.h"
 
 namespace trillion::cli {
@@ -46,9 +48,13 @@ int train_command(int argc, char** argv) {
                             opt.run_dir));
   }
   const RunConfig config = load_run_config(config_path, overrides);
+  check_fault_injection(comm::launch_environment().size);
   // SIGUSR1, SIGUSR2 and SIGHUP are the usual scheduler warnings before a preemption (Slurm's
   // --signal, Kubernetes): checkpoint and stop, as for SIGTERM.
   for (int sig : {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP}) std::signal(sig, request_stop);
+  // A closed output pipe (`trillion train ... | head`) must not kill the run: writes then fail
+  // with EPIPE, and RunDirectory::console notes it once and goes quiet.
+  std::signal(SIGPIPE, SIG_IGN);
   train(config, opt);
   return 0;
 }

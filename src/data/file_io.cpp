@@ -88,8 +88,18 @@ std::string gunzip(std::string_view compressed, const std::string& origin, size_
   }
 }
 
+std::string non_regular_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
 std::string read_file_raw(const std::string& path, size_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
+  // O_NONBLOCK: opening a FIFO would otherwise wait forever for a writer (and a trainer blocked
+  // in open() never sees its stop signals); only regular files are read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) throw Error("file '" + path + "' does not exist; check the path");
     throw Error("cannot open '" + path + "': " + std::strerror(errno));
@@ -99,6 +109,12 @@ std::string read_file_raw(const std::string& path, size_t max_bytes) {
     ::close(fd);
     throw Error("cannot read '" + path + "': it is a directory; pass a file");
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error("cannot read '" + path + "': it is " + non_regular_kind(st.st_mode) +
+                ", not a regular file; pass a file");
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string raw;
   if (S_ISREG(st.st_mode)) raw.reserve(static_cast<size_t>(st.st_size));
   char buffer[1 << 16];

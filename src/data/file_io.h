@@ -6,6 +6,8 @@
 // member) or is an Error — a truncated or damaged .gz is never read as a shorter text.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,6 +24,8 @@ constexpr size_t kNoSizeLimit = std::numeric_limits<size_t>::max();
 // other file, whatever its name, is returned as it is). Throws a trillion::Error naming the path
 // when it cannot be opened or read, is not a regular file, or is a damaged gzip file.
 std::string read_file(const std::string& path, size_t max_bytes = kNoSizeLimit);
+// "a FIFO (named pipe)", "a socket", ...: what a path that is not a regular file is, for messages.
+std::string non_regular_kind(mode_t mode);
 // The file's bytes as they are (binary files: no gzip detection).
 std::string read_file_raw(const std::string& path, size_t max_bytes = kNoSizeLimit);
 

@@ -142,7 +142,7 @@ ShardInfo parse_header(const std::string& path, const char* bytes, int64_t avail
 }
 
 int open_or_throw(const std::string& path, int64_t& size) {
-  int fd = ::open(path.c_str(), O_RDONLY);
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK);  // a FIFO must not block open()
   if (fd < 0) {
     throw Error(
         "cannot open shard '" + path + "': " + std::strerror(errno) +
@@ -155,8 +155,10 @@ int open_or_throw(const std::string& path, int64_t& size) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error("shard '" + path + "' is not a regular file; pass a .bin shard file");
+    throw Error("shard '" + path + "' is " + non_regular_kind(st.st_mode) +
+                ", not a regular file; pass a .bin shard file");
   }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   size = st.st_size;
   return fd;
 }

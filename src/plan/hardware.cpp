@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/toml_depth.h"
 #include "plan/catalog_files.h"
 
 namespace trillion::plan {
@@ -130,6 +131,7 @@ constexpr double kT = 1e12, kG = 1e9, kMicro = 1e-6;
 }  // namespace
 
 Gpu parse_cluster_toml(std::string_view text, std::string_view source) {
+  check_toml_key_depth(text, source);
   toml::table root;
   try {
     root = toml::parse(text, std::string(source));

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/toml_depth.h"
 
 namespace trillion::plan {
 namespace {
@@ -83,6 +84,7 @@ std::string stem_of(std::string_view source) {
 }  // namespace
 
 ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
+  check_toml_key_depth(text, source);
   toml::table root;
   try {
     root = toml::parse(text, std::string(source));

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/toml_depth.h"
 #include "plan/catalog_files.h"
 #include "plan/model_file.h"
 #include "plan/report.h"
@@ -18,6 +19,7 @@
 namespace trillion::plan {
 
 PlanFile parse_plan_toml(std::string_view text, std::string_view source) {
+  check_toml_key_depth(text, source);
   toml::table root;
   try {
     root = toml::parse(text, std::string(source));

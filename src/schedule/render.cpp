@@ -26,8 +26,13 @@ std::string render_grid(const Schedule& s, const Simulation& sim, int max_cells)
       if (is_compute(t.action.kind) && t.end > t.start)
         cell = cell == 0.0 ? t.end - t.start : std::min(cell, t.end - t.start);
   if (cell == 0.0) return "(empty schedule)\n";
-  const int cells = static_cast<int>(std::ceil(sim.makespan / cell - 1e-9));
-  const int shown = std::min(cells, max_cells);
+  // In doubles until clamped: costs far apart (--costs 1e12,1,1) make more cells than an int
+  // holds, and the grid shows at most max_cells of them.
+  const double cells = std::ceil(sim.makespan / cell - 1e-9);
+  const int shown = static_cast<int>(std::min(cells, static_cast<double>(max_cells)));
+  auto cell_of = [&](double x) {  // x's cell index, clamped to [0, shown]
+    return static_cast<int>(std::clamp(x, 0.0, static_cast<double>(shown)));
+  };
   int width = 2;
   for (const auto& row : sim.timeline)
     for (const TimedAction& t : row)
@@ -37,15 +42,15 @@ std::string render_grid(const Schedule& s, const Simulation& sim, int max_cells)
     std::vector<std::string> grid(shown, ".");
     for (const TimedAction& t : sim.timeline[r]) {
       if (!is_compute(t.action.kind)) continue;
-      const int first = static_cast<int>(std::floor(t.start / cell + 1e-9));
-      const int last = static_cast<int>(std::ceil(t.end / cell - 1e-9));
-      for (int c = first; c < last && c < shown; ++c) grid[c] = label(t.action);
+      const int first = cell_of(std::floor(t.start / cell + 1e-9));
+      const int last = cell_of(std::ceil(t.end / cell - 1e-9));
+      for (int c = first; c < last; ++c) grid[c] = label(t.action);
     }
     out += fmt::format("rank {:>2} |", r);
     for (const std::string& g : grid) out += fmt::format(" {:<{}}", g, width);
     out += '\n';
   }
-  if (shown < cells) out += fmt::format("(first {} of {} time cells shown)\n", shown, cells);
+  if (shown < cells) out += fmt::format("(first {} of {:.4g} time cells shown)\n", shown, cells);
   return out;
 }
 

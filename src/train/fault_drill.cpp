@@ -44,7 +44,8 @@ FaultDrill::FaultDrill(std::string run_dir, int rank) : run_dir_(std::move(run_d
     long long step = 0;
     int rank = 0;
     char kind[16] = {};
-    const int n = std::sscanf(item.c_str(), "%15[a-z]:%lld:%d", kind, &step, &rank);
+    char tail = 0;
+    const int n = std::sscanf(item.c_str(), "%15[a-z]:%lld:%d%c", kind, &step, &rank, &tail);
     f.kind = kind;
     f.step = step;
     f.rank = rank;
@@ -57,6 +58,43 @@ FaultDrill::FaultDrill(std::string run_dir, int rank) : run_dir_(std::move(run_d
                       item));
     }
     faults_.push_back(f);
+  }
+}
+
+void FaultDrill::check_ranks(int world_size) const {
+  for (const Fault& f : faults_) {
+    if (f.kind != "corrupt" && f.rank >= world_size) {
+      throw Error(fmt::format("TRILLION_FAULTS: '{}' names rank {}, not one of the job's {} "
+                              "ranks, so it would never fire",
+                              f.text, f.rank, world_size));
+    }
+  }
+}
+
+void check_fault_injection(int world_size) {
+  FaultDrill(std::string(), 0).check_ranks(world_size);  // parsing TRILLION_FAULTS checks its form
+  struct Variable {
+    const char* name;
+    const char* form;
+    bool rank_first;
+  };
+  for (const Variable& v : {Variable{"TRILLION_FLIP_PARAMETER_BIT", "RANK:STEP", true},
+                            Variable{"TRILLION_DISK_FULL_AT_STEP", "STEP:RANK", false},
+                            Variable{"TRILLION_KILL_RANK_AT_STEP", "RANK:STEP", true}}) {
+    const char* spec = std::getenv(v.name);
+    if (spec == nullptr) continue;
+    long long a = -1, b = -1;
+    char tail = 0;
+    if (std::sscanf(spec, "%lld:%lld%c", &a, &b, &tail) != 2 || a < 0 || b < 0) {
+      throw Error(fmt::format("{}='{}': expected {} (two non-negative integers, e.g. 1:5)",
+                              v.name, spec, v.form));
+    }
+    const long long rank = v.rank_first ? a : b;
+    if (rank >= world_size) {
+      throw Error(fmt::format("{}='{}': rank {} is not one of the job's {} ranks, so it would "
+                              "never fire",
+                              v.name, spec, rank, world_size));
+    }
   }
 }
 

@@ -33,6 +33,8 @@ class FaultDrill {
   void at_start() { after_step(0); }
   // The lead rank, once checkpoint `step` is complete in `checkpoint_dir`.
   void after_checkpoint(int64_t step, const std::string& checkpoint_dir);
+  // Throws Error for a fault on a rank >= world_size: it would never fire.
+  void check_ranks(int world_size) const;
 
  private:
   struct Fault {
@@ -48,5 +50,11 @@ class FaultDrill {
   int rank_;
   std::vector<Fault> faults_;
 };
+
+// Every fault-injection variable of the trainer (TRILLION_FAULTS, TRILLION_FLIP_PARAMETER_BIT,
+// TRILLION_DISK_FULL_AT_STEP, TRILLION_KILL_RANK_AT_STEP), read strictly before anything is
+// created: a typo or a rank the job does not have would never fire, and the drill would pass
+// without having happened. Throws Error naming the variable and the form it takes.
+void check_fault_injection(int world_size);
 
 }  // namespace trillion

@@ -7,11 +7,12 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/toml_depth.h"
+#include "data/file_io.h"
 #include "optim/streaming_schedule.h"
 #include "precision/recipe.h"
 #include "train/run_config_checks.h"
@@ -125,6 +126,7 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
                            const std::vector<std::string>& overrides) {
   toml::table root;
   check_toml_subset(text, source);
+  check_toml_key_depth(text, source);
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
@@ -158,11 +160,13 @@ StreamingConfig streaming_config(const DilocoConfig& d) {
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw Error(fmt::format("cannot read config file '{}'", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_run_config(ss.str(), path, overrides);
+  std::string text;
+  try {
+    text = data::read_file_raw(path);  // refuses a FIFO or device rather than blocking on it
+  } catch (const Error& e) {
+    throw Error(fmt::format("cannot read config file '{}': {}", path, e.what()));
+  }
+  return parse_run_config(text, path, overrides);
 }
 
 std::string to_toml(const RunConfig& c) {

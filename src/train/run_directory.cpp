@@ -159,7 +159,17 @@ void RunDirectory::event(const std::string& line) {
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   events_ << stamp << " " << line << "\n";
   events_.flush();
-  if (echo_) std::fprintf(stderr, "%s\n", line.c_str());
+  if (echo_) console(line + "\n");
+}
+
+void RunDirectory::console(const std::string& text) {
+  if (!console_open_) return;
+  if (std::fwrite(text.data(), 1, text.size(), stderr) == text.size()) return;
+  const int error = errno;
+  console_open_ = false;
+  event(fmt::format("the console (stderr) closed ({}): training goes on; its progress is in "
+                    "metrics.jsonl and events.log",
+                    std::strerror(error)));
 }
 
 void RunDirectory::metrics(const std::string& json_line) {

@@ -34,6 +34,10 @@ class RunDirectory {
   void start(const std::string& config_toml, int64_t first_step);
   // A timestamped line in events.log (and on stderr unless quiet).
   void event(const std::string& line);
+  // Writes `text` to stderr (the console) while it is open. The first failed write (a closed
+  // pipe: `train ... | head`, which with SIGPIPE ignored is EPIPE) is noted once in events.log
+  // and the console is left alone from then on: training goes on, its record is in the files.
+  void console(const std::string& text);
   // One line of metrics.jsonl, flushed (a killed run loses at most the line being written), and
   // its numbers as one TensorBoard event when enabled.
   void metrics(const std::string& json_line);
@@ -42,6 +46,7 @@ class RunDirectory {
  private:
   std::string dir_;
   bool lead_, echo_;
+  bool console_open_ = true;
   int lock_fd_ = -1;
   std::ofstream events_, metrics_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

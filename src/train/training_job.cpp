@@ -143,7 +143,9 @@ void TrainingJob::start_at_resumed_step() {
                     "already done; pass a later step (nothing was trained)",
                     options.stop_after_step, start_step));
   }
-  if (start_step == 0) runner.init_parameters(config.train.seed);
+  // A new run draws its weights; a resumed one has them, also from a step-0 checkpoint (an
+  // imported model, or a run of train.steps = 0).
+  if (!resumed.loaded) runner.init_parameters(config.train.seed);
   if (start_step == 0 && diloco) diloco->start();
   dir.start(config_toml, start_step);
   if (!changes.empty()) dir.event("resumed with a changed config: " + describe(changes));

@@ -163,13 +163,13 @@ void TrainingLoop::print_progress(const StepStats& st, double tokens_per_s, doub
       step_, steps, st.loss, eval_now ? fmt::format(" | val {:.4f}", val_loss_) : std::string(),
       st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm, tokens_per_s,
       format_percent(mfu), format_duration(wall_.seconds()), format_duration(eta));
+  RunDirectory& out = job_.dir;
   if (tty_) {
-    std::fprintf(stderr, "\r%-100s", progress.c_str());
-    if (eval_now || step_ == steps) std::fprintf(stderr, "\n");
+    out.console(fmt::format("\r{:<100}{}", progress, eval_now || step_ == steps ? "\n" : ""));
   } else if (lead && (step_ % job_.config.train.log_every == 0 || step_ == steps)) {
-    std::fprintf(stderr, "%s\n", progress.c_str());
+    out.console(progress + "\n");
   } else if (lead && eval_now) {  // every evaluation, in plain logs too
-    std::fprintf(stderr, "step %lld: val loss %.4f\n", static_cast<long long>(step_), val_loss_);
+    out.console(fmt::format("step {}: val loss {:.4f}\n", step_, val_loss_));
   }
 }
 
@@ -269,7 +269,7 @@ bool TrainingLoop::stops_early() {
                   : opt.stop_after_step > 0 && step_ >= opt.stop_after_step ? kStopAfter
                                                                             : kGoOn);
   if (stop_reason == kGoOn || step_ >= job_.config.train.steps) return false;
-  if (tty_) std::fprintf(stderr, "\n");
+  if (tty_) job_.dir.console("\n");
   job_.dir.event(fmt::format("stopping after step {} ({})", step_,
                              stop_reason == kSignal        ? "signal"
                              : stop_reason == kBudgetSpent ? "time budget spent"

@@ -130,6 +130,34 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[[[1}}"}).data.path, "[[[1}}");
 }
 
+// Issue 39 item 7: 40,000 dotted-key parts (as a key or a [table.header]) overflowed the stack of
+// every TOML reader (SIGSEGV in train, inspect, plan): the nesting is bounded before parsing.
+TEST(BadConfig, DeeplyNestedKeysAreOneLineNotACrash) {
+  const std::string dir = fresh_dir("deep_keys");
+  fs::create_directories(dir);
+  std::string key = "a";
+  for (int i = 0; i < 40000; ++i) key += ".a";
+  std::ofstream(dir + "/key.toml") << key << " = 1\n";
+  std::ofstream(dir + "/header.toml") << "[" << key << "]\nx = 1\n";
+  const std::string refused = "a key of 40001 dotted parts nests deeper than the 64 levels";
+  for (const std::string file : {"key.toml", "header.toml"}) {
+    for (const std::string& command : {"train " + dir + "/" + file + " --run-dir " + dir + "/run",
+                                      "inspect " + dir + "/" + file,
+                                      "plan --model " + dir + "/" + file + " --cluster h100 --gpus 8"}) {
+      const auto r = run_trillion(command);
+      EXPECT_EQ(r.exit_code, 2) << command << ": " << r.output;
+      EXPECT_TRUE(has(r.output, dir + "/" + file + ":1: " + refused)) << command << ": " << r.output;
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir + "/run"));
+  // 64 parts is a (meaningless) key the parser reads: the config's own error, not the bound.
+  std::string deep_ok = "a";
+  for (int i = 1; i < 64; ++i) deep_ok += ".a";
+  std::ofstream(dir + "/ok.toml") << "[model]\nvocab_size = 64\n" << deep_ok << " = 1\n";
+  const auto r = run_trillion("inspect " + dir + "/ok.toml");
+  EXPECT_FALSE(has(r.output, "nests deeper")) << r.output;
+}
+
 TEST(BadCommand, TrainOptionsOutOfRangeAreErrorsAndCreateNothing) {
   const std::string dir = fresh_dir("bad_train_opts");
   const std::string train = "train " + config_path("tiny.toml") + " --run-dir " + dir;
@@ -215,6 +243,133 @@ TEST(BadCommand, GenerateAndCompareRefuseNonFiniteValues) {
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(has(r.output, b + "/metrics.jsonl:5: field 'step' is a string, expected an integer"))
       << r.output;
+}
+
+// Issue 39 items 15-16: "1,2,3", "1x" and "1.5" were read as [1]; "" asked for a tokenizer and
+// "abc" said the list was empty. Each is now refused by what is wrong with it.
+TEST(BadCommand, PromptIdsAreSpaceSeparatedWholeIntegers) {
+  const std::string run = fresh_dir("prompt_ids");
+  ASSERT_EQ(run_trillion("train " + config_path("tiny.toml") + " --run-dir " + run +
+                         " --quiet --set train.steps=1")
+                .exit_code,
+            0);
+  for (const std::string bad : {"1,2,3", "1x", "1.5", "abc", "2 x"}) {
+    const auto r = run_trillion("generate --checkpoint " + run + " --prompt-ids '" + bad + "'");
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.output;
+    EXPECT_TRUE(has(r.output, "is not a token id; give space-separated integers")) << r.output;
+  }
+  auto r = run_trillion("generate --checkpoint " + run + " --prompt-ids ''");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--prompt-ids is empty")) << r.output;
+  r = run_trillion("generate --checkpoint " + run + " --prompt-ids ' 1  2 ' --max-tokens 2");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Issue 39 item 8: costs 1e9 or more apart made more grid cells than an int holds ("internal
+// error: cannot create std::vector larger than max_size()"); the grid now shows its first cells.
+TEST(BadCommand, ScheduleCostsFarApartDrawTheFirstCellsNotACrash) {
+  for (const std::string costs : {"1e9,1,1", "1e12,1,1", "1e15,1,1", "1e-300,1,1", "1,1e300,1"}) {
+    const auto r = run_trillion("schedule --kind 1f1b --stages 4 --microbatches 8 --costs " + costs);
+    EXPECT_EQ(r.exit_code, 0) << costs << ": " << r.output;
+    EXPECT_TRUE(has(r.output, "makespan")) << costs << ": " << r.output;
+    EXPECT_FALSE(has(r.output, "internal error")) << costs << ": " << r.output;
+  }
+  const auto r = run_trillion("schedule --kind 1f1b --stages 4 --microbatches 8 --costs 1e12,1,1");
+  EXPECT_TRUE(has(r.output, "(first 160 of ")) << r.output;
+}
+
+// Issue 39 item 20: --fail-at on a rank the job does not have never fired (exit 0, no drill);
+// malformed TRILLION_FLIP_PARAMETER_BIT / TRILLION_DISK_FULL_AT_STEP were ignored; a malformed
+// TRILLION_FAULTS was refused only after the run directory was made (the rerun then refused as
+// "already holds a run"). Each is now one line before anything is created.
+TEST(BadCommand, FaultInjectionIsCheckedBeforeAnythingIsCreated) {
+  const std::string dir = fresh_dir("bad_faults");
+  const std::string train = "train " + config_path("tiny.toml") + " --quiet --run-dir " + dir;
+  auto r = run_trillion("launch -n 2 --fail-at 5:7 -- " + train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--fail-at 5:7: rank 7 is not one of the job's 2 ranks (0..1)"))
+      << r.output;
+  struct Case {
+    std::string env, message;
+  };
+  for (const Case& c :
+       {Case{"TRILLION_FLIP_PARAMETER_BIT=abc",
+             "TRILLION_FLIP_PARAMETER_BIT='abc': expected RANK:STEP"},
+        Case{"TRILLION_DISK_FULL_AT_STEP=xyz", "TRILLION_DISK_FULL_AT_STEP='xyz': expected STEP:RANK"},
+        Case{"TRILLION_KILL_RANK_AT_STEP=1:2:3",
+             "TRILLION_KILL_RANK_AT_STEP='1:2:3': expected RANK:STEP"},
+        Case{"TRILLION_FLIP_PARAMETER_BIT=3:5", "rank 3 is not one of the job's 1 ranks"},
+        Case{"TRILLION_FAULTS=kill:x:1", "TRILLION_FAULTS: 'kill:x:1' is not kill:STEP:RANK"},
+        Case{"TRILLION_FAULTS=kill:3:1x", "TRILLION_FAULTS: 'kill:3:1x' is not kill:STEP:RANK"},
+        Case{"TRILLION_FAULTS=hang:3:4", "'hang:3:4' names rank 4, not one of the job's 1 ranks"}}) {
+    r = run_shell("env " + c.env + " " + std::string(TRILLION_BINARY) + " " + train + " 2>&1");
+    EXPECT_EQ(r.exit_code, 2) << c.env << ": " << r.output;
+    EXPECT_TRUE(has(r.output, c.message)) << c.env << ": " << r.output;
+    EXPECT_FALSE(fs::exists(dir)) << c.env;
+  }
+  r = run_trillion(train + " --set train.steps=2");  // nothing was left to refuse the rerun
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+// Issue 39 item 6: export, report and tokenizer train wrote over any file named by --out (a run's
+// metrics.jsonl became a GGUF file, then HTML), and import added a step-0 checkpoint to an
+// existing run. Existing outputs are now refused unless --overwrite; import wants a new directory.
+TEST(BadCommand, OutputsThatExistAreNotReplacedWithoutOverwrite) {
+  const std::string root = fresh_dir("overwrite");
+  const std::string run = root + "/run", metrics = run + "/metrics.jsonl";
+  ASSERT_EQ(run_trillion("train " + config_path("tiny.toml") + " --run-dir " + run +
+                         " --quiet --set train.steps=2")
+                .exit_code,
+            0);
+  const std::string kept = slurp(metrics);
+  for (const std::string& command :
+       {"export --checkpoint " + run + " --format gguf --out " + metrics, "report " + run +
+                                                                               " --out " + metrics}) {
+    const auto r = run_trillion(command);
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.output;
+    EXPECT_TRUE(has(r.output, "'" + metrics + "' already exists; pass --overwrite to replace it"))
+        << r.output;
+  }
+  EXPECT_EQ(slurp(metrics), kept);
+  // safetensors into a directory that holds an export: refused, then replaced with --overwrite.
+  const std::string hf = root + "/hf";
+  ASSERT_EQ(run_trillion("export --checkpoint " + run + " --out " + hf).exit_code, 0);
+  auto r = run_trillion("export --checkpoint " + run + " --out " + hf);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "'" + hf + "/model.safetensors' already exists")) << r.output;
+  EXPECT_EQ(run_trillion("export --checkpoint " + run + " --out " + hf + " --overwrite").exit_code,
+            0);
+  // tokenizer train over an existing file.
+  const std::string text = root + "/text.txt", tokenizer = root + "/tok.json";
+  std::ofstream(text) << "the cat sat on the mat; the cat sat on the hat\n";
+  std::ofstream(tokenizer) << "mine";
+  r = run_trillion("tokenizer train --vocab 270 --out " + tokenizer + " " + text);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(slurp(tokenizer), "mine");
+  r = run_trillion("tokenizer train --vocab 270 --overwrite --out " + tokenizer + " " + text);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // import into the existing run: refused, its checkpoints untouched.
+  r = run_trillion("import --format safetensors " + hf + " --out " + run);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--out '" + run + "' is not empty")) << r.output;
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step_00000000"));
+}
+
+// Issue 39 item 10: a FIFO as the config or as train.bin blocked forever in open() (and the
+// trainer then ignored SIGTERM). Both are refused by name; `timeout -k` would end a hang (137).
+TEST(BadCommand, AFifoIsRefusedNotWaitedOn) {
+  const std::string dir = fresh_dir("fifo");
+  fs::create_directories(dir + "/data");
+  ASSERT_EQ(run_shell("mkfifo " + dir + "/config.toml " + dir + "/data/train.bin").exit_code, 0);
+  auto r = run_shell("timeout -k 5 20 " + std::string(TRILLION_BINARY) + " train " + dir +
+                     "/config.toml --run-dir " + dir + "/run 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "it is a FIFO (named pipe), not a regular file")) << r.output;
+  r = run_shell("timeout -k 5 20 " + std::string(TRILLION_BINARY) + " train " +
+                config_path("tiny.toml") + " --run-dir " + dir + "/run2 --set data.source=shards " +
+                "--set data.path=" + dir + "/data 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "is a FIFO (named pipe), not a regular file")) << r.output;
 }
 
 TEST(BadCommand, PlanAndScheduleValuesAreRangeChecked) {

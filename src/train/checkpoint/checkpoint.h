@@ -34,6 +34,7 @@ struct CheckpointState {
   int64_t optimizer_steps = 0;  // AdamW's bias-correction counter
   uint64_t next_sample = 0;     // global index of the next training sample
   uint64_t seed = 0;
+  bool loaded = false;  // read from a checkpoint (a step-0 one too: an imported model)
 };
 
 // A file beside the standard ones (a plain name, no directories).

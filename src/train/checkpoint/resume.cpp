@@ -68,7 +68,9 @@ CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
     runner.optimizer().set_steps_taken(reader.state().optimizer_steps);
     for (CheckpointPart* part : parts) part->load(ckpt);
     dir.event(fmt::format("resumed from {} at step {}", ckpt, reader.state().step));
-    return reader.state();
+    CheckpointState state = reader.state();
+    state.loaded = true;
+    return state;
   }
   if (!all.empty()) {
     throw Error(fmt::format(
