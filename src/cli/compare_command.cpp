@@ -3,7 +3,7 @@
 // log it: `--metric val_loss` compares a DiLoCo run, whose `loss` is one island's, by its global
 // model) and the largest absolute difference of the final weights (newest checkpoint of each
 // run); exits 0 iff every difference is <= X (X = 0: bitwise), 1 if not, 2 on a user error
-// (missing run, different models).
+// (missing run, different models: checked on the checkpoints' model configs, not only sizes).
 // A non-finite value (metrics.jsonl records NaN and infinities as null) is never within any
 // tolerance: it is printed as "nan" and named, and the runs DIFFER.
 #include <fmt/format.h>
@@ -13,6 +13,9 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <string>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -20,6 +23,7 @@
 #include "core/error.h"
 #include "core/json_fields.h"
 #include "train/checkpoint/checkpoint.h"
+#include "train/run_config.h"
 
 namespace trillion::cli {
 
@@ -44,13 +48,38 @@ std::map<int64_t, double> read_losses(const std::string& run_dir, const std::str
   return losses;
 }
 
-CheckpointWeights read_params(const std::string& run_dir) {
+struct FinalWeights {
+  CheckpointWeights weights;
+  std::string dir;
+};
+
+// What every weight means: runs that differ in any of these hold different models even when
+// they hold as many weights (4 heads of 8 or 2 of 16, one KV head or two).
+std::vector<std::pair<std::string, std::string>> architecture(const std::string& checkpoint) {
+  const ModelConfig m =
+      parse_run_config(read_checkpoint_config(checkpoint), checkpoint + "/config.toml", {}).model;
+  std::vector<std::pair<std::string, std::string>> a = {
+      {"vocab_size", std::to_string(m.vocab_size)}, {"d_model", std::to_string(m.d_model)},
+      {"n_layers", std::to_string(m.n_layers)},     {"n_heads", std::to_string(m.n_heads)},
+      {"n_kv_heads", std::to_string(m.n_kv_heads)}, {"head_dim", std::to_string(m.head_dim)},
+      {"ffn_hidden", std::to_string(m.ffn_hidden)},
+      {"tied_embeddings", m.tied_embeddings ? "true" : "false"}};
+  if (m.moe.enabled()) {
+    a.insert(a.end(), {{"n_dense_layers", std::to_string(m.moe.n_dense_layers)},
+                       {"n_routed_experts", std::to_string(m.moe.n_routed_experts)},
+                       {"n_shared_experts", std::to_string(m.moe.n_shared_experts)},
+                       {"expert_ffn", std::to_string(m.moe.expert_ffn)}});
+  }
+  return a;
+}
+
+FinalWeights read_params(const std::string& run_dir) {
   for (const std::string& dir : list_checkpoints(run_dir)) {
     if (auto problem = verify_checkpoint(dir)) {
       std::fprintf(stderr, "skipping corrupt checkpoint %s: %s\n", dir.c_str(), problem->c_str());
       continue;
     }
-    return read_checkpoint_weights(dir);
+    return {read_checkpoint_weights(dir), dir};
   }
   throw Error(fmt::format("'{}' has no valid checkpoint to compare weights from", run_dir));
 }
@@ -105,7 +134,24 @@ int compare_command(int argc, char** argv) {
         "match\n",
         non_finite.size(), non_finite.front().c_str());
   }
-  const CheckpointWeights wa = read_params(a), wb = read_params(b);
+  const FinalWeights final_a = read_params(a), final_b = read_params(b);
+  // Same sizes are not the same model: element-wise differences mean something only between
+  // weights of one architecture.
+  const auto arch_a = architecture(final_a.dir), arch_b = architecture(final_b.dir);
+  for (size_t i = 0; i < arch_a.size() && i < arch_b.size(); ++i) {
+    if (arch_a[i] != arch_b[i]) {
+      throw Error(fmt::format(
+          "'{}' and '{}' hold different models (model.{} {} vs {}); compare runs of one model "
+          "config",
+          final_a.dir, final_b.dir, arch_a[i].first, arch_a[i].second, arch_b[i].second));
+    }
+  }
+  if (arch_a.size() != arch_b.size()) {
+    throw Error(fmt::format("'{}' and '{}' hold different models (one is a mixture of experts)",
+                            final_a.dir, final_b.dir));
+  }
+  const CheckpointWeights& wa = final_a.weights;
+  const CheckpointWeights& wb = final_b.weights;
   const std::string& pa = wa.bytes;
   const std::string& pb = wb.bytes;
   if (pa.size() != pb.size() || wa.dtype_bytes != wb.dtype_bytes) {

@@ -164,7 +164,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   try {
     text = data::read_file_raw(path);  // refuses a FIFO or device rather than blocking on it
   } catch (const Error& e) {
-    throw Error(fmt::format("cannot read config file '{}': {}", path, e.what()));
+    throw Error(fmt::format("config file: {}", e.what()));
   }
   return parse_run_config(text, path, overrides);
 }

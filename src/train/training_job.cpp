@@ -143,6 +143,12 @@ void TrainingJob::start_at_resumed_step() {
                     "already done; pass a later step (nothing was trained)",
                     options.stop_after_step, start_step));
   }
+  if (start_step > config.train.steps) {
+    throw Error(fmt::format(
+        "train.steps = {} is below step {} of the checkpoint this run resumes from: the run is "
+        "already past it; raise train.steps to go on (nothing was changed)",
+        config.train.steps, start_step));
+  }
   // A new run draws its weights; a resumed one has them, also from a step-0 checkpoint (an
   // imported model, or a run of train.steps = 0).
   if (!resumed.loaded) runner.init_parameters(config.train.seed);

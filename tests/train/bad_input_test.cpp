@@ -372,6 +372,22 @@ TEST(BadCommand, AFifoIsRefusedNotWaitedOn) {
   EXPECT_TRUE(has(r.output, "is a FIFO (named pipe), not a regular file")) << r.output;
 }
 
+// Issue 39 item 21: runs of different models with as many weights (4 heads and 2 KV heads of 8,
+// or 2 and 1 of 16) compared element by element and, within a tolerance, reported MATCH.
+TEST(BadCommand, CompareRefusesRunsOfDifferentModels) {
+  const std::string a = fresh_dir("heads_4"), b = fresh_dir("heads_2");
+  const std::string train = "train " + config_path("tiny.toml") + " --quiet --set train.steps=2";
+  ASSERT_EQ(run_trillion(train + " --run-dir " + a).exit_code, 0);
+  ASSERT_EQ(
+      run_trillion(train + " --run-dir " + b + " --set model.n_heads=2 --set model.n_kv_heads=1")
+          .exit_code,
+      0);
+  const auto r = run_trillion("compare " + a + " " + b + " --tol 100");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "hold different models (model.n_heads 4 vs 2)")) << r.output;
+  EXPECT_FALSE(has(r.output, "MATCH")) << r.output;
+}
+
 TEST(BadCommand, PlanAndScheduleValuesAreRangeChecked) {
   const std::string plan = "plan --model llama3-8b --cluster h100 --gpus 8 ";
   for (const std::string option : {"--price -3", "--price nan", "--failures-per-1000-gpu-days nan",

@@ -2,7 +2,11 @@
 // fix (named per test). A user's weights and progress are never dropped without a word.
 #include <gtest/gtest.h>
 
+#define XXH_INLINE_ALL  // header-only: the tests link no xxhash library
+#include <xxhash.h>
+
 #include <cmath>
+#include <fstream>
 #include <string>
 
 #include "cli_util.h"
@@ -13,6 +17,7 @@ namespace {
 using testing::config_path;
 using testing::fresh_dir;
 using testing::has;
+using testing::read_json;
 using testing::read_metrics;
 using testing::run_shell;
 using testing::run_trillion;
@@ -68,6 +73,49 @@ TEST(DataLoss, AClosedOutputPipeDoesNotStopTheRun) {
   EXPECT_TRUE(has(events, "finished at step 300")) << events;
   EXPECT_EQ(read_metrics(dir).size(), 300u);
   EXPECT_TRUE(std::filesystem::exists(dir + "/checkpoints/step_00000300/manifest.json"));
+}
+
+// Item 18: a state.json whose step is not its directory's (1000 in step_00000015, checksums
+// fixed up) resumed "at step 1000". Such a checkpoint is now corrupt: the previous one is used.
+TEST(DataLoss, ACheckpointWhoseStateNamesAnotherStepIsSkipped) {
+  const std::string dir = fresh_dir("state_step");
+  const std::string train = "train " + config_path("tiny.toml") + " --run-dir " + dir +
+                            " --quiet --set train.steps=20 --set train.checkpoint_every=5";
+  ASSERT_EQ(run_trillion(train + " --stop-after 15").exit_code, 0);
+  const std::string ckpt = dir + "/checkpoints/step_00000015";
+  nlohmann::json state = read_json(ckpt + "/state.json");
+  state["step"] = 1000;
+  const std::string text = state.dump(2) + "\n";
+  std::ofstream(ckpt + "/state.json", std::ios::trunc) << text;
+  nlohmann::json manifest = read_json(ckpt + "/manifest.json");
+  manifest["state.json"]["bytes"] = text.size();
+  manifest["state.json"]["xxh64"] = XXH64(text.data(), text.size(), 0);
+  std::ofstream(ckpt + "/manifest.json", std::ios::trunc) << manifest.dump(2) << "\n";
+  const auto r = run_trillion(train + " --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string events = slurp(dir + "/events.log");
+  EXPECT_TRUE(has(events, "step_00000015 is corrupt (its state.json says step 1000, its name "
+                          "step 15); trying the previous one"))
+      << events;
+  EXPECT_TRUE(has(events, "step_00000010 at step 10")) << events;
+  EXPECT_EQ(read_metrics(dir).back()["step"], 20);
+}
+
+// Item 18: resuming with train.steps below the checkpoint's step logged "steps 16..10", exited 0
+// and wrote final_train_loss null. It is now refused, and the run's files are as they were.
+TEST(DataLoss, AResumeWithFewerStepsThanTheCheckpointIsRefused) {
+  const std::string dir = fresh_dir("steps_below");
+  const std::string train =
+      "train " + config_path("tiny.toml") + " --run-dir " + dir + " --quiet --set train.steps=";
+  ASSERT_EQ(run_trillion(train + "20").exit_code, 0);
+  const std::string metrics = slurp(dir + "/metrics.jsonl"), summary = slurp(dir + "/summary.json");
+  const auto r = run_trillion(train + "10 --resume");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "train.steps = 10 is below step 20 of the checkpoint this run "
+                            "resumes from"))
+      << r.output;
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"), metrics);
+  EXPECT_EQ(slurp(dir + "/summary.json"), summary);
 }
 
 }  // namespace

@@ -41,6 +41,15 @@ CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
       continue;
     }
     const CheckpointReader reader(ckpt);
+    const std::string name = std::filesystem::path(ckpt).filename().string();
+    if (const long long named = std::strtoll(name.c_str() + 5, nullptr, 10);
+        reader.state().step != named) {
+      dir.event(fmt::format(
+          "checkpoint {} is corrupt (its state.json says step {}, its name step {}); trying the "
+          "previous one",
+          ckpt, reader.state().step, named));
+      continue;
+    }
     const std::optional<uint64_t> fingerprint = reader.model_fingerprint();
     if (reader.elements() != runner.global_elements() || reader.dtype_bytes() != bytes ||
         (fingerprint && *fingerprint != model_fingerprint(runner.global_table()))) {
