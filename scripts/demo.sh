@@ -56,9 +56,9 @@ data=runs/brown-data
 mkdir -p runs
 if [[ ! -f $data/train.bin || ! -f $data/tokenizer.json ]]; then
   echo "== preparing the Brown corpus (data/brown.txt.gz)"
-  mkdir -p "$data"
-  $bin tokenizer train --vocab 4096 --out "$data/tokenizer.json" data/brown.txt.gz
-  $bin data prepare --tokenizer "$data/tokenizer.json" --out "$data" data/brown.txt.gz
+  mkdir -p "$data"  # --overwrite: what an interrupted preparation left is made again
+  $bin tokenizer train --vocab 4096 --overwrite --out "$data/tokenizer.json" data/brown.txt.gz
+  $bin data prepare --overwrite --tokenizer "$data/tokenizer.json" --out "$data" data/brown.txt.gz
 fi
 
 # Size the run to the time budget so the learning-rate schedule completes: measure a step first.

@@ -24,8 +24,8 @@ bin=build/trillion
 data=runs/brown-data
 if [[ ! -f $data/train.bin || ! -f $data/tokenizer.json ]]; then
   mkdir -p "$data"
-  $bin tokenizer train --vocab 4096 --out "$data/tokenizer.json" data/brown.txt.gz
-  $bin data prepare --tokenizer "$data/tokenizer.json" --out "$data" data/brown.txt.gz
+  $bin tokenizer train --vocab 4096 --overwrite --out "$data/tokenizer.json" data/brown.txt.gz
+  $bin data prepare --overwrite --tokenizer "$data/tokenizer.json" --out "$data" data/brown.txt.gz
 fi
 mkdir -p "$out"
 run() {  # name, extra --set flags

@@ -25,7 +25,7 @@ want_ids=$($bin tokenizer encode --tokenizer "$tokenizer" --text "$prompt")
 want_text=$($bin generate --checkpoint "$ckpt" --tokenizer "$tokenizer" --prompt "$prompt" \
   --max-tokens "$tokens" --temperature 0)
 for dtype in f32 q8_0; do
-  $bin export --checkpoint "$ckpt" --format gguf --dtype "$dtype" --tokenizer "$tokenizer" \
+  $bin export --checkpoint "$ckpt" --format gguf --dtype "$dtype" --tokenizer "$tokenizer" --overwrite \
     --out "$dir/model-$dtype.gguf"
   node "$dir/llama_cpp_load.mjs" "$dir/model-$dtype.gguf" "$prompt" "$tokens" "$dir/out-$dtype" \
     > "$dir/llama-$dtype.log" 2>&1 || { cat "$dir/llama-$dtype.log"; exit 1; }
