@@ -29,7 +29,7 @@ GemmPeak measure_gemm_peak(int64_t size, int reps) {
 GemmPeak measure_training_gemm_peak() {
   MemoryTracker tracker;
   const int threads = make_cpu_backend(tracker)->threads();
-  return measure_gemm_peak(threads <= 8 ? 1024 : 2048, 2);
+  return threads == 1 ? measure_gemm_peak(1024, 6) : measure_gemm_peak(2048, 2);
 }
 
 }  // namespace trillion

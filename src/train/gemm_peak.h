@@ -14,9 +14,11 @@ struct GemmPeak {
 
 // Best of `reps` square fp32 GEMMs of `size` after one warm-up.
 GemmPeak measure_gemm_peak(int64_t size, int reps);
-// The probe every training run makes at its start: 1024^3 up to 8 threads (the same peak as
-// 2048^3 within 2% there, at an eighth of the time: 0.07 s instead of 0.57 s on one AVX2 core),
-// 2048^3 above, where smaller GEMMs leave threads idle.
+// The probe every training run makes at its start. One thread (each rank of a multi-process
+// job on a small machine, every test job): best of six 1024^3 GEMMs, the same peak as 2048^3
+// (91.7-94.2 vs 93.6 GFLOP/s over five runs on one AVX2 core) in 0.15 s instead of 0.57 s. More
+// threads: best of two 2048^3, as before (inside the trainer two threads measure below `bench
+// gemm` at either size, 138-184 vs 185 GFLOP/s: not yet explained).
 GemmPeak measure_training_gemm_peak();
 
 }  // namespace trillion
