@@ -76,11 +76,12 @@ void check_fault_injection(int world_size) {
   struct Variable {
     const char* name;
     const char* form;
-    bool rank_first;
+    int rank_at;  // which of the two numbers is a rank: 0, 1, or -1 (neither)
   };
-  for (const Variable& v : {Variable{"TRILLION_FLIP_PARAMETER_BIT", "RANK:STEP", true},
-                            Variable{"TRILLION_DISK_FULL_AT_STEP", "STEP:RANK", false},
-                            Variable{"TRILLION_KILL_RANK_AT_STEP", "RANK:STEP", true}}) {
+  for (const Variable& v : {Variable{"TRILLION_FLIP_PARAMETER_BIT", "RANK:STEP", 0},
+                            Variable{"TRILLION_DISK_FULL_AT_STEP", "STEP:RANK", 1},
+                            Variable{"TRILLION_KILL_RANK_AT_STEP", "RANK:STEP", 0},
+                            Variable{"TRILLION_METRICS_WRITE_FAILS", "LINE:COUNT", -1}}) {
     const char* spec = std::getenv(v.name);
     if (spec == nullptr) continue;
     long long a = -1, b = -1;
@@ -89,8 +90,8 @@ void check_fault_injection(int world_size) {
       throw Error(fmt::format("{}='{}': expected {} (two non-negative integers, e.g. 1:5)",
                               v.name, spec, v.form));
     }
-    const long long rank = v.rank_first ? a : b;
-    if (rank >= world_size) {
+    const long long rank = v.rank_at == 0 ? a : b;
+    if (v.rank_at >= 0 && rank >= world_size) {
       throw Error(fmt::format("{}='{}': rank {} is not one of the job's {} ranks, so it would "
                               "never fire",
                               v.name, spec, rank, world_size));

@@ -52,7 +52,8 @@ class FaultDrill {
 };
 
 // Every fault-injection variable of the trainer (TRILLION_FAULTS, TRILLION_FLIP_PARAMETER_BIT,
-// TRILLION_DISK_FULL_AT_STEP, TRILLION_KILL_RANK_AT_STEP), read strictly before anything is
+// TRILLION_DISK_FULL_AT_STEP, TRILLION_KILL_RANK_AT_STEP,
+// TRILLION_METRICS_WRITE_FAILS), read strictly before anything is
 // created: a typo or a rank the job does not have would never fire, and the drill would pass
 // without having happened. Throws Error naming the variable and the form it takes.
 void check_fault_injection(int world_size);

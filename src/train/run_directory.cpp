@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <thread>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -46,7 +49,80 @@ void check_writable(const std::string& path, const char* what) {
                   what, path, problem));
 }
 
+// TRILLION_METRICS_WRITE_FAILS=LINE:COUNT (tests of a full disk): from the LINE-th metrics line
+// this process appends (1-based; step LINE of a fresh run) on, COUNT attempts in all fail as
+// ENOSPC would. Injected failures are retried without the wait, so the tests stay fast.
+struct InjectedFailures {
+  long long line = -1, count = 0;
+};
+InjectedFailures injected_metrics_failures() {
+  InjectedFailures f;
+  const char* spec = std::getenv("TRILLION_METRICS_WRITE_FAILS");
+  char tail = 0;
+  if (spec == nullptr || std::sscanf(spec, "%lld:%lld%c", &f.line, &f.count, &tail) != 2) return {};
+  return f;
+}
+
 }  // namespace
+
+AppendLog::~AppendLog() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void AppendLog::open(const std::string& path) {
+  path_ = path;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    const int error = errno;
+    throw Error(fmt::format("cannot append to '{}': {}{}; make it writable (or choose another "
+                            "--run-dir) and run again (nothing was changed)",
+                            path, std::strerror(error), data::write_error_hint(error)));
+  }
+}
+
+std::string AppendLog::append(const std::string& line, int* retried) {
+  const bool metrics = path_.size() >= 13 && path_.ends_with("metrics.jsonl");
+  const InjectedFailures inject = metrics ? injected_metrics_failures() : InjectedFailures{};
+  const bool injected_line = metrics && ++lines_ >= inject.line && inject.line > 0;
+  const std::string text = line + "\n";
+  std::chrono::milliseconds wait(100);
+  for (int attempt = 0;; ++attempt) {
+    int error = 0;
+    const off_t before = ::lseek(fd_, 0, SEEK_END);
+    if (injected_line && injected_ < inject.count) {
+      ++injected_;
+      error = ENOSPC;
+    } else {
+      size_t done = 0;
+      while (done < text.size()) {
+        const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          error = n < 0 ? errno : ENOSPC;
+          break;
+        }
+        done += static_cast<size_t>(n);
+      }
+    }
+    if (error == 0) {
+      failing_ = false;
+      if (retried != nullptr) *retried = attempt;
+      return "";
+    }
+    // A torn line would break every reader of the file: what was written is cut off again.
+    if (before >= 0 && ::ftruncate(fd_, before) != 0) {
+      // The cut failed too; the readers drop a torn last line, and the next append follows it.
+    }
+    // A file that already failed this way is tried once per line until a write succeeds again:
+    // the run is stopping, and each of its last events must not wait 3 s more.
+    if (attempt == 5 || failing_) {
+      failing_ = true;
+      return fmt::format("{}{}", std::strerror(error), data::write_error_hint(error));
+    }
+    std::this_thread::sleep_for(injected_line ? std::chrono::milliseconds(1) : wait);
+    wait *= 2;
+  }
+}
 
 // Steps only grow along the file (every start cuts before it appends), so the cut is found reading
 // back from the end — the lines since the checkpoint, not the whole run, which a months-long job
@@ -131,7 +207,7 @@ RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_ev
   if (::ftruncate(lock_fd_, 0) != 0 || ::pwrite(lock_fd_, me.data(), me.size(), 0) < 0) {
     // The pid is only for the message; the lock itself holds.
   }
-  events_.open(dir_ + "/events.log", std::ios::app);
+  events_.open(dir_ + "/events.log");
 }
 
 RunDirectory::~RunDirectory() {
@@ -141,10 +217,10 @@ RunDirectory::~RunDirectory() {
 void RunDirectory::start(const std::string& config_toml, int64_t first_step) {
   if (!lead_) return;
   remove_stale_temporaries(dir_);
+  metrics_.open(metrics_path());  // a read-only file is refused before anything changes
   truncate_metrics(metrics_path(), first_step);
   truncate_tensorboard_events(dir_, first_step);  // also when a resumed run turned them off
   data::write_file_atomic(dir_ + "/config.toml", {config_toml});
-  metrics_.open(metrics_path(), std::ios::app);
   // The resolved config is the one place the run's settings reach the run directory, so the
   // switch is read from it here (the trainer needs no TensorBoard code).
   if (parse_run_config(config_toml, dir_ + "/config.toml", {}).train.tensorboard) {
@@ -157,9 +233,22 @@ void RunDirectory::event(const std::string& line) {
   const std::time_t now = std::time(nullptr);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  events_ << stamp << " " << line << "\n";
-  events_.flush();
+  if (events_.is_open()) {
+    const std::string cause = events_.append(fmt::format("{} {}", stamp, line));
+    if (!cause.empty()) {
+      // The event still reaches the console, and the run stops (write_failure()).
+      if (!echo_) console(line + "\n");
+      note_write_failure("events.log", cause);
+    }
+  }
   if (echo_) console(line + "\n");
+}
+
+void RunDirectory::note_write_failure(const std::string& file, const std::string& cause) {
+  if (!write_failure_.empty()) return;
+  write_failure_ = fmt::format("cannot append to '{}/{}': {} (retried for 3 s)", dir_, file, cause);
+  console(fmt::format("trillion train: {}; the run stops with a checkpoint\n", write_failure_));
+  if (file != "events.log") event(write_failure_);
 }
 
 void RunDirectory::console(const std::string& text) {
@@ -174,9 +263,27 @@ void RunDirectory::console(const std::string& text) {
 
 void RunDirectory::metrics(const std::string& json_line) {
   if (!lead_) return;
-  metrics_ << json_line << "\n";
-  metrics_.flush();
+  unwritten_metrics_.push_back(json_line);
+  int retried = 0;
+  if (!flush_unwritten_metrics(&retried).empty()) {
+    note_write_failure("metrics.jsonl", last_metrics_failure_);
+  } else if (retried > 0) {
+    event(fmt::format("metrics.jsonl: written after {} failed attempt(s) (the file system was "
+                      "full or failing for a moment); no line was lost",
+                      retried));
+  }
   if (tensorboard_) tensorboard_->metrics(json_line);
+}
+
+std::vector<std::string> RunDirectory::flush_unwritten_metrics(int* retried) {
+  while (!unwritten_metrics_.empty() && metrics_.is_open()) {
+    int tries = 0;
+    last_metrics_failure_ = metrics_.append(unwritten_metrics_.front(), &tries);
+    if (retried != nullptr) *retried += tries;
+    if (!last_metrics_failure_.empty()) break;
+    unwritten_metrics_.erase(unwritten_metrics_.begin());
+  }
+  return unwritten_metrics_;
 }
 
 void RunDirectory::summary(const std::string& text) {

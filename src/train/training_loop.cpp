@@ -262,16 +262,20 @@ bool TrainingLoop::stops_early() {
   // Why the job stops after this step, the same on every rank: the most urgent reason any
   // rank has (a signal reaches the ranks at different steps, and the lead rank must name the
   // other rank's signal, not guess its own reason).
-  enum : int { kGoOn, kStopAfter, kBudgetSpent, kSignal };
+  enum : int { kGoOn, kStopAfter, kBudgetSpent, kSignal, kWriteFailed };
   const int stop_reason = max_over_ranks(
-      job_.world, g_stop_requested.load()                                   ? kSignal
+      job_.world, !job_.dir.write_failure().empty()                         ? kWriteFailed
+                  : g_stop_requested.load()                                 ? kSignal
                   : budget_spent                                            ? kBudgetSpent
                   : opt.stop_after_step > 0 && step_ >= opt.stop_after_step ? kStopAfter
                                                                             : kGoOn);
+  // A run whose record cannot be written stops, also at its last step: it ends in an error.
+  if (stop_reason == kWriteFailed) write_failed_ = stopped_early_ = true;
   if (stop_reason == kGoOn || step_ >= job_.config.train.steps) return false;
   if (tty_) job_.dir.console("\n");
   job_.dir.event(fmt::format("stopping after step {} ({})", step_,
-                             stop_reason == kSignal        ? "signal"
+                             stop_reason == kWriteFailed   ? "the run's logs cannot be written"
+                             : stop_reason == kSignal      ? "signal"
                              : stop_reason == kBudgetSpent ? "time budget spent"
                                                            : "--stop-after"));
   stopped_early_ = true;
@@ -297,15 +301,23 @@ void TrainingLoop::checkpoint(int64_t step) {
 }
 
 std::string TrainingLoop::finish() {
-  if ((steps_run_ > 0 || job_.start_step == 0) && guard_.consecutive_skips() == 0) {
-    checkpoint(step_);
-  } else if (guard_.consecutive_skips() > 0) {
-    job_.dir.event(
-        fmt::format("final checkpoint of step {} not written: the last {} step(s) skipped "
-                    "their update",
-                    step_, guard_.consecutive_skips()));
+  // A run stopped because its logs cannot be written is likely on a full disk: a checkpoint that
+  // fails too is part of that error (fail_on_write), which also carries the unwritten metrics.
+  std::string checkpoint_error;
+  try {
+    if ((steps_run_ > 0 || job_.start_step == 0) && guard_.consecutive_skips() == 0) {
+      checkpoint(step_);
+    } else if (guard_.consecutive_skips() > 0) {
+      job_.dir.event(
+          fmt::format("final checkpoint of step {} not written: the last {} step(s) skipped "
+                      "their update",
+                      step_, guard_.consecutive_skips()));
+    }
+    checkpoints_.drain();  // nothing in flight outlives the run
+  } catch (const Error& e) {
+    if (!write_failed_) throw;
+    checkpoint_error = e.what();
   }
-  checkpoints_.drain();  // nothing in flight outlives the run
   const int64_t eval_every = job_.config.train.eval_every;
   if (!(eval_every > 0 && step_ % eval_every == 0 && steps_run_ > 0)) val_loss_ = job_.validate();
   // Collectives, in this order on every rank.
@@ -325,10 +337,40 @@ std::string TrainingLoop::finish() {
   const std::string text =
       summary_json(job_, totals, per_rank, checkpoint_costs, context_balance, pipeline).dump(2) +
       "\n";
+  if (write_failed_) fail_on_write(text, checkpoint_error);
   job_.dir.summary(text);
   job_.dir.event(fmt::format("{} at step {}: val loss {:.4f}",
                              stopped_early_ ? "stopped" : "finished", step_, val_loss_));
   return text;
+}
+
+// The run stopped because metrics.jsonl or events.log could not be appended to: its checkpoint is
+// written (finish()); the summary is tried, and the error carries every metrics line that is
+// still not in the file, so nothing the run measured is lost without a word.
+void TrainingLoop::fail_on_write(const std::string& summary, const std::string& checkpoint_error) {
+  RunDirectory& dir = job_.dir;
+  std::string summary_note;
+  try {
+    dir.summary(summary);
+  } catch (const Error& e) {
+    summary_note = fmt::format("; summary.json not written either ({})", e.what());
+  }
+  if (!dir.lead()) {
+    throw Error(fmt::format("stopped after step {}: the lead rank could not write the run's logs "
+                            "(see its message)",
+                            step_));
+  }
+  std::string lost;
+  for (const std::string& line : dir.flush_unwritten_metrics()) lost += "\n" + line;
+  throw Error(fmt::format(
+      "{}: the run stopped after step {} ({}){}; make room or fix the file, then --resume{}",
+      dir.write_failure(), step_,
+      checkpoint_error.empty()
+          ? fmt::format("its checkpoint is in {}/checkpoints", dir.path())
+          : fmt::format("and its final checkpoint failed too: {}", checkpoint_error),
+      summary_note,
+      lost.empty() ? std::string()
+                   : "; the metrics lines not in metrics.jsonl, so that nothing is lost:" + lost));
 }
 
 }  // namespace trillion

@@ -42,6 +42,7 @@ class TrainingLoop {
   bool stops_early();
   void checkpoint_on_interval();
   void checkpoint(int64_t step);
+  [[noreturn]] void fail_on_write(const std::string& summary, const std::string& checkpoint_error);
 
   TrainingJob& job_;
   FaultDrill drill_;
@@ -53,6 +54,7 @@ class TrainingLoop {
   int64_t steps_run_ = 0, step_;
   double last_loss_, val_loss_;
   bool stopped_early_ = false;
+  bool write_failed_ = false;  // the lead rank could not append to metrics.jsonl or events.log
   const int kill_at_;  // fault injection: the step this rank kills itself at (0: none)
   StepGuard guard_;
   int64_t rollbacks_ = 0;

@@ -1,6 +1,8 @@
 // One trainer per run directory (issue 15: two were accepted and mixed checkpoints and logs),
 // a scheduler's preemption warning (SIGUSR1, SIGUSR2, SIGHUP) checkpoints and stops a one-process
-// run, and a run directory whose checkpoints cannot be written is refused before anything.
+// run, and a run directory whose checkpoints cannot be written is refused before anything. Issue
+// 39 item 2: a metrics line that cannot be written is retried, then stops the run with a
+// checkpoint and is carried by the error; a read-only metrics.jsonl is refused on resume.
 #include "train/run_directory.h"
 
 #include <gtest/gtest.h>
@@ -21,6 +23,7 @@ using testing::fresh_dir;
 using testing::has;
 using testing::run_shell;
 using testing::slurp;
+namespace fs = std::filesystem;
 
 TEST(RunDirectoryLock, ASecondTrainerOnTheSameDirectoryIsRefused) {
   const std::string dir = fresh_dir("run_dir_lock");
@@ -185,6 +188,104 @@ TEST(RunDirectoryMetrics, AResumedRunRemovesAKilledTrainersTemporaries) {
   EXPECT_EQ(now.substr(0, four), first.substr(0, four));
   EXPECT_EQ(std::count(now.begin(), now.end(), '\n'), 8);
   fs::remove_all(dir);
+}
+
+// The metrics steps of a run directory, in file order; every line must be whole JSON.
+std::vector<int64_t> metric_steps(const std::string& dir) {
+  std::vector<int64_t> steps;
+  for (const auto& line : testing::read_metrics(dir)) steps.push_back(line["step"].get<int64_t>());
+  return steps;
+}
+
+// A file system mounted for one test (tmpfs, or a read-only bind), unmounted when the test ends.
+// Mounting needs root in a machine that allows it; where it cannot, the test is skipped.
+struct Mount {
+  std::string target;
+  bool ok = false;
+  Mount(const std::string& command, std::string at) : target(std::move(at)) {
+    ok = run_shell(command + " 2>/dev/null").exit_code == 0;
+  }
+  ~Mount() {
+    if (ok) run_shell("umount " + target + " 2>/dev/null");
+  }
+};
+
+// Was: the failed write left a torn line, nothing on stderr, exit 0. A write that fails twice
+// (TRILLION_METRICS_WRITE_FAILS: ENOSPC at the write call) and then succeeds loses no line.
+TEST(RunDirectoryMetrics, AWriteThatFailsForAMomentLosesNoLine) {
+  const std::string dir = fresh_dir("metrics_retry");
+  const auto r = run_shell("TRILLION_METRICS_WRITE_FAILS=2:2 " + std::string(TRILLION_BINARY) +
+                           " train " + config_path("markov.toml") + " --quiet --run-dir " + dir +
+                           " --set train.steps=3 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(metric_steps(dir), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(has(slurp(dir + "/events.log"),
+                  "metrics.jsonl: written after 2 failed attempt(s) (the file system was full or "
+                  "failing for a moment); no line was lost"));
+}
+
+// A write that keeps failing stops the run after that step with a checkpoint (exit 2, the cause
+// and the path on stderr), and the error carries the line the file could not take.
+TEST(RunDirectoryMetrics, AWriteThatKeepsFailingStopsTheRunWithACheckpoint) {
+  const std::string dir = fresh_dir("metrics_fail");
+  const std::string train = std::string(TRILLION_BINARY) + " train " + config_path("markov.toml") +
+                            " --quiet --run-dir " + dir + " --set train.steps=4";
+  const auto r = run_shell("TRILLION_METRICS_WRITE_FAILS=2:1000 " + train + " 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "error: cannot append to '" + dir +
+                                "/metrics.jsonl': No space left on device (the disk is full) "
+                                "(retried for 3 s): the run stopped after step 2 (its checkpoint "
+                                "is in " + dir + "/checkpoints)"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "the metrics lines not in metrics.jsonl, so that nothing is lost:\n{"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "\"step\":2,")) << r.output;
+  EXPECT_EQ(metric_steps(dir), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(fs::exists(dir + "/checkpoints/step_00000002/manifest.json"));
+  // Once the file takes lines again, --resume finishes the run from that checkpoint.
+  const auto resumed = run_shell(train + " --resume 2>&1");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(metric_steps(dir), (std::vector<int64_t>{1, 3, 4}));
+}
+
+// A real full disk: a 1 MiB tmpfs with 16 KiB left. The run stops at the step whose line does not
+// fit, every line in the file is whole, and the lost line and the failed checkpoint are said.
+TEST(RunDirectoryMetrics, AFullDiskStopsTheRunAndSaysWhatItCouldNotWrite) {
+  const std::string root = fresh_dir("metrics_tmpfs");
+  fs::create_directories(root);
+  Mount tmpfs("mount -t tmpfs -o size=1m tmpfs " + root, root);
+  if (!tmpfs.ok) GTEST_SKIP() << "cannot mount a tmpfs here (needs root and a permissive machine)";
+  ASSERT_EQ(run_shell("head -c $(( $(df -B1 --output=avail " + root + " | tail -1) - 16384 )) "
+                      "/dev/zero > " + root + "/filler").exit_code, 0);
+  const auto r = run_shell(std::string(TRILLION_BINARY) + " train " + config_path("markov.toml") +
+                           " --quiet --run-dir " + root + "/run --set train.steps=100 "
+                           "--set checkpoint.interval=1000 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "/metrics.jsonl': No space left on device")) << r.output;
+  EXPECT_TRUE(has(r.output, "and its final checkpoint failed too")) << r.output;
+  const std::vector<int64_t> steps = metric_steps(root + "/run");  // throws on a torn line
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.back(), static_cast<int64_t>(steps.size()));
+  EXPECT_TRUE(has(r.output, "\"step\":" + std::to_string(steps.size() + 1) + ",")) << r.output;
+}
+
+// Was: a read-only metrics.jsonl on resume dropped the new steps without a word. Now the resume
+// is refused before anything changes.
+TEST(RunDirectoryMetrics, AReadOnlyMetricsFileIsRefusedOnResume) {
+  const std::string dir = fresh_dir("metrics_readonly");
+  const std::string train = std::string(TRILLION_BINARY) + " train " + config_path("markov.toml") +
+                            " --quiet --run-dir " + dir + " --set train.steps=";
+  ASSERT_EQ(run_shell(train + "2 2>&1").exit_code, 0);
+  const std::string metrics = dir + "/metrics.jsonl", before = slurp(metrics);
+  Mount readonly("mount --bind " + metrics + " " + metrics + " && mount -o remount,ro,bind " +
+                     metrics + " " + metrics,
+                 metrics);
+  if (!readonly.ok) GTEST_SKIP() << "cannot bind-mount read-only here (needs root)";
+  const auto r = run_shell(train + "4 --resume 2>&1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "cannot append to '" + metrics + "': Read-only file system"))
+      << r.output;
+  EXPECT_EQ(slurp(metrics), before);
 }
 
 }  // namespace
