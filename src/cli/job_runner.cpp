@@ -248,8 +248,21 @@ bool Watchdog::hung(Beat& result, double attempt_age) const {
       const size_t paren = text.rfind(')');
       b.stopped = paren != std::string::npos && paren + 2 < text.size() &&
                   (text[paren + 2] == 'T' || text[paren + 2] == 't');
+      b.signal_stopped = b.stopped && text[paren + 2] == 'T';
     }
     beats.push_back(b);
+  }
+  if (stopped_only) {
+    const bool one_runs = std::any_of(beats.begin(), beats.end(),
+                                      [](const Beat& b) { return !b.signal_stopped; });
+    std::optional<Beat> longest;
+    for (const Beat& b : beats) {
+      if (one_runs && b.signal_stopped && b.age > timeout && (!longest || b.age > longest->age)) {
+        longest = b;
+      }
+    }
+    if (longest) result = *longest;
+    return longest.has_value();
   }
   auto overdue = [&](const Beat& b) {
     if (b.stopped) return b.age > timeout;
@@ -346,6 +359,12 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
   out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (hang) {
     out.code = out.code == 0 ? 1 : out.code;
+    const std::string timeout_name =
+        watchdog->stopped_only
+            ? fmt::format("stopped-rank timeout {:.0f} s, launch's default watchdog; "
+                          "--stopped-timeout changes it",
+                          watchdog->timeout)
+            : fmt::format("heartbeat timeout {:.0f} s", watchdog->timeout);
     out.failure =
         beat.starting
             ? fmt::format(
@@ -354,16 +373,16 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
                   beat.rank,
                   beat.stopped ? fmt::format("stopped (pid {})", beat.pid) : "still starting",
                   beat.age,
-                  beat.stopped ? fmt::format("heartbeat timeout {:.0f} s", watchdog->timeout)
+                  beat.stopped ? timeout_name
                                : fmt::format("start-up timeout {:.0f} s: MPI, data, model and "
                                              "checkpoint load",
                                              watchdog->startup_timeout))
             : fmt::format(
                   "trillion launch: rank {} made no progress for {:.0f} s after step {}{} "
-                  "(heartbeat timeout {:.0f} s); the job was stopped",
+                  "({}); the job was stopped",
                   beat.rank, beat.age, beat.step,
                   beat.stopped ? fmt::format(" (pid {} is stopped)", beat.pid) : std::string(),
-                  watchdog->timeout);
+                  timeout_name);
     out.restartable = true;
     out.failed_rank = beat.rank;
     out.detected_seconds = beat.age;

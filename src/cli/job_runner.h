@@ -29,11 +29,17 @@ int forwarded_signal();
 // (state T) is the one that hung; the others are waiting for it in a collective. A rank with no
 // beat yet is still starting (MPI, data, model, checkpoint load): it hangs once the attempt is
 // older than startup_timeout.
+// With stopped_only (launch's default watchdog, when no --heartbeat-timeout is given) only a
+// rank stopped by a signal (state T; not t, a debugger's stop) for `timeout` seconds while
+// another rank is not stopped is a hang: the ranks waiting for it spin in MPI at 100% CPU
+// forever, and no step length makes that progress. A job stopped as a whole (a scheduler's
+// suspend) is not one.
 struct Watchdog {
   std::string dir;
   double timeout = 0;
   int processes = 0;
   double startup_timeout = 0;  // seconds; 0: a rank that never beats is never named
+  bool stopped_only = false;
 
   struct Beat {
     int rank = -1;
@@ -41,6 +47,7 @@ struct Watchdog {
     int pid = 0;
     double age = 0;
     bool stopped = false;
+    bool signal_stopped = false;  // state T (stopped by a signal), not t (a debugger's stop)
     bool starting = false;  // no beat yet: hung before its first step
   };
   // `attempt_age`: seconds since this attempt's mpirun started.

@@ -19,7 +19,9 @@
 //   variables are set), the subcommand is exec'd in place, after checking -n against the job size.
 // - --max-restarts, --heartbeat-timeout and the fault drills (--fail-at, --hang-at,
 //   --corrupt-checkpoint) hand the job to the supervisor (cli/supervisor.h); the job itself runs
-//   in cli/job_runner.h.
+//   in cli/job_runner.h. Without --heartbeat-timeout a `train` job still has a watchdog for
+//   ranks stopped by a signal (--stopped-timeout, 300 s by default): the others would spin in
+//   MPI forever.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -68,6 +70,7 @@ struct LaunchArgs {
 constexpr const char* kUsage =
     "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE]\n"
     "       [--max-restarts K] [--heartbeat-timeout SECONDS] [--startup-timeout SECONDS]\n"
+    "       [--stopped-timeout SECONDS (default 300; 0: off)]\n"
     "       [--fail-at STEP:RANK]"
     " [--hang-at STEP:RANK] [--corrupt-checkpoint STEP] -- SUBCOMMAND [ARGS...]\n"
     "  e.g. trillion launch -n 4 -- train configs/tiny.toml --run-dir runs/dp4 --set "
@@ -108,6 +111,15 @@ LaunchArgs parse_args(int argc, char** argv) {
         throw Error(fmt::format("--max-restarts {}: give a whole number in [0, 1000]", v));
       }
       a.supervisor.max_restarts = static_cast<int>(k);
+    } else if (arg == "--stopped-timeout") {
+      const std::string v = value("--stopped-timeout");
+      char* end = nullptr;
+      const double t = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(t == 0 || (t >= 1 && t <= 86400))) {
+        throw Error(fmt::format("--stopped-timeout {}: give seconds in [1, 86400], or 0 for none",
+                                v));
+      }
+      a.supervisor.stopped_timeout = t;
     } else if (arg == "--heartbeat-timeout" || arg == "--startup-timeout") {
       const std::string v = value(arg.c_str());
       char* end = nullptr;

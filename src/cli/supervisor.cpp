@@ -151,6 +151,14 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
                     args.startup_timeout > 0
                         ? args.startup_timeout
                         : std::max(kDefaultStartupTimeout, args.heartbeat_timeout)};
+  // A train job with a run directory and no heartbeat timeout gets the default watchdog, which
+  // names only a rank stopped by a signal (job_runner.h).
+  const bool default_watchdog = args.heartbeat_timeout == 0 && args.stopped_timeout > 0 &&
+                                args.command[0] == "train" && !run_dir.empty();
+  if (default_watchdog) {
+    watchdog.timeout = args.stopped_timeout;
+    watchdog.stopped_only = true;
+  }
   const double started = unix_now();
   nlohmann::json failures = nlohmann::json::array();
   double lost = 0;
@@ -165,7 +173,7 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     const bool has_resume =
         std::find(args.command.begin(), args.command.end(), "--resume") != args.command.end();
     if (attempt > 0 && !has_resume) cmd.push_back("--resume");
-    if (supervised) {
+    if (supervised || default_watchdog) {
       std::error_code ec;
       std::filesystem::remove_all(watchdog.dir, ec);
       std::filesystem::create_directories(watchdog.dir, ec);
@@ -173,7 +181,8 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     }
     attempt_began = unix_now();
     const uintmax_t events_before = file_bytes(run_dir + "/events.log");
-    const JobOutcome out = run_job(cmd, verbose, args.heartbeat_timeout > 0 ? &watchdog : nullptr);
+    const JobOutcome out = run_job(
+        cmd, verbose, args.heartbeat_timeout > 0 || default_watchdog ? &watchdog : nullptr);
     const double ended = unix_now();
     const long long resumed = attempt > 0 ? resumed_step_since(run_dir, events_before) : -1;
     if (resumed >= 0 && resumed != resumed_from) {

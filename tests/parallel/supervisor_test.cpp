@@ -173,6 +173,23 @@ TEST(Supervisor, AStoppedRankIsNamedWithinTheTimeoutAndTheJobRestarts) {
   EXPECT_LE(detected, s["failures"][0]["lost_seconds"].get<double>());  // lost counts it too
 }
 
+// Issue 39 item 10: without --heartbeat-timeout a stopped rank left rank 0 spinning in MPI at
+// 100% CPU forever. launch's default watchdog names a rank stopped by a signal (here after
+// --stopped-timeout 3 instead of the default 300 s) and stops the job.
+TEST(Supervisor, WithoutAHeartbeatTimeoutAStoppedRankIsNamedByTheDefaultWatchdog) {
+  const std::string dir = fresh_dir("supervisor_default_watchdog");
+  const auto r = testing::run_shell("timeout 120 " + std::string(TRILLION_BINARY) +
+                                    " launch -n 2 --hang-at 3:1 --stopped-timeout 3 -- " +
+                                    train() + " --run-dir " + dir + " 2>&1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.exit_code, 124) << "the job spun until timeout(1) killed it:\n" << r.output;
+  EXPECT_TRUE(has(r.output, "trillion launch: rank 1 made no progress for ")) << r.output;
+  EXPECT_TRUE(has(r.output, "s after step 3 (pid ")) << r.output;
+  EXPECT_TRUE(has(r.output, "is stopped) (stopped-rank timeout 3 s, launch's default watchdog; "
+                            "--stopped-timeout changes it); the job was stopped"))
+      << r.output;
+}
+
 // A rank that stops during start-up (after MPI, the data, the model and the checkpoint load,
 // before its first step) is named by the start-up timeout, not blamed on the ranks waiting for
 // it in their first collective, and the job restarts. A finished job says so in summary.json.
