@@ -179,11 +179,17 @@ void TrainingJob::report_start() {
   if (pc.cp > 1) {
     model_parallel += fmt::format(", cp {} ({} split, ring attention)", pc.cp, pc.cp_split);
   }
+  const int64_t steps = config.train.steps;
+  const std::string what = steps > start_step
+                               ? fmt::format("for steps {}..{}", start_step + 1, steps)
+                               : fmt::format("for no step (train.steps = {}: the model as "
+                                             "initialised is written as checkpoint step {})",
+                                             steps, start_step);
   dir.event(fmt::format(
-      "training {} parameters on {} for steps {}..{} ({} tokens/step, {} threads and a GEMM "
+      "training {} parameters on {} {} ({} tokens/step, {} threads and a GEMM "
       "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
       "over pp {} ({} stage(s) on this rank); MFU counts {})",
-      counts.total, datasets.train->describe(), start_step + 1, config.train.steps, tokens_per_step,
+      counts.total, datasets.train->describe(), what, tokens_per_step,
       backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero,
       config.optim.name, pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
 
@@ -196,6 +202,15 @@ void TrainingJob::report_start() {
     dir.event(describe_mesh_options(mesh_options(config, world.size())));
   }
   if (diloco) dir.event(diloco->describe());
+  // Accepted (a schedule may be cut short on purpose) but said: the run never reaches optim.lr.
+  if (config.optim.warmup_steps > steps && steps > 0) {
+    dir.event(fmt::format(
+        "warning: optim.warmup_steps = {} is beyond train.steps = {}: the learning rate never "
+        "reaches optim.lr = {:g} (it ends at {:.3g} of it); lower optim.warmup_steps unless "
+        "this run is the start of a longer one",
+        config.optim.warmup_steps, steps, config.optim.lr,
+        static_cast<double>(steps) / static_cast<double>(config.optim.warmup_steps)));
+  }
 }
 
 double TrainingJob::validate() {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "train/checkpoint/checkpoint.h"
 #include "train/replica_check.h"
 #include "train/run_summary.h"
 
@@ -44,6 +45,32 @@ int max_over_ranks(comm::Communicator& world, int mine) {
   double most = mine;
   world.all_reduce(Tensor(&most, DType::f64, {1}), comm::ReduceOp::max);
   return static_cast<int>(most);
+}
+
+// What to change after a divergence: the settings far outside their usual range, by name (a
+// huge init_std, weight_decay or lr, a vanishing eps), else the usual levers.
+std::string divergence_advice(const RunConfig& c) {
+  std::string named;
+  const auto add = [&](const std::string& item) { named += (named.empty() ? "" : "; ") + item; };
+  if (c.model.init_std > 1) {
+    add(fmt::format("model.init_std = {:g} (usual 0.02: initial weights this large overflow the "
+                    "activations)",
+                    c.model.init_std));
+  }
+  if (c.optim.lr > 1) add(fmt::format("optim.lr = {:g} (usual 1e-4 to 1e-2)", c.optim.lr));
+  if (c.optim.weight_decay * c.optim.lr >= 1 || c.optim.weight_decay > 10) {
+    add(fmt::format("optim.weight_decay = {:g} (usual 0.1: lr x weight_decay = {:g}, where 1 or "
+                    "more flips or zeroes every weight each step)",
+                    c.optim.weight_decay, c.optim.weight_decay * c.optim.lr));
+  }
+  if (c.optim.eps < 1e-30) {
+    add(fmt::format("optim.eps = {:g} (usual 1e-8: the update divides by sqrt(v) + eps)",
+                    c.optim.eps));
+  }
+  if (named.empty()) {
+    return "lower optim.lr, raise optim.warmup_steps or set optim.grad_clip";
+  }
+  return "the likely cause: " + named + "; set it back to a usual value";
 }
 
 }  // namespace
@@ -242,17 +269,28 @@ void TrainingLoop::stop_after_alarm(const std::string& reason, bool diverged) {
   const GuardConfig& gc = job_.config.guard;
   job_.dir.event(reason);
   throw Error(fmt::format(
-      "{}; {}. No checkpoint was written from a skipped step; the newest is in "
-      "{}/checkpoints; {}",
-      reason,
+      "{}; {}. {}", reason,
       gc.on_divergence == "rollback"
           ? fmt::format("{} rollback(s) of guard.max_rollbacks = {} were used or no "
                         "checkpoint was left to roll back to",
                         rollbacks_, gc.max_rollbacks)
           : std::string("guard.on_divergence = \"stop\""),
-      job_.dir.path(),
-      diverged ? "lower optim.lr, raise optim.warmup_steps or set optim.grad_clip, then --resume"
-               : "check the machine of that rank, then --resume"));
+      where_to_go_on(diverged ? divergence_advice(job_.config)
+                              : "check the machine of that rank")));
+}
+
+// Where a stopped run goes on from, after `change`: its newest checkpoint (never one written from
+// a skipped step), or, when it has none yet, a fresh start.
+std::string TrainingLoop::where_to_go_on(const std::string& change) const {
+  const std::string& dir = job_.dir.path();
+  if (list_checkpoints(dir).empty()) {
+    return fmt::format("This run has no checkpoint yet ({}/checkpoints holds none): {}, then start "
+                       "it again (a new --run-dir, or remove {})",
+                       dir, change, dir);
+  }
+  return fmt::format("No checkpoint was written from a skipped step; the newest is in "
+                     "{}/checkpoints; {}, then --resume",
+                     dir, change);
 }
 
 bool TrainingLoop::stops_early() {
@@ -327,7 +365,7 @@ std::string TrainingLoop::finish() {
   const nlohmann::json context_balance = context_balance_json(job_);
   const nlohmann::json pipeline = pipeline_timeline_json(job_, steps_run_);
   const RunTotals totals{.steps = step_,
-                         .completed = !stopped_early_,
+                         .completed = !stopped_early_ && guard_.consecutive_skips() == 0,
                          .skipped_updates = guard_.total_skips(),
                          .rollbacks = rollbacks_,
                          .final_train_loss = last_loss_,
@@ -339,6 +377,18 @@ std::string TrainingLoop::finish() {
       "\n";
   if (write_failed_) fail_on_write(text, checkpoint_error);
   job_.dir.summary(text);
+  if (guard_.consecutive_skips() > 0) {
+    // A run whose last steps all skipped their update did not finish training: its state may be
+    // what makes the steps non-finite, so nothing of it was saved and it is not a success.
+    const std::string reason = fmt::format(
+        "the run ended inside a streak of {} skipped update(s) (steps {}..{}; guard.max_skips = "
+        "{} was not reached before train.steps): its final state is not trusted and was not "
+        "checkpointed",
+        guard_.consecutive_skips(), step_ - guard_.consecutive_skips() + 1, step_,
+        job_.config.guard.max_skips);
+    job_.dir.event(reason);
+    throw Error(fmt::format("{}. {}", reason, where_to_go_on(divergence_advice(job_.config))));
+  }
   job_.dir.event(fmt::format("{} at step {}: val loss {:.4f}",
                              stopped_early_ ? "stopped" : "finished", step_, val_loss_));
   return text;

@@ -39,6 +39,7 @@ class TrainingLoop {
   // throws when it stops instead.
   bool rolled_back(const std::string& fault, const std::string& why);
   [[noreturn]] void stop_after_alarm(const std::string& reason, bool diverged);
+  std::string where_to_go_on(const std::string& change) const;
   bool stops_early();
   void checkpoint_on_interval();
   void checkpoint(int64_t step);

@@ -159,5 +159,58 @@ TEST(StepGuard, RollbackReloadsTheNewestCheckpointUntilMaxRollbacks) {
   fs::remove_all(dir);
 }
 
+// Issue 39 item 13: the advice after a divergence named optim.lr whatever the cause, and pointed a
+// run without checkpoints to a checkpoints directory that did not exist. Now it names the setting
+// far outside its usual range, and a run without a checkpoint is told to start again.
+TEST(StepGuard, DivergenceAdviceNamesTheLikelyKey) {
+  const std::string dir = fresh_dir("guard_advice");
+  const std::string base = "train " + config_path("markov.toml") + " --quiet --set train.steps=8";
+  auto r = run_trillion(base + " --run-dir " + dir + "/std --set model.init_std=1e30");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "This run has no checkpoint yet (" + dir +
+                                "/std/checkpoints holds none): the likely cause: model.init_std "
+                                "= 1e+30 (usual 0.02"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "then start it again (a new --run-dir, or remove " + dir + "/std)"))
+      << r.output;
+  EXPECT_FALSE(has(r.output, "lower optim.lr")) << r.output;
+  r = run_trillion(base + " --run-dir " + dir + "/wd --set optim.weight_decay=1e30");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "the likely cause: optim.weight_decay = 1e+30 (usual 0.1")) << r.output;
+}
+
+// Issue 39 item 14: a run whose last steps skipped their update (a streak shorter than
+// guard.max_skips when train.steps came) exited 0, "completed": true, with a dead model. It is a
+// failure with the reason, and summary.json says it did not complete.
+TEST(StepGuard, ARunEndingInsideASkipStreakFails) {
+  const std::string dir = fresh_dir("guard_streak_end");
+  const auto r = run_trillion("train " + config_path("markov.toml") + " --quiet --run-dir " + dir +
+                              " --set train.steps=3 --set optim.lr=1e30"
+                              " --set guard.on_divergence=\"rollback\"");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "error: the run ended inside a streak of 2 skipped update(s) (steps "
+                            "2..3; guard.max_skips = 5 was not reached before train.steps): its "
+                            "final state is not trusted and was not checkpointed"))
+      << r.output;
+  EXPECT_EQ(testing::read_json(dir + "/summary.json")["completed"], false);
+  EXPECT_FALSE(fs::exists(dir + "/checkpoints/step_00000003"));
+}
+
+// Issue 39 item 21: train.steps = 0 logged "steps 1..0"; a warmup longer than the run was silent.
+TEST(RunStart, NoStepsAndAWarmupBeyondTheRunAreSaid) {
+  const std::string dir = fresh_dir("run_start_said");
+  const std::string base = "train " + config_path("markov.toml") + " --quiet --run-dir " + dir;
+  ASSERT_EQ(run_trillion(base + "/zero --set train.steps=0").exit_code, 0);
+  EXPECT_TRUE(has(testing::slurp(dir + "/zero/events.log"),
+                  "for no step (train.steps = 0: the model as initialised is written as "
+                  "checkpoint step 0)"));
+  ASSERT_EQ(run_trillion(base + "/warm --set train.steps=2 --set optim.warmup_steps=1000000")
+                .exit_code,
+            0);
+  EXPECT_TRUE(has(testing::slurp(dir + "/warm/events.log"),
+                  "warning: optim.warmup_steps = 1000000 is beyond train.steps = 2: the learning "
+                  "rate never reaches optim.lr = 0.01 (it ends at 2e-06 of it)"));
+}
+
 }  // namespace
 }  // namespace trillion
