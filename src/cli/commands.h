@@ -19,4 +19,28 @@ int export_command(int argc, char** argv);
 int import_command(int argc, char** argv);
 int report_command(int argc, char** argv);
 
+// The table main() dispatches on (and `launch` checks a subcommand against before starting
+// ranks that would each fail on it).
+struct Subcommand {
+  const char* name;
+  int (*run)(int, char**);
+  const char* summary;
+};
+
+inline constexpr Subcommand kSubcommands[] = {
+    {"train", train_command, "train a model from a TOML run config"},
+    {"generate", generate_command, "sample text from a checkpoint"},
+    {"compare", compare_command, "compare the losses and weights of two runs"},
+    {"bench", bench_command, "measure GEMM peak, kernels and training steps"},
+    {"plan", plan_command, "plan a training run: layout, memory, time, cost"},
+    {"schedule", schedule_command, "generate, simulate and draw pipeline schedules"},
+    {"tokenizer", tokenizer_command, "train, apply and invert a BPE tokenizer"},
+    {"data", data_command, "prepare, synthesise and inspect token shards"},
+    {"launch", launch_command, "run a subcommand as N MPI processes (mpirun)"},
+    {"inspect", inspect_command, "show a config's parameter table, shards, stages"},
+    {"export", export_command, "write a checkpoint as Hugging Face safetensors"},
+    {"import", import_command, "make a checkpoint from Hugging Face safetensors"},
+    {"report", report_command, "plot runs' metrics as one HTML page"},
+};
+
 }  // namespace trillion::cli

@@ -115,8 +115,18 @@ class OutputRouter {
     const int rank = std::stoi(m[1]);
     const bool is_err = m[2] == "stderr";
     const std::string body = m[3];
-    static const std::regex kErrorLine(R"(^trillion [a-z-]+: (internal )?error: .*)");
+    static const std::regex kErrorLine(R"(^trillion( [a-z-]+)?: (internal )?error: .*)");
     static const std::regex kDeath(R"(^trillion launch: rank \d+ (was killed by|cannot run) .*)");
+    // Open MPI's shared-memory transport complaining that a peer's memory vanished ("[host:pid]
+    // Read -1, expected 65536, errno = 3"): the echo of another rank's death, which the failure
+    // line names; shown only with TRILLION_LAUNCH_VERBOSE.
+    static const std::regex kPeerGone(
+        R"(^\[[^\] ]+:\d+\] (Read|Write) -?\d+, expected \d+, errno = \d+\s*$)");
+    if (is_err && std::regex_match(body, kPeerGone)) {
+      report_.mpirun_lines.push_back(body);
+      if (verbose_) std::fprintf(stderr, "%s\n", body.c_str());
+      return;
+    }
     if (is_err && std::regex_match(body, kDeath)) {
       report_.death.emplace(rank, body);
       return;

@@ -170,6 +170,17 @@ LaunchArgs parse_args(int argc, char** argv) {
           fault.substr(fault.find(':') + 1), rank, a.processes, a.processes - 1));
     }
   }
+  if (a.program.empty() &&
+      std::none_of(std::begin(kSubcommands), std::end(kSubcommands),
+                   [&](const Subcommand& s) { return a.command[0] == s.name; })) {
+    std::string names;
+    for (const Subcommand& s : kSubcommands) {
+      names += (names.empty() ? "" : ", ") + std::string(s.name);
+    }
+    throw Error(fmt::format("'{}' is not a trillion command (the commands: {}); nothing was "
+                            "started",
+                            a.command[0], names));
+  }
   if (a.supervisor.startup_timeout > 0 && a.supervisor.heartbeat_timeout == 0) {
     throw Error(fmt::format(
         "--startup-timeout {} needs the watchdog: add --heartbeat-timeout SECONDS (the limit "

@@ -18,27 +18,8 @@
 
 namespace {
 
-struct Subcommand {
-  const char* name;
-  int (*run)(int, char**);
-  const char* summary;
-};
-
-constexpr Subcommand kSubcommands[] = {
-    {"train", trillion::cli::train_command, "train a model from a TOML run config"},
-    {"generate", trillion::cli::generate_command, "sample text from a checkpoint"},
-    {"compare", trillion::cli::compare_command, "compare the losses and weights of two runs"},
-    {"bench", trillion::cli::bench_command, "measure GEMM peak, kernels and training steps"},
-    {"plan", trillion::cli::plan_command, "plan a training run: layout, memory, time, cost"},
-    {"schedule", trillion::cli::schedule_command, "generate, simulate and draw pipeline schedules"},
-    {"tokenizer", trillion::cli::tokenizer_command, "train, apply and invert a BPE tokenizer"},
-    {"data", trillion::cli::data_command, "prepare, synthesise and inspect token shards"},
-    {"launch", trillion::cli::launch_command, "run a subcommand as N MPI processes (mpirun)"},
-    {"inspect", trillion::cli::inspect_command, "show a config's parameter table, shards, stages"},
-    {"export", trillion::cli::export_command, "write a checkpoint as Hugging Face safetensors"},
-    {"import", trillion::cli::import_command, "make a checkpoint from Hugging Face safetensors"},
-    {"report", trillion::cli::report_command, "plot runs' metrics as one HTML page"},
-};
+using trillion::cli::kSubcommands;
+using trillion::cli::Subcommand;
 
 void usage(FILE* out) {
   std::fprintf(out, "usage: trillion <command> [args...]\n\ncommands:\n");
@@ -82,7 +63,9 @@ int main(int argc, char** argv) {
       return 3;
     }
   }
-  std::fprintf(stderr, "trillion: unknown command '%s'\n", argv[1]);
   usage(stderr);
+  // Last, so that it is the line a launcher reports for a rank that failed this way.
+  std::fprintf(stderr, "trillion: error: unknown command '%s' (the commands are listed above)\n",
+               argv[1]);
   return 2;
 }

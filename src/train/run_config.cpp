@@ -138,6 +138,13 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
     apply_override(root, o, source);
     drop_other_name(root, o, set_keys);
   }
+  if (!root.contains("model")) {
+    // Every default of [model] is a size of 0, so the first check would blame one key of it.
+    throw Error(fmt::format(
+        "{}: {}; a run config names at least its model ([model]: vocab_size, d_model, n_layers, "
+        "n_heads, seq_len); start from configs/tiny.toml",
+        source, root.empty() ? "the file is empty (no settings)" : "it has no [model] table"));
+  }
   RunConfig rc;
   rc.source = source;
   read_sections(root, source, rc);

@@ -49,6 +49,32 @@ TEST(Launch, KilledRankNamesTheSignal) {
       << r.output;
 }
 
+// Issue 39 item 15: `launch -n 2 -- bogus` ended with a rank's "--help" hint as the cause. The
+// subcommand is checked before any rank starts.
+TEST(Launch, AnUnknownSubcommandIsNamedBeforeAnyRankStarts) {
+  const auto r = run_trillion("launch -n 2 -- bogus");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.output.rfind("trillion launch: error: 'bogus' is not a trillion command (the "
+                           "commands: train, generate, ",
+                           0),
+            0u)
+      << r.output;
+  EXPECT_EQ(lines(r.output), 1) << r.output;
+}
+
+// Issue 39 item 15: a killed rank's peers leaked Open MPI's shared-memory complaint ("[vm:PID]
+// Read -1, expected N, errno = 3") next to the one failure line. It is kept out of the output.
+TEST(Launch, APeersSharedMemoryComplaintIsNotShown) {
+  const auto r = run_trillion(
+      sh_ranks("2",
+               "if [ $OMPI_COMM_WORLD_RANK = 0 ]; then echo \"[vm:123] Read -1, expected 4096, "
+               "errno = 3\" >&2; sleep 0.5; else kill -9 $$; fi; sleep 1"));
+  EXPECT_EQ(r.exit_code, 128 + 9);
+  EXPECT_EQ(r.output.find("Read -1"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.rfind("trillion launch: rank 1 was killed by signal 9 (Killed)", 0), 0u)
+      << r.output;
+}
+
 TEST(Launch, SubcommandErrorOnEveryRankIsReportedOnce) {
   const std::string dir = testing::fresh_dir("launch_bad_heads");
   const auto r = run_trillion("launch -n 2 -- train " + testing::config_path("tiny.toml") +

@@ -112,10 +112,10 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
             "c.toml:2: control character \\x01 (TOML allows none; write it as an escape inside a "
             "string)");
   EXPECT_NE(error("# \xe2\x82\xac comment\n[data]\npath = \"\xe2\x82\xac \\u00e9\"\n")
-                .find("model.vocab_size"),
+                .find("it has no [model] table"),
             std::string::npos);
   // Text inside a multi-line string is not a header or a value.
-  EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("model.vocab_size"),
+  EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("it has no [model] table"),
             std::string::npos);
   // A --set value outside the subset is taken as a string, like any value that is not TOML.
   // --set into a section the file made a value (was a null pointer dereference; fuzz finding).
@@ -128,6 +128,24 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   }
   EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[x"}).data.path, "[x");
   EXPECT_EQ(load_run_config(config_path("tiny.toml"), {"data.path=[[[1}}"}).data.path, "[[[1}}");
+}
+
+// Issue 39 item 15: an empty config, or one without [model], was refused as "model.vocab_size
+// must be positive, got 0", about a key the user never wrote.
+TEST(BadConfig, AnEmptyConfigOrOneWithoutAModelSaysSo) {
+  auto error = [](const std::string& text) {
+    try {
+      parse_run_config(text, "c.toml", {});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(""), "c.toml: the file is empty (no settings); a run config names at least its "
+                       "model ([model]: vocab_size, d_model, n_layers, n_heads, seq_len); start "
+                       "from configs/tiny.toml");
+  EXPECT_EQ(error("# only a comment\n"), error(""));
+  EXPECT_EQ(error("[train]\nsteps = 3\n").rfind("c.toml: it has no [model] table; ", 0), 0u);
 }
 
 // Issue 39 item 7: 40,000 dotted-key parts (as a key or a [table.header]) overflowed the stack of
