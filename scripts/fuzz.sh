@@ -5,14 +5,14 @@
 # target that crashes, leaks, trips a sanitizer or violates a property; the input that did it is
 # left as build-fuzz/crash-* (copy it into tests/fuzz/corpus/<target>/ once fixed, so the
 # replay tests keep it). Prints the executions per target.
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 30 s, all five targets)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     (default 30 s, all six targets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/phase.sh
 seconds=${1:-30}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(run_config tokenizer shard checkpoint gzip)
+((${#targets[@]})) || targets=(run_config tokenizer shard checkpoint gzip schedule)
 if ! command -v clang++ >/dev/null; then
   echo "fuzz.sh: clang++ not found; run scripts/setup.sh (Debian packages clang, libclang-rt-dev)" >&2
   exit 2
