@@ -43,6 +43,13 @@ void check_output(const std::string& out, bool overwrite) {
   }
 }
 
+// `text` as a JSON string body ("\n" for a newline), to show a separator in a message.
+std::string json_escape(const std::string& text) {
+  const std::string quoted = nlohmann::json(text).dump(-1, ' ', false,
+                                                       nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
 // Splits text into documents at `separator`; empty documents are dropped.
 std::vector<std::string_view> split_documents(std::string_view text, std::string_view separator) {
   std::vector<std::string_view> docs;
@@ -73,6 +80,7 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
   int64_t last_train_bytes = 0;
   for (const std::string& path : inputs) {
     std::string text = data::read_file(path);
+    data::check_text(text, path);  // an executable or archive is not tokenized as if it were text
     bytes += static_cast<int64_t>(text.size());
     for (std::string_view doc : split_documents(text, separator)) {
       bool to_val = split_rng.uniform(static_cast<uint64_t>(docs)) < val_fraction;
@@ -89,6 +97,15 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
     }
   }
   if (docs == 0) throw Error("the input files contain no text; pass non-empty text files");
+  if (val_fraction > 0 && docs == 1) {
+    // One document cannot be split: val.bin would be empty, and training refuses an empty split.
+    throw Error(
+        "the input is one document (documents are separated by --doc-separator, now \"" +
+        json_escape(separator) +
+        "\"), so the validation split would be empty and training could not use it; split the "
+        "text into documents (e.g. --doc-separator $'\\n' in bash: one document per line) or "
+        "add more files (nothing was written)");
+  }
   if (val_fraction > 0 && val.empty() && docs >= 2) {
     // Too few documents for the fraction to pick one: the last training document becomes val.
     val.assign(train.begin() + static_cast<int64_t>(last_train_start), train.end());
@@ -96,6 +113,11 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
     split_bytes[0] -= last_train_bytes;
     split_bytes[1] = last_train_bytes;
     val_docs = 1;
+  }
+  if (val_fraction == 0) {
+    std::fprintf(stderr,
+                 "warning: --val-fraction 0 leaves val.bin empty; 'trillion train' needs "
+                 "validation tokens from it (give --val-fraction > 0 to train on this data)\n");
   }
   make_directory(out);
   nlohmann::json meta = {
