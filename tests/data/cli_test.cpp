@@ -262,3 +262,24 @@ TEST_F(CliTest, EmptyBinaryAndOneDocumentInputsAreRefused) {
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_TRUE(has(r.output, "warning: --val-fraction 0 leaves val.bin empty")) << r.output;
 }
+
+// Issue 39 item 15: `data synth --tokens 1e11` ended in "out of memory ... use a smaller model"
+// (wrong advice). The count is read in exponent form too, and one that cannot fit in memory is
+// refused as too large, with the limit, before anything is written.
+TEST_F(CliTest, SynthTokenCountsTooLargeAreRefusedWithTheLimit) {
+  Result r = run("data synth --tokens 1e15 --out " + p("big"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--tokens 1000000000000000 is too large: data synth holds a split in "
+                            "memory (6 bytes a token"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "; the limit here is ")) << r.output;
+  EXPECT_FALSE(has(r.output, "smaller model")) << r.output;
+  EXPECT_FALSE(fs::exists(p("big")));
+  r = run("data synth --tokens 2.5 --out " + p("big"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--tokens 2.5 is not a whole number of tokens")) << r.output;
+  r = run("data synth --tokens 1e4 --val-tokens 2e3 --out " + p("small"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(open_shard_dataset(p("small"), Split::kTrain)->num_tokens(), 10000);
+  EXPECT_EQ(open_shard_dataset(p("small"), Split::kValidation)->num_tokens(), 2000);
+}

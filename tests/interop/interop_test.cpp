@@ -652,6 +652,59 @@ TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
   EXPECT_NE(r.output.find("tokens/s (kv cache)"), std::string::npos) << r.output;
 }
 
+// Issue 39 item 15: run from another directory than training, generate said "no tokenizer for
+// --prompt" without the path it tried (data.path and the shards' tokenizer are relative to where
+// training and `data prepare` ran); --top-k -1 printed a 309-digit range. Now both paths are also
+// tried against the run directory and the directories above it, and named when none exists.
+TEST(Generate, FindsTheRunsTokenizerFromAnotherDirectoryAndNamesThePathsTried) {
+  const std::string root = fresh_dir("gen_tokenizer");
+  const std::string work = root + "/work", tokenizer = work + "/runs/data/tok.json";
+  make_tiny_run(work + "/runs/r", {"model.vocab_size=272", "data.source=\"shards\"",
+                                   "data.path=\"runs/data\""});
+  std::filesystem::create_directories(work + "/runs/data");
+  std::ofstream(work + "/text.txt") << "the cat sat on the mat\n\nthe dog sat on the log\n\n"
+                                       "the cat ate the rat\n";
+  const std::string bin = TRILLION_BINARY;
+  const auto prep = run_shell("cd " + work + " && " + bin +
+                              " tokenizer train --vocab 270 --out runs/data/tok.json text.txt && " +
+                              bin + " data prepare --tokenizer runs/data/tok.json --out runs/data "
+                              "text.txt 2>&1");
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::string args = " --prompt 'the' --max-tokens 4 --temperature 0";
+  auto generate = [&](const std::string& extra = "") {
+    return run_shell("cd " + root + " && " + bin + " generate --checkpoint work/runs/r" + args +
+                     extra + " 2>&1");
+  };
+  auto r = generate();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, generate(" --tokenizer " + tokenizer).output);
+  EXPECT_EQ(r.output.rfind("the", 0), 0u) << r.output;
+
+  std::filesystem::rename(tokenizer, tokenizer + ".moved");
+  r = generate();
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "no tokenizer for --prompt: the run's shards '" + work +
+                                         "/runs/data/train.bin' were made with tokenizer "
+                                         "'runs/data/tok.json', which is not there (tried "
+                                         "'runs/data/tok.json', "))
+      << r.output;
+  EXPECT_TRUE(testing::has(r.output, "'" + tokenizer + "'")) << r.output;
+  std::filesystem::rename(work + "/runs/data", work + "/runs/moved");
+  r = generate();
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "the run's data.path 'runs/data' has no train.bin (tried "
+                                     "'runs/data/train.bin', '" +
+                                         work + "/runs/r/runs/data/train.bin'"))
+      << r.output;
+
+  r = generate(" --top-k -1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "--top-k: -1 is not a whole number >= 0 (0 keeps every "
+                                     "token)"))
+      << r.output;
+  EXPECT_LT(r.output.size(), 200u) << r.output;
+}
+
 TEST(HfTokenizer, ByteLevelAlphabetAndTables) {
   EXPECT_EQ(interop::byte_level_char(' '), "\xC4\xA0");   // U+0120 'Ġ'
   EXPECT_EQ(interop::byte_level_char('\n'), "\xC4\x8A");  // U+010A 'Ċ'
