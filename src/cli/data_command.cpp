@@ -51,8 +51,8 @@ void check_output(const std::string& out, bool overwrite) {
 
 // `text` as a JSON string body ("\n" for a newline), to show a separator in a message.
 std::string json_escape(const std::string& text) {
-  const std::string quoted = nlohmann::json(text).dump(-1, ' ', false,
-                                                       nlohmann::json::error_handler_t::replace);
+  const std::string quoted =
+      nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return quoted.substr(1, quoted.size() - 2);
 }
 
@@ -155,7 +155,8 @@ int64_t parse_count(const std::string& option, const std::string& text) {
   const double v = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !(v >= 0) || v != std::floor(v) ||
       v > 0x1p62) {
-    throw Error(option + " " + text + " is not a whole number of tokens >= 0 (e.g. 1000000 or 1e6)");
+    throw Error(option + " " + text +
+                " is not a whole number of tokens >= 0 (e.g. 1000000 or 1e6)");
   }
   // Plain digits are read exactly (a double holds integers exactly only below 2^53).
   int64_t n = 0;

@@ -142,7 +142,8 @@ std::string find_run_tokenizer(const RunConfig& cfg, const std::string& dir, std
   const auto is_file = [&](const std::string& path) { return fs::is_regular_file(path, ec); };
   fs::path run_dir = fs::absolute(dir, ec).lexically_normal();
   if (run_dir.filename().empty()) run_dir = run_dir.parent_path();  // a trailing '/'
-  if (run_dir.parent_path().filename() == "checkpoints") run_dir = run_dir.parent_path().parent_path();
+  if (run_dir.parent_path().filename() == "checkpoints")
+    run_dir = run_dir.parent_path().parent_path();
   std::vector<std::string> tried;
   const std::string train_bin = data::shard_path(cfg.data.path, data::Split::kTrain);
   const std::string shards = find_recorded_path(train_bin, run_dir, is_file, tried);
@@ -163,12 +164,13 @@ std::string find_run_tokenizer(const RunConfig& cfg, const std::string& dir, std
     return "";
   }
   tried.clear();
-  const std::string found = find_recorded_path(
-      *recorded, fs::absolute(shards, ec).parent_path(), is_file, tried);
+  const std::string found =
+      find_recorded_path(*recorded, fs::absolute(shards, ec).parent_path(), is_file, tried);
   if (found.empty()) {
-    why = fmt::format("the run's shards '{}' were made with tokenizer '{}', which is not there "
-                      "(tried {})",
-                      shards, *recorded, quoted_list(tried));
+    why = fmt::format(
+        "the run's shards '{}' were made with tokenizer '{}', which is not there "
+        "(tried {})",
+        shards, *recorded, quoted_list(tried));
   }
   return found;
 }

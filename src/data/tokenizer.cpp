@@ -188,8 +188,8 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& path) {
     if (json_has(j, "pretokenizer")) {
       const nlohmann::json& p = j.at("pretokenizer");
       if (!p.is_string() || p.get<std::string>() != kPretokenizer) {
-        throw Error(origin + ": field 'pretokenizer' is " + p.dump() + ", but this version splits " +
-                    "text with \"" + kPretokenizer + "\" only");
+        throw Error(origin + ": field 'pretokenizer' is " + p.dump() +
+                    ", but this version splits text with \"" + kPretokenizer + "\" only");
       }
     }
     if (json_has(j, "special_tokens")) {

@@ -368,17 +368,19 @@ std::string import_hf_llama(const std::string& in_dir, const std::string& run_di
         }
         // A NaN or infinite weight would train, export and generate as NaN: refused by name.
         if (!std::isfinite(v))
-          throw Error(fmt::format("{}: tensor '{}' element {} is {} (weights must be finite); "
-                                  "the file is damaged or came from a diverged run",
-                                  st_path, name, i, v));
+          throw Error(
+              fmt::format("{}: tensor '{}' element {} is {} (weights must be finite); "
+                          "the file is damaged or came from a diverged run",
+                          st_path, name, i, v));
         if (esize == 8) {
           std::memcpy(dst + i * 8, &v, 8);
         } else {
           const float f = static_cast<float>(v);
           if (!std::isfinite(f))
-            throw Error(fmt::format("{}: tensor '{}' element {} = {} overflows f32; import "
-                                    "into model.dtype = \"f64\" (--config) or rescale it",
-                                    st_path, name, i, v));
+            throw Error(
+                fmt::format("{}: tensor '{}' element {} = {} overflows f32; import "
+                            "into model.dtype = \"f64\" (--config) or rescale it",
+                            st_path, name, i, v));
           std::memcpy(dst + i * 4, &f, 4);
         }
       }
@@ -393,9 +395,10 @@ std::string import_hf_llama(const std::string& in_dir, const std::string& run_di
     std::string list;
     for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", '" : "'") + extra[i] + "'";
     if (extra.size() > 8) list += fmt::format(" and {} more", extra.size() - 8);
-    throw Error(fmt::format("{}: {} tensor(s) that config.json's model has no place for: {}; "
-                            "pass --allow-unknown to import without them (nothing was written)",
-                            st_path, extra.size(), list));
+    throw Error(
+        fmt::format("{}: {} tensor(s) that config.json's model has no place for: {}; "
+                    "pass --allow-unknown to import without them (nothing was written)",
+                    st_path, extra.size(), list));
   }
   if (unknown != nullptr) *unknown = extra;
   Buffer m1(tracker, MemoryCategory::optimizer, cfg.model.dtype, table.total_elements());

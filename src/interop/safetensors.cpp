@@ -76,9 +76,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
   }
   if (!header.is_object()) throw bad("header is not a JSON object");
   if (!duplicate.empty())
-    throw bad(fmt::format("'{}' appears twice in the header (which copy is meant is unknown); "
-                          "re-save the file with each tensor once",
-                          duplicate));
+    throw bad(
+        fmt::format("'{}' appears twice in the header (which copy is meant is unknown); "
+                    "re-save the file with each tensor once",
+                    duplicate));
   const uint64_t data_size = file.size() - 8 - n;
   SafetensorsFile out;
   for (const auto& [name, v] : header.items()) {

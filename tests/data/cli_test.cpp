@@ -227,7 +227,7 @@ TEST_F(CliTest, EmptyBinaryAndOneDocumentInputsAreRefused) {
   EXPECT_FALSE(fs::exists(p("tok.json")));
 
   // An ELF-like binary: magic, then zeros and high bytes.
-  std::string elf = "\x7f" "ELF";
+  std::string elf = std::string(1, '\x7f') + "ELF";
   for (int i = 0; i < 2000; ++i) elf += i % 3 ? std::string(1, '\0') : std::string(1, '\xf9');
   std::ofstream(p("prog"), std::ios::binary) << elf;
   r = run("tokenizer train --vocab 270 --out " + p("tok.json") + " " + p("prog"));
@@ -247,9 +247,10 @@ TEST_F(CliTest, EmptyBinaryAndOneDocumentInputsAreRefused) {
   EXPECT_FALSE(fs::exists(p("ds")));
   r = run("data prepare --tokenizer " + p("tok.json") + " --out " + p("ds") + " " + p("a.txt"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "the input is one document (documents are separated by "
-                            "--doc-separator, now \"\\n\\n\"), so the validation split would be "
-                            "empty"))
+  EXPECT_TRUE(has(r.output,
+                  "the input is one document (documents are separated by "
+                  "--doc-separator, now \"\\n\\n\"), so the validation split would be "
+                  "empty"))
       << r.output;
   EXPECT_FALSE(fs::exists(p("ds")));
   // Split into documents, it prepares.
@@ -269,8 +270,9 @@ TEST_F(CliTest, EmptyBinaryAndOneDocumentInputsAreRefused) {
 TEST_F(CliTest, SynthTokenCountsTooLargeAreRefusedWithTheLimit) {
   Result r = run("data synth --tokens 1e15 --out " + p("big"));
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_TRUE(has(r.output, "--tokens 1000000000000000 is too large: data synth holds a split in "
-                            "memory (6 bytes a token"))
+  EXPECT_TRUE(has(r.output,
+                  "--tokens 1000000000000000 is too large: data synth holds a split in "
+                  "memory (6 bytes a token"))
       << r.output;
   EXPECT_TRUE(has(r.output, "; the limit here is ")) << r.output;
   EXPECT_FALSE(has(r.output, "smaller model")) << r.output;

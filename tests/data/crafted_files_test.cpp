@@ -293,16 +293,17 @@ TEST_F(CraftedFiles, TokenizerSpecialTokensAndPretokenizerAreChecked) {
                 R"(field 'pretokenizer' is "weird", but this version splits text with )"
                 R"("gpt2-bytes-v1" only)" +
                 fix);
-  EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":1000000000000,"<|eos|>":-3,"<|pad|>":"x"})"),
-            origin + R"(field 'special_tokens' gives "<|bos|>" the id 1000000000000, )" + want +
-                fix);
+  EXPECT_EQ(
+      load_error(R"(,"special_tokens":{"<|bos|>":1000000000000,"<|eos|>":-3,"<|pad|>":"x"})"),
+      origin + R"(field 'special_tokens' gives "<|bos|>" the id 1000000000000, )" + want + fix);
   EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":257,"<|eos|>":-3,"<|pad|>":259})"),
             origin + R"(field 'special_tokens' gives "<|eos|>" the id -3, )" + want + fix);
   EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":257,"<|eos|>":258,"<|pad|>":"x"})"),
             origin + R"(field 'special_tokens' gives "<|pad|>" the id "x", )" + want + fix);
   EXPECT_EQ(load_error(R"(,"special_tokens":{"<|user|>":260})"),
-            origin + R"(field 'special_tokens' names "<|user|>", which this tokenizer does not )"
-                     "have; " +
+            origin +
+                R"(field 'special_tokens' names "<|user|>", which this tokenizer does not )"
+                "have; " +
                 want + fix);
   EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":257})"),
             origin + "field 'special_tokens' has 1 entries, " + want + fix);

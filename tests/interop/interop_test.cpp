@@ -246,9 +246,10 @@ TEST(SafetensorsImport, RefusesDuplicateUnknownAndNonFiniteTensors) {
   const std::string extra = variant("extra", written(tensors));
   r = import(extra);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(testing::has(r.output, "1 tensor(s) that config.json's model has no place for: "
-                                     "'model.layers.0.self_attn.q_proj.bias'; pass "
-                                     "--allow-unknown"))
+  EXPECT_TRUE(testing::has(r.output,
+                           "1 tensor(s) that config.json's model has no place for: "
+                           "'model.layers.0.self_attn.q_proj.bias'; pass "
+                           "--allow-unknown"))
       << r.output;
   EXPECT_FALSE(std::filesystem::exists(extra + "_run"));
   r = import(extra, " --allow-unknown");
@@ -280,8 +281,7 @@ TEST(SafetensorsImport, RefusesDuplicateUnknownAndNonFiniteTensors) {
     const std::string bad = variant("bad_" + dtype, written(tensors));
     r = import(bad);
     EXPECT_EQ(r.exit_code, 2) << r.output;
-    EXPECT_TRUE(
-        testing::has(r.output, "tensor 'model.layers.1.self_attn.q_proj.weight' " + want))
+    EXPECT_TRUE(testing::has(r.output, "tensor 'model.layers.1.self_attn.q_proj.weight' " + want))
         << r.output;
     EXPECT_FALSE(std::filesystem::exists(bad + "_run"));
   }
@@ -659,16 +659,17 @@ TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
 TEST(Generate, FindsTheRunsTokenizerFromAnotherDirectoryAndNamesThePathsTried) {
   const std::string root = fresh_dir("gen_tokenizer");
   const std::string work = root + "/work", tokenizer = work + "/runs/data/tok.json";
-  make_tiny_run(work + "/runs/r", {"model.vocab_size=272", "data.source=\"shards\"",
-                                   "data.path=\"runs/data\""});
+  make_tiny_run(work + "/runs/r",
+                {"model.vocab_size=272", "data.source=\"shards\"", "data.path=\"runs/data\""});
   std::filesystem::create_directories(work + "/runs/data");
   std::ofstream(work + "/text.txt") << "the cat sat on the mat\n\nthe dog sat on the log\n\n"
                                        "the cat ate the rat\n";
   const std::string bin = TRILLION_BINARY;
-  const auto prep = run_shell("cd " + work + " && " + bin +
-                              " tokenizer train --vocab 270 --out runs/data/tok.json text.txt && " +
-                              bin + " data prepare --tokenizer runs/data/tok.json --out runs/data "
-                              "text.txt 2>&1");
+  const auto prep =
+      run_shell("cd " + work + " && " + bin +
+                " tokenizer train --vocab 270 --out runs/data/tok.json text.txt && " + bin +
+                " data prepare --tokenizer runs/data/tok.json --out runs/data "
+                "text.txt 2>&1");
   ASSERT_EQ(prep.exit_code, 0) << prep.output;
   const std::string args = " --prompt 'the' --max-tokens 4 --temperature 0";
   auto generate = [&](const std::string& extra = "") {
@@ -692,15 +693,17 @@ TEST(Generate, FindsTheRunsTokenizerFromAnotherDirectoryAndNamesThePathsTried) {
   std::filesystem::rename(work + "/runs/data", work + "/runs/moved");
   r = generate();
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(testing::has(r.output, "the run's data.path 'runs/data' has no train.bin (tried "
-                                     "'runs/data/train.bin', '" +
-                                         work + "/runs/r/runs/data/train.bin'"))
+  EXPECT_TRUE(testing::has(r.output,
+                           "the run's data.path 'runs/data' has no train.bin (tried "
+                           "'runs/data/train.bin', '" +
+                               work + "/runs/r/runs/data/train.bin'"))
       << r.output;
 
   r = generate(" --top-k -1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(testing::has(r.output, "--top-k: -1 is not a whole number >= 0 (0 keeps every "
-                                     "token)"))
+  EXPECT_TRUE(testing::has(r.output,
+                           "--top-k: -1 is not a whole number >= 0 (0 keeps every "
+                           "token)"))
       << r.output;
   EXPECT_LT(r.output.size(), 200u) << r.output;
 }
