@@ -1,8 +1,14 @@
 // `trillion data prepare|synth|inspect`: text files -> token shards with a train/validation
 // split, synthetic Markov shards with their exact entropy rate, and a look inside a shard.
 // Every output directory holds train.bin and val.bin (see data/shard.h for the layout).
+#include <fmt/format.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 
@@ -43,6 +49,13 @@ void check_output(const std::string& out, bool overwrite) {
   }
 }
 
+// `text` as a JSON string body ("\n" for a newline), to show a separator in a message.
+std::string json_escape(const std::string& text) {
+  const std::string quoted =
+      nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
 // Splits text into documents at `separator`; empty documents are dropped.
 std::vector<std::string_view> split_documents(std::string_view text, std::string_view separator) {
   std::vector<std::string_view> docs;
@@ -73,6 +86,7 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
   int64_t last_train_bytes = 0;
   for (const std::string& path : inputs) {
     std::string text = data::read_file(path);
+    data::check_text(text, path);  // an executable or archive is not tokenized as if it were text
     bytes += static_cast<int64_t>(text.size());
     for (std::string_view doc : split_documents(text, separator)) {
       bool to_val = split_rng.uniform(static_cast<uint64_t>(docs)) < val_fraction;
@@ -89,6 +103,15 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
     }
   }
   if (docs == 0) throw Error("the input files contain no text; pass non-empty text files");
+  if (val_fraction > 0 && docs == 1) {
+    // One document cannot be split: val.bin would be empty, and training refuses an empty split.
+    throw Error(
+        "the input is one document (documents are separated by --doc-separator, now \"" +
+        json_escape(separator) +
+        "\"), so the validation split would be empty and training could not use it; split the "
+        "text into documents (e.g. --doc-separator $'\\n' in bash: one document per line) or "
+        "add more files (nothing was written)");
+  }
   if (val_fraction > 0 && val.empty() && docs >= 2) {
     // Too few documents for the fraction to pick one: the last training document becomes val.
     val.assign(train.begin() + static_cast<int64_t>(last_train_start), train.end());
@@ -96,6 +119,11 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
     split_bytes[0] -= last_train_bytes;
     split_bytes[1] = last_train_bytes;
     val_docs = 1;
+  }
+  if (val_fraction == 0) {
+    std::fprintf(stderr,
+                 "warning: --val-fraction 0 leaves val.bin empty; 'trillion train' needs "
+                 "validation tokens from it (give --val-fraction > 0 to train on this data)\n");
   }
   make_directory(out);
   nlohmann::json meta = {
@@ -121,10 +149,47 @@ int prepare(const std::string& tokenizer_path, const std::string& out,
   return 0;
 }
 
-int synth(const std::string& kind, const data::MarkovSpec& spec, const std::string& out,
-          bool overwrite) {
+// A token count: a whole number, also in exponent form ("1e6"), in [0, 2^62].
+int64_t parse_count(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(v >= 0) || v != std::floor(v) ||
+      v > 0x1p62) {
+    throw Error(option + " " + text +
+                " is not a whole number of tokens >= 0 (e.g. 1000000 or 1e6)");
+  }
+  // Plain digits are read exactly (a double holds integers exactly only below 2^53).
+  int64_t n = 0;
+  const auto [rest, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec == std::errc() && rest == text.data() + text.size()) return n;
+  return static_cast<int64_t>(v);
+}
+
+// synth holds a split's tokens in memory twice (int32 ids, then the shard's 2- or 4-byte copy):
+// a count that cannot fit in half of this machine's memory is refused by name before anything is
+// written (it ended in "out of memory ... use a smaller model", which is not the fix).
+void check_synth_fits(const std::string& option, int64_t tokens, int vocab) {
+  const int64_t bytes_per_token = 4 + (vocab <= 65536 ? 2 : 4);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;
+  const double memory = static_cast<double>(pages) * static_cast<double>(page);
+  const int64_t limit = static_cast<int64_t>(memory / 2 / static_cast<double>(bytes_per_token));
+  if (tokens <= limit) return;
+  throw Error(fmt::format(
+      "{} {} is too large: data synth holds a split in memory ({} bytes a token, {:.3g} GB) and "
+      "this machine has {:.3g} GB; the limit here is {} tokens (half the memory), so lower {}",
+      option, tokens, bytes_per_token, static_cast<double>(tokens) * bytes_per_token / 1e9,
+      memory / 1e9, limit, option));
+}
+
+int synth(const std::string& kind, data::MarkovSpec spec, const std::string& tokens,
+          const std::string& val_tokens, const std::string& out, bool overwrite) {
   if (kind != "markov") throw Error("--kind " + kind + " is unknown; the only kind is markov");
+  spec.tokens = parse_count("--tokens", tokens);
+  spec.val_tokens = parse_count("--val-tokens", val_tokens);
   data::validate(spec);
+  check_synth_fits("--tokens", spec.tokens, spec.vocab);
+  check_synth_fits("--val-tokens", spec.val_tokens, spec.vocab);
   check_output(out, overwrite);
   Timer timer;
   data::MarkovChain chain(spec.order, spec.vocab, spec.seed, spec.sharpness);
@@ -221,8 +286,9 @@ int data_command(int argc, char** argv) {
   syn->add_option("--kind", kind, "source kind (markov)")->capture_default_str();
   syn->add_option("--order", spec.order, "Markov order K")->capture_default_str();
   syn->add_option("--vocab", spec.vocab, "vocabulary size V")->capture_default_str();
-  syn->add_option("--tokens", spec.tokens, "train tokens")->capture_default_str();
-  syn->add_option("--val-tokens", spec.val_tokens, "validation tokens")->capture_default_str();
+  std::string tokens = std::to_string(spec.tokens), val_tokens = std::to_string(spec.val_tokens);
+  syn->add_option("--tokens", tokens, "train tokens (1e6 allowed)")->capture_default_str();
+  syn->add_option("--val-tokens", val_tokens, "validation tokens")->capture_default_str();
   syn->add_option("--seed", spec.seed, "seed of the chain and streams")->capture_default_str();
   syn->add_option("--sharpness", spec.sharpness, "row peakedness (larger: lower entropy)")
       ->capture_default_str()
@@ -245,7 +311,7 @@ int data_command(int argc, char** argv) {
 
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (*prep) return prepare(tokenizer_path, out, inputs, val_fraction, seed, separator, overwrite);
-  if (*syn) return synth(kind, spec, out, overwrite);
+  if (*syn) return synth(kind, spec, tokens, val_tokens, out, overwrite);
   return inspect(shard, tokenizer_path, offset, count);
 }
 

@@ -5,7 +5,10 @@
 // text outgrows the window, each token recomputes the whole window of the last seq_len tokens at
 // positions 0.., exactly as --no-kv-cache does from the start, so both paths give the same
 // tokens. --stats prints tokens per second on stderr (off by default so the output is
-// reproducible).
+// reproducible). Without --tokenizer, the run's own is found through its config's data.path and
+// the shards' recorded tokenizer; both are relative to where training and `data prepare` ran, so
+// each is tried as given, then against the run directory and each directory above it (and the
+// shard directory and those above it), and the paths tried are named when none exists.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +16,7 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -96,6 +100,81 @@ std::vector<int32_t> parse_ids(const std::string& text, int64_t vocab) {
   return ids;
 }
 
+// The first of: `recorded` as given (from the current directory), then `recorded` under
+// `anchor` and under each directory above it, that `exists` accepts; "" when none (each
+// candidate is appended to `tried`). An absolute path is only itself.
+std::string find_recorded_path(const std::string& recorded, const std::filesystem::path& anchor,
+                               const std::function<bool(const std::string&)>& exists,
+                               std::vector<std::string>& tried) {
+  std::vector<std::string> candidates = {recorded};
+  if (std::filesystem::path(recorded).is_relative()) {
+    std::filesystem::path dir = anchor;
+    while (true) {
+      candidates.push_back((dir / recorded).lexically_normal().string());
+      if (!dir.has_relative_path()) break;  // the root
+      dir = dir.parent_path();
+    }
+  }
+  for (const std::string& c : candidates) {
+    if (std::find(tried.begin(), tried.end(), c) != tried.end()) continue;
+    tried.push_back(c);
+    if (exists(c)) return c;
+  }
+  return "";
+}
+
+std::string quoted_list(const std::vector<std::string>& paths) {
+  std::string list;
+  for (const std::string& path : paths) list += (list.empty() ? "'" : ", '") + path + "'";
+  return list;
+}
+
+// The tokenizer the run's shards were prepared with (checkpoint `dir`), or "" with `why` saying
+// what was looked for and where.
+std::string find_run_tokenizer(const RunConfig& cfg, const std::string& dir, std::string& why) {
+  namespace fs = std::filesystem;
+  if (cfg.data.source != "shards") {
+    why = fmt::format("the run trained on data.source = \"{}\", which has no tokenizer",
+                      cfg.data.source);
+    return "";
+  }
+  std::error_code ec;
+  const auto is_file = [&](const std::string& path) { return fs::is_regular_file(path, ec); };
+  fs::path run_dir = fs::absolute(dir, ec).lexically_normal();
+  if (run_dir.filename().empty()) run_dir = run_dir.parent_path();  // a trailing '/'
+  if (run_dir.parent_path().filename() == "checkpoints")
+    run_dir = run_dir.parent_path().parent_path();
+  std::vector<std::string> tried;
+  const std::string train_bin = data::shard_path(cfg.data.path, data::Split::kTrain);
+  const std::string shards = find_recorded_path(train_bin, run_dir, is_file, tried);
+  if (shards.empty()) {
+    why = fmt::format("the run's data.path '{}' has no train.bin (tried {})", cfg.data.path,
+                      quoted_list(tried));
+    return "";
+  }
+  std::optional<std::string> recorded;
+  try {
+    recorded = data::read_shard_info(shards).tokenizer;
+  } catch (const Error& e) {
+    why = e.what();
+    return "";
+  }
+  if (!recorded || recorded->empty()) {
+    why = fmt::format("the run's shards '{}' record no tokenizer", shards);
+    return "";
+  }
+  tried.clear();
+  const std::string found =
+      find_recorded_path(*recorded, fs::absolute(shards, ec).parent_path(), is_file, tried);
+  if (found.empty()) {
+    why = fmt::format(
+        "the run's shards '{}' were made with tokenizer '{}', which is not there "
+        "(tried {})",
+        shards, *recorded, quoted_list(tried));
+  }
+  return found;
+}
+
 }  // namespace
 
 int generate_command(int argc, char** argv) {
@@ -116,7 +195,15 @@ int generate_command(int argc, char** argv) {
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(1, 100000));
   app.add_option("--temperature", so.temperature, "0 = greedy")->check(finite_range(0, 100));
   app.add_option("--top-k", so.top_k, "keep the k most likely tokens (0: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            int64_t k = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), k);
+            if (ec != std::errc() || end != text.data() + text.size() || k < 0 || k > INT32_MAX)
+              return text + " is not a whole number >= 0 (0 keeps every token)";
+            return std::string();
+          },
+          "INT >= 0"));
   app.add_option("--top-p", so.top_p, "nucleus sampling mass (1: off)")->check(finite_range(0, 1));
   app.add_option("--seed", seed, "sampling seed");
   app.add_option("--samples", samples, "independent samples to draw")->check(CLI::Range(1, 100));
@@ -128,7 +215,8 @@ int generate_command(int argc, char** argv) {
 
   const std::string dir = resolve_checkpoint_dir(checkpoint, "generate");
   const RunConfig cfg = parse_run_config(read_checkpoint_config(dir), dir + "/config.toml", {});
-  if (tokenizer_path.empty()) tokenizer_path = run_tokenizer_path(cfg);
+  std::string no_tokenizer = "no --tokenizer was given";
+  if (tokenizer_path.empty()) tokenizer_path = find_run_tokenizer(cfg, dir, no_tokenizer);
   std::optional<data::Tokenizer> tokenizer;
   if (!tokenizer_path.empty()) tokenizer.emplace(data::Tokenizer::load(tokenizer_path));
   if (tokenizer && tokenizer->vocab_size() > cfg.model.vocab_size) {
@@ -140,9 +228,10 @@ int generate_command(int argc, char** argv) {
     context = parse_ids(prompt_ids, cfg.model.vocab_size);
   } else {
     if (!tokenizer) {
-      throw Error(
-          "no tokenizer for --prompt: pass --tokenizer FILE, or --prompt-ids for a model "
-          "trained on synthetic tokens");
+      throw Error(fmt::format(
+          "no tokenizer for --prompt: {}; pass --tokenizer FILE, or --prompt-ids for a model "
+          "trained on synthetic tokens",
+          no_tokenizer));
     }
     context.push_back(tokenizer->bos_id());
     tokenizer->encode_append(prompt, context);

@@ -2,10 +2,12 @@
 // Face Llama directory (config.json + model.safetensors) into RUN_DIR/checkpoints/step_00000000,
 // which `trillion generate` reads and `trillion train --resume` continues from. The run's
 // [train]/[data]/[optim] come from --config (default: built-in defaults on random tokens); its
-// [model] always from config.json.
+// [model] always from config.json. A tensor the model has no place for is refused by name unless
+// --allow-unknown, which leaves it out and names it on stderr.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -24,6 +26,9 @@ int import_command(int argc, char** argv) {
   app.add_option("--format", format, "safetensors");
   app.add_option("--out", run_dir, "run directory to create the checkpoint in")->required();
   app.add_option("--config", config, "run config whose non-model sections the run uses");
+  bool allow_unknown = false;
+  app.add_flag("--allow-unknown", allow_unknown,
+               "leave out tensors the model has no place for (default: refuse, naming them)");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (format != "safetensors")
     throw Error(fmt::format("--format {}: only safetensors imports", format));
@@ -41,7 +46,11 @@ int import_command(int argc, char** argv) {
     base = ss.str();
     origin = config;
   }
-  const std::string dir = interop::import_hf_llama(in_dir, run_dir, base, origin);
+  std::vector<std::string> unknown;
+  const std::string dir =
+      interop::import_hf_llama(in_dir, run_dir, base, origin, allow_unknown, &unknown);
+  for (const std::string& name : unknown)
+    std::fprintf(stderr, "import: left out tensor '%s' (--allow-unknown)\n", name.c_str());
   std::printf("imported %s -> %s\n", in_dir.c_str(), dir.c_str());
   return 0;
 }

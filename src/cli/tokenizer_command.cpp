@@ -76,7 +76,19 @@ int tokenizer_command(int argc, char** argv) {
   if (*train) {
     refuse_to_replace({out}, overwrite);
     std::vector<std::string> texts;
-    for (const std::string& path : inputs) texts.push_back(data::read_file(path));
+    size_t total = 0;
+    for (const std::string& path : inputs) {
+      texts.push_back(data::read_file(path));
+      data::check_text(texts.back(), path);  // merges learned from a binary fit no text
+      total += texts.back().size();
+    }
+    if (total == 0) {
+      std::string names;
+      for (const std::string& path : inputs) names += (names.empty() ? "'" : ", '") + path + "'";
+      throw Error("no text to learn from: " + names +
+                  (inputs.size() == 1 ? " is empty" : " are empty") +
+                  "; pass the text files the tokenizer is for (nothing was written)");
+    }
     data::BpeTrainStats stats;
     data::Tokenizer tokenizer = data::Tokenizer::train(texts, vocab, &stats);
     tokenizer.save(out);

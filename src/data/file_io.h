@@ -39,6 +39,12 @@ bool visit_lines_backwards(
     const std::string& path,
     const std::function<bool(std::string_view line, uint64_t offset, bool terminated)>& visit);
 
+// Throws an Error naming `path`, the byte offset of the first offending byte and the fix unless
+// `text` looks like UTF-8 text: NUL bytes above 1 in 1000 (binaries and UTF-16 are full of them),
+// or bytes that are not UTF-8 above 1 in 10 (what a binary, an archive or a non-UTF-8 encoding
+// gives; a few stray Latin-1 bytes in a text pass). For inputs that are tokenized as text.
+void check_text(std::string_view text, const std::string& path);
+
 // True when `bytes` starts with the gzip magic (1f 8b).
 bool is_gzip(std::string_view bytes);
 

@@ -18,6 +18,7 @@ constexpr const char* kSpecialNames[kNumSpecialTokens] = {"<|bos|>", "<|eos|>", 
 constexpr size_t kMaxCacheEntries = 1 << 20;
 constexpr const char* kFormat = "trillion-bpe";
 constexpr int kFormatVersion = 1;
+constexpr const char* kPretokenizer = "gpt2-bytes-v1";  // pretokenize.h's splitting
 
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -120,7 +121,7 @@ void Tokenizer::save(const std::string& path) const {
   nlohmann::json j;
   j["format"] = kFormat;
   j["version"] = kFormatVersion;
-  j["pretokenizer"] = "gpt2-bytes-v1";
+  j["pretokenizer"] = kPretokenizer;
   j["vocab_size"] = vocab_size();
   nlohmann::json merges = nlohmann::json::array();
   for (auto [a, b] : merges_) merges.push_back({a, b});
@@ -181,6 +182,45 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& path) {
       throw Error(origin + ": vocab_size " + std::to_string(vocab_size) + " does not match its " +
                   std::to_string(tokenizer.merges().size()) + " merges (" +
                   std::to_string(tokenizer.vocab_size()) + " ids)");
+    }
+    // The optional fields save() writes must say what this code does: a file that asks for
+    // another pre-tokenizer or other special-token ids would be encoded differently than it says.
+    if (json_has(j, "pretokenizer")) {
+      const nlohmann::json& p = j.at("pretokenizer");
+      if (!p.is_string() || p.get<std::string>() != kPretokenizer) {
+        throw Error(origin + ": field 'pretokenizer' is " + p.dump() +
+                    ", but this version splits text with \"" + kPretokenizer + "\" only");
+      }
+    }
+    if (json_has(j, "special_tokens")) {
+      const nlohmann::json& specials = j.at("special_tokens");
+      std::string want;
+      for (int k = 0; k < kNumSpecialTokens; ++k) {
+        want += std::string(k ? ", " : "") + "\"" + kSpecialNames[k] +
+                "\": " + std::to_string(tokenizer.special_base() + k);
+      }
+      want = "expected {" + want + "} (the ids after the merges)";
+      if (!specials.is_object()) {
+        throw Error(origin + ": field 'special_tokens' is " + json_kind(specials) + ", " + want);
+      }
+      for (const auto& [name, id] : specials.items()) {
+        int k = 0;
+        while (k < kNumSpecialTokens && name != kSpecialNames[k]) ++k;
+        if (k == kNumSpecialTokens) {
+          throw Error(origin + ": field 'special_tokens' names \"" + name +
+                      "\", which this tokenizer does not have; " + want);
+        }
+        if (!id.is_number_integer() || id.get<int64_t>() != tokenizer.special_base() + k) {
+          std::string text = id.dump();
+          if (text.size() > 40) text = text.substr(0, 40) + "...";
+          throw Error(origin + ": field 'special_tokens' gives \"" + name + "\" the id " + text +
+                      ", " + want);
+        }
+      }
+      if (specials.size() != static_cast<size_t>(kNumSpecialTokens)) {
+        throw Error(origin + ": field 'special_tokens' has " + std::to_string(specials.size()) +
+                    " entries, " + want);
+      }
     }
     return tokenizer;
   } catch (const Error& e) {

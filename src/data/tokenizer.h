@@ -42,7 +42,9 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept = default;
 
   // Reads a tokenizer file; every field is checked and named in the Error when it is missing,
-  // mistyped or inconsistent (a merge referring to a later id, vocab_size not 259 + merges).
+  // mistyped or inconsistent (a merge referring to a later id, vocab_size not 259 + merges, a
+  // "pretokenizer" other than save()'s, "special_tokens" other than the three ids after the
+  // merges; those two fields may be absent).
   static Tokenizer load(const std::string& path);
   // The same from the file's text (`path` names it in messages).
   static Tokenizer from_json(std::string_view text, const std::string& path);

@@ -3,9 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -39,18 +41,6 @@ constexpr std::pair<const char*, const char*> kMoeNames[] = {
     {"moe.shared.w_up", "mlp.shared_experts.up_proj.weight"},
     {"moe.shared.w_down", "mlp.shared_experts.down_proj.weight"},
 };
-
-std::string safetensors_code(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "F32";
-    case DType::f64:
-      return "F64";
-    case DType::bf16:
-      return "BF16";
-  }
-  return "?";
-}
 
 // Element bytes of `src` (count elements of checkpoint dtype `from`) in dtype code `to`.
 std::string convert(const char* src, int64_t count, int from_bytes, const std::string& to) {
@@ -330,7 +320,8 @@ uint64_t export_hf_llama(const ExportOptions& o) {
 }
 
 std::string import_hf_llama(const std::string& in_dir, const std::string& run_dir,
-                            const std::string& base_toml, const std::string& base_origin) {
+                            const std::string& base_toml, const std::string& base_origin,
+                            bool allow_unknown, std::vector<std::string>* unknown) {
   RunConfig cfg = parse_run_config(base_toml, base_origin, {});
   const std::string config_path = in_dir + "/config.json";
   parse_hf_llama_config(data::read_file_raw(config_path), config_path, cfg.model);
@@ -344,6 +335,7 @@ std::string import_hf_llama(const std::string& in_dir, const std::string& run_di
   MemoryTracker tracker;
   Buffer params(tracker, MemoryCategory::parameters, cfg.model.dtype, table.total_elements());
   const int esize = static_cast<int>(dtype_size(cfg.model.dtype));
+  std::set<std::string> used;
   for (const TensorSpec& spec : table.specs()) {
     for (const HfTensor& s : hf_tensors(spec)) {
       const std::string& name = s.name;
@@ -353,41 +345,62 @@ std::string import_hf_llama(const std::string& in_dir, const std::string& run_di
             fmt::format("{}: tensor '{}' is missing (config.json describes a model that "
                         "has it)",
                         st_path, name));
+      used.insert(name);
       if (t->shape != s.shape)
         throw Error(fmt::format("{}: tensor '{}' has shape {}, config.json implies {}", st_path,
                                 name, shape_text(t->shape), shape_text(s.shape)));
+      if (t->dtype != "F32" && t->dtype != "F64" && t->dtype != "BF16")
+        throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16",
+                                st_path, name, t->dtype));
       char* dst = static_cast<char*>(params.raw()) + s.offset * esize;
-      if (t->dtype == safetensors_code(cfg.model.dtype)) {
-        std::memcpy(dst, t->bytes.data(), t->bytes.size());
-        continue;
-      }
       for (int64_t i = 0; i < s.numel(); ++i) {
         double v = 0;
-        if (t->dtype == "F32" || t->dtype == "F64") {
-          if (t->dtype == "F32") {
-            float f;
-            std::memcpy(&f, t->bytes.data() + i * 4, 4);
-            v = f;
-          } else {
-            std::memcpy(&v, t->bytes.data() + i * 8, 8);
-          }
-        } else if (t->dtype == "BF16") {
+        if (t->dtype == "F32") {
+          float f;
+          std::memcpy(&f, t->bytes.data() + i * 4, 4);
+          v = f;
+        } else if (t->dtype == "F64") {
+          std::memcpy(&v, t->bytes.data() + i * 8, 8);
+        } else {
           bf16 b;
           std::memcpy(&b, t->bytes.data() + i * 2, 2);
           v = bf16_to_float(b);
-        } else {
-          throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16",
-                                  st_path, name, t->dtype));
         }
+        // A NaN or infinite weight would train, export and generate as NaN: refused by name.
+        if (!std::isfinite(v))
+          throw Error(
+              fmt::format("{}: tensor '{}' element {} is {} (weights must be finite); "
+                          "the file is damaged or came from a diverged run",
+                          st_path, name, i, v));
         if (esize == 8) {
           std::memcpy(dst + i * 8, &v, 8);
         } else {
           const float f = static_cast<float>(v);
+          if (!std::isfinite(f))
+            throw Error(
+                fmt::format("{}: tensor '{}' element {} = {} overflows f32; import "
+                            "into model.dtype = \"f64\" (--config) or rescale it",
+                            st_path, name, i, v));
           std::memcpy(dst + i * 4, &f, 4);
         }
       }
     }
   }
+  // Tensors the model has no place for (biases, buffers, another architecture's weights) are
+  // not dropped silently: refused with their names, or left out on request.
+  std::vector<std::string> extra;
+  for (const StoredTensor& t : st.tensors)
+    if (!used.count(t.name)) extra.push_back(t.name);
+  if (!extra.empty() && !allow_unknown) {
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", '" : "'") + extra[i] + "'";
+    if (extra.size() > 8) list += fmt::format(" and {} more", extra.size() - 8);
+    throw Error(
+        fmt::format("{}: {} tensor(s) that config.json's model has no place for: {}; "
+                    "pass --allow-unknown to import without them (nothing was written)",
+                    st_path, extra.size(), list));
+  }
+  if (unknown != nullptr) *unknown = extra;
   Buffer m1(tracker, MemoryCategory::optimizer, cfg.model.dtype, table.total_elements());
   Buffer m2(tracker, MemoryCategory::optimizer, cfg.model.dtype, table.total_elements());
   std::memset(m1.raw(), 0, m1.bytes());

@@ -56,8 +56,13 @@ uint64_t export_hf_llama(const ExportOptions& o);
 
 // Reads out_dir-style files (config.json, model.safetensors) and writes RUN_DIR/checkpoints/
 // step_00000000 with zero optimizer moments; the run config is `base_toml` (a [train]/[data]
-// setup) with its [model] replaced by config.json's. Returns the checkpoint directory.
+// setup) with its [model] replaced by config.json's. Returns the checkpoint directory. Refused
+// (Error, nothing written): a missing or misshapen tensor, a NaN or infinite weight (named with
+// its tensor and element), and tensors the model has no place for unless `allow_unknown`; their
+// names are then put in `unknown` (when given) and they are left out.
 std::string import_hf_llama(const std::string& in_dir, const std::string& run_dir,
-                            const std::string& base_toml, const std::string& base_origin);
+                            const std::string& base_toml, const std::string& base_origin,
+                            bool allow_unknown = false,
+                            std::vector<std::string>* unknown = nullptr);
 
 }  // namespace trillion::interop

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "data/file_io.h"
@@ -58,12 +59,27 @@ SafetensorsFile read_safetensors(const std::string& path) {
   for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
   if (n > file.size() - 8) throw bad(fmt::format("header length {} runs past the file", n));
   nlohmann::json header;
+  // JSON objects keep the last of duplicated keys; a tensor named twice would silently lose one
+  // copy, so the parser's key events at the top level are watched for a name seen before.
+  std::set<std::string> names;
+  std::string duplicate;
+  auto watch = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+        !names.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = nlohmann::json::parse(file.substr(8, n));
+    header = nlohmann::json::parse(file.substr(8, n), watch);
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("header is not JSON: ") + e.what());
   }
   if (!header.is_object()) throw bad("header is not a JSON object");
+  if (!duplicate.empty())
+    throw bad(
+        fmt::format("'{}' appears twice in the header (which copy is meant is unknown); "
+                    "re-save the file with each tensor once",
+                    duplicate));
   const uint64_t data_size = file.size() - 8 - n;
   SafetensorsFile out;
   for (const auto& [name, v] : header.items()) {

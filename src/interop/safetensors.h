@@ -5,7 +5,8 @@
 // back to back with no gaps, the header is padded with spaces to a multiple of 8 bytes (so every
 // f32 tensor is aligned), and the file appears only complete (written atomically). The reader
 // checks every field and range before use: a truncated or crafted file is an Error naming the file
-// and the field, never a crash.
+// and the field, never a crash; a tensor named twice in the header is an Error naming it (JSON
+// parsers keep one copy silently).
 #pragma once
 
 #include <cstdint>

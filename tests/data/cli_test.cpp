@@ -213,3 +213,75 @@ TEST_F(CliTest, OutOfRangeValuesAndExistingOutputsAreClearErrors) {
       << limited.output;
   EXPECT_EQ(slurp(p("mk/train.bin")), old_shard);
 }
+
+// Issue 39 item 19: `tokenizer train` on an empty file wrote a 0-merge tokenizer, `data prepare`
+// tokenized an ELF binary, and a one-document input wrote an empty val.bin with exit 0 (training
+// then refused it). Each is now refused where it can still be fixed, naming the file (and offset),
+// with nothing written; a text with a few Latin-1 bytes still passes.
+TEST_F(CliTest, EmptyBinaryAndOneDocumentInputsAreRefused) {
+  { std::ofstream(p("empty.txt")); }
+  Result r = run("tokenizer train --vocab 270 --out " + p("tok.json") + " " + p("empty.txt"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "no text to learn from: '" + p("empty.txt") + "' is empty"))
+      << r.output;
+  EXPECT_FALSE(fs::exists(p("tok.json")));
+
+  // An ELF-like binary: magic, then zeros and high bytes.
+  std::string elf = std::string(1, '\x7f') + "ELF";
+  for (int i = 0; i < 2000; ++i) elf += i % 3 ? std::string(1, '\0') : std::string(1, '\xf9');
+  std::ofstream(p("prog"), std::ios::binary) << elf;
+  r = run("tokenizer train --vocab 270 --out " + p("tok.json") + " " + p("prog"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "'" + p("prog") + "' is not text: byte 5 is a NUL byte")) << r.output;
+  EXPECT_FALSE(fs::exists(p("tok.json")));
+
+  {
+    std::ofstream text(p("a.txt"));
+    text << "one document, caf\xe9 in Latin-1, with no blank line in it.\nA second line.\n";
+  }
+  r = run("tokenizer train --vocab 270 --out " + p("tok.json") + " " + p("a.txt"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run("data prepare --tokenizer " + p("tok.json") + " --out " + p("ds") + " " + p("prog"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "'" + p("prog") + "' is not text: byte 5")) << r.output;
+  EXPECT_FALSE(fs::exists(p("ds")));
+  r = run("data prepare --tokenizer " + p("tok.json") + " --out " + p("ds") + " " + p("a.txt"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "the input is one document (documents are separated by "
+                  "--doc-separator, now \"\\n\\n\"), so the validation split would be "
+                  "empty"))
+      << r.output;
+  EXPECT_FALSE(fs::exists(p("ds")));
+  // Split into documents, it prepares.
+  r = run("data prepare --tokenizer " + p("tok.json") + " --out " + p("ds") +
+          " --doc-separator . " + p("a.txt"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_GT(open_shard_dataset(p("ds"), Split::kValidation)->num_tokens(), 0);
+  r = run("data prepare --tokenizer " + p("tok.json") + " --val-fraction 0 --out " + p("ds0") +
+          " " + p("a.txt"));
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r.output, "warning: --val-fraction 0 leaves val.bin empty")) << r.output;
+}
+
+// Issue 39 item 15: `data synth --tokens 1e11` ended in "out of memory ... use a smaller model"
+// (wrong advice). The count is read in exponent form too, and one that cannot fit in memory is
+// refused as too large, with the limit, before anything is written.
+TEST_F(CliTest, SynthTokenCountsTooLargeAreRefusedWithTheLimit) {
+  Result r = run("data synth --tokens 1e15 --out " + p("big"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output,
+                  "--tokens 1000000000000000 is too large: data synth holds a split in "
+                  "memory (6 bytes a token"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "; the limit here is ")) << r.output;
+  EXPECT_FALSE(has(r.output, "smaller model")) << r.output;
+  EXPECT_FALSE(fs::exists(p("big")));
+  r = run("data synth --tokens 2.5 --out " + p("big"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--tokens 2.5 is not a whole number of tokens")) << r.output;
+  r = run("data synth --tokens 1e4 --val-tokens 2e3 --out " + p("small"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(open_shard_dataset(p("small"), Split::kTrain)->num_tokens(), 10000);
+  EXPECT_EQ(open_shard_dataset(p("small"), Split::kValidation)->num_tokens(), 2000);
+}

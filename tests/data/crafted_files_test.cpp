@@ -269,3 +269,47 @@ TEST_F(CraftedFiles, TokenizerFieldsAreCheckedByName) {
   EXPECT_EQ(load_error("[1, 2]"),
             origin + "not a trillion-bpe tokenizer (no \"format\": \"trillion-bpe\")" + fix);
 }
+
+// Issue 39 item 19: special_tokens {10^12, -3, "x"} and pretokenizer "weird" were ignored (the
+// file then encoded with other ids and another splitting than it said). Each is refused by name;
+// save()'s own output and files without the two fields still load.
+TEST_F(CraftedFiles, TokenizerSpecialTokensAndPretokenizerAreChecked) {
+  auto load_error = [&](const std::string& extra) {
+    spit(path("t.json"), R"({"format":"trillion-bpe","version":1,"vocab_size":260,)"
+                         R"("merges":[[116,104]])" +
+                             extra + "}");
+    return error_of([&] { Tokenizer::load(path("t.json")); });
+  };
+  const std::string origin = "tokenizer '" + path("t.json") + "': ";
+  const std::string want =
+      R"(expected {"<|bos|>": 257, "<|eos|>": 258, "<|pad|>": 259} (the ids after the merges))";
+  const std::string fix = "; retrain it with 'trillion tokenizer train'";
+  EXPECT_EQ(load_error(""), "");
+  EXPECT_EQ(load_error(R"(,"pretokenizer":"gpt2-bytes-v1","special_tokens":)"
+                       R"({"<|bos|>":257,"<|eos|>":258,"<|pad|>":259})"),
+            "");
+  EXPECT_EQ(load_error(R"(,"pretokenizer":"weird")"),
+            origin +
+                R"(field 'pretokenizer' is "weird", but this version splits text with )"
+                R"("gpt2-bytes-v1" only)" +
+                fix);
+  EXPECT_EQ(
+      load_error(R"(,"special_tokens":{"<|bos|>":1000000000000,"<|eos|>":-3,"<|pad|>":"x"})"),
+      origin + R"(field 'special_tokens' gives "<|bos|>" the id 1000000000000, )" + want + fix);
+  EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":257,"<|eos|>":-3,"<|pad|>":259})"),
+            origin + R"(field 'special_tokens' gives "<|eos|>" the id -3, )" + want + fix);
+  EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":257,"<|eos|>":258,"<|pad|>":"x"})"),
+            origin + R"(field 'special_tokens' gives "<|pad|>" the id "x", )" + want + fix);
+  EXPECT_EQ(load_error(R"(,"special_tokens":{"<|user|>":260})"),
+            origin +
+                R"(field 'special_tokens' names "<|user|>", which this tokenizer does not )"
+                "have; " +
+                want + fix);
+  EXPECT_EQ(load_error(R"(,"special_tokens":{"<|bos|>":257})"),
+            origin + "field 'special_tokens' has 1 entries, " + want + fix);
+  EXPECT_EQ(load_error(R"(,"special_tokens":[1,2,3])"),
+            origin + "field 'special_tokens' is an array, " + want + fix);
+  // What save() writes loads back.
+  Tokenizer({{116, 104}}).save(path("saved.json"));
+  EXPECT_EQ(Tokenizer::load(path("saved.json")).vocab_size(), 260);
+}

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "../train/cli_util.h"
 #include "core/dtype.h"
@@ -198,6 +199,92 @@ TEST(SafetensorsImport, RoundTripIsBitwiseAndGenerates) {
   const auto b = run_trillion("generate --checkpoint " + run.dir + args, false);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(a.output, b.output);
+}
+
+// Issue 39 item 17: a tensor named twice (JSON keeps one copy silently), tensors the model has no
+// place for, and a NaN weight were all imported (the NaN then exported and generated). Each is now
+// refused by name with nothing written; --allow-unknown leaves the unknown ones out.
+TEST(SafetensorsImport, RefusesDuplicateUnknownAndNonFiniteTensors) {
+  const std::string root = fresh_dir("st_import_bad");
+  const TinyRun run = make_tiny_run(root + "/run");
+  ASSERT_EQ(run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf").exit_code, 0);
+  const interop::SafetensorsFile good = interop::read_safetensors(root + "/hf/model.safetensors");
+  // A copy of the export with model.safetensors replaced by `bytes` (or `tensors`).
+  auto variant = [&](const std::string& name, const std::string& bytes) {
+    const std::string dir = root + "/" + name;
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(root + "/hf/config.json", dir + "/config.json");
+    std::ofstream(dir + "/model.safetensors", std::ios::binary) << bytes;
+    return dir;
+  };
+  auto written = [&](std::vector<interop::StoredTensor> tensors) {
+    interop::write_safetensors(root + "/tmp.safetensors", tensors, {});
+    return read_bytes(root + "/tmp.safetensors");
+  };
+  auto import = [&](const std::string& dir, const std::string& extra = "") {
+    return run_trillion("import " + dir + " --out " + dir + "_run" + extra);
+  };
+
+  // The same name twice: the second entry points at other bytes.
+  const std::string file = read_bytes(root + "/hf/model.safetensors");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(file[i]);
+  std::string header = file.substr(8, n);
+  header.insert(1, R"("model.norm.weight":{"dtype":"F32","shape":[32],"data_offsets":[0,128]},)");
+  std::string length(8, '\0');
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  const std::string dup = variant("dup", length + header + file.substr(8 + n));
+  auto r = import(dup);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "'model.norm.weight' appears twice in the header"))
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dup + "_run"));
+
+  // An extra tensor (a bias trillion's Llama does not have).
+  std::vector<interop::StoredTensor> tensors = good.tensors;
+  tensors.push_back({"model.layers.0.self_attn.q_proj.bias", "F32", {32}, std::string(128, '\0')});
+  const std::string extra = variant("extra", written(tensors));
+  r = import(extra);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output,
+                           "1 tensor(s) that config.json's model has no place for: "
+                           "'model.layers.0.self_attn.q_proj.bias'; pass "
+                           "--allow-unknown"))
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(extra + "_run"));
+  r = import(extra, " --allow-unknown");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "left out tensor 'model.layers.0.self_attn.q_proj.bias'"))
+      << r.output;
+  EXPECT_EQ(read_bytes(extra + "_run/checkpoints/step_00000000/params.bin"),
+            read_bytes(run.dir + "/params.bin"));
+
+  // A NaN weight, and an F64 value that does not fit the f32 model.
+  for (const auto& [dtype, value, want] :
+       {std::tuple<std::string, double, std::string>{"F32", std::nan(""), "element 5 is nan"},
+        {"F64", 1e300, "element 5 = 1e+300 overflows f32"}}) {
+    tensors = good.tensors;
+    for (interop::StoredTensor& t : tensors) {
+      if (t.name != "model.layers.1.self_attn.q_proj.weight") continue;
+      std::string bytes;
+      for (size_t i = 0; i < t.bytes.size() / 4; ++i) {
+        float f;
+        std::memcpy(&f, t.bytes.data() + i * 4, 4);
+        const double d = i == 5 ? value : f;
+        const float g = static_cast<float>(d);
+        bytes += dtype == "F64" ? std::string(reinterpret_cast<const char*>(&d), 8)
+                                : std::string(reinterpret_cast<const char*>(&g), 4);
+      }
+      t.dtype = dtype;
+      t.bytes = bytes;
+    }
+    const std::string bad = variant("bad_" + dtype, written(tensors));
+    r = import(bad);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_TRUE(testing::has(r.output, "tensor 'model.layers.1.self_attn.q_proj.weight' " + want))
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(bad + "_run"));
+  }
 }
 
 // Logits [n, V] (row-major) of every position of `ids` from trillion's full forward.
@@ -452,6 +539,11 @@ TEST(SafetensorsReader, BadFilesAreClearErrors) {
   EXPECT_NE(message(len + h + std::string(8, '\0')).find("tensor 'w': data_offsets [0, 16]"),
             std::string::npos);
   EXPECT_EQ(message(len + h + std::string(16, '\0')), "no error");
+  const std::string twice = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                            R"("w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  len[0] = static_cast<char>(twice.size());
+  EXPECT_NE(message(len + twice + std::string(8, '\0')).find("'w' appears twice in the header"),
+            std::string::npos);
 }
 
 TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
@@ -558,6 +650,62 @@ TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {
   const auto r = run_trillion("generate --checkpoint " + root +
                               "/run --prompt-ids '1' --max-tokens 4 --stats");
   EXPECT_NE(r.output.find("tokens/s (kv cache)"), std::string::npos) << r.output;
+}
+
+// Issue 39 item 15: run from another directory than training, generate said "no tokenizer for
+// --prompt" without the path it tried (data.path and the shards' tokenizer are relative to where
+// training and `data prepare` ran); --top-k -1 printed a 309-digit range. Now both paths are also
+// tried against the run directory and the directories above it, and named when none exists.
+TEST(Generate, FindsTheRunsTokenizerFromAnotherDirectoryAndNamesThePathsTried) {
+  const std::string root = fresh_dir("gen_tokenizer");
+  const std::string work = root + "/work", tokenizer = work + "/runs/data/tok.json";
+  make_tiny_run(work + "/runs/r",
+                {"model.vocab_size=272", "data.source=\"shards\"", "data.path=\"runs/data\""});
+  std::filesystem::create_directories(work + "/runs/data");
+  std::ofstream(work + "/text.txt") << "the cat sat on the mat\n\nthe dog sat on the log\n\n"
+                                       "the cat ate the rat\n";
+  const std::string bin = TRILLION_BINARY;
+  const auto prep =
+      run_shell("cd " + work + " && " + bin +
+                " tokenizer train --vocab 270 --out runs/data/tok.json text.txt && " + bin +
+                " data prepare --tokenizer runs/data/tok.json --out runs/data "
+                "text.txt 2>&1");
+  ASSERT_EQ(prep.exit_code, 0) << prep.output;
+  const std::string args = " --prompt 'the' --max-tokens 4 --temperature 0";
+  auto generate = [&](const std::string& extra = "") {
+    return run_shell("cd " + root + " && " + bin + " generate --checkpoint work/runs/r" + args +
+                     extra + " 2>&1");
+  };
+  auto r = generate();
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, generate(" --tokenizer " + tokenizer).output);
+  EXPECT_EQ(r.output.rfind("the", 0), 0u) << r.output;
+
+  std::filesystem::rename(tokenizer, tokenizer + ".moved");
+  r = generate();
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "no tokenizer for --prompt: the run's shards '" + work +
+                                         "/runs/data/train.bin' were made with tokenizer "
+                                         "'runs/data/tok.json', which is not there (tried "
+                                         "'runs/data/tok.json', "))
+      << r.output;
+  EXPECT_TRUE(testing::has(r.output, "'" + tokenizer + "'")) << r.output;
+  std::filesystem::rename(work + "/runs/data", work + "/runs/moved");
+  r = generate();
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output,
+                           "the run's data.path 'runs/data' has no train.bin (tried "
+                           "'runs/data/train.bin', '" +
+                               work + "/runs/r/runs/data/train.bin'"))
+      << r.output;
+
+  r = generate(" --top-k -1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output,
+                           "--top-k: -1 is not a whole number >= 0 (0 keeps every "
+                           "token)"))
+      << r.output;
+  EXPECT_LT(r.output.size(), 200u) << r.output;
 }
 
 TEST(HfTokenizer, ByteLevelAlphabetAndTables) {
