@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -116,6 +117,24 @@ TEST(DataLoss, AResumeWithFewerStepsThanTheCheckpointIsRefused) {
       << r.output;
   EXPECT_EQ(slurp(dir + "/metrics.jsonl"), metrics);
   EXPECT_EQ(slurp(dir + "/summary.json"), summary);
+}
+
+// Item 11: a checkpoint that could not be written because the disk was full (or `checkpoints`
+// was a regular file) said only "checkpoint of step 1 not written: rank 0 failed": the failing
+// rank's message went through a file beside the checkpoints, which could not be written either.
+// It now travels over the communicator and names the path and the cause.
+TEST(DataLoss, ACheckpointThatCannotBeWrittenSaysWhereAndWhy) {
+  const std::string dir = fresh_dir("ckpt_file");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/checkpoints") << "a user's file\n";
+  const auto r = run_trillion("train " + config_path("tiny.toml") + " --run-dir " + dir +
+                              " --quiet --set train.steps=1 --set train.eval_batches=1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "trillion train: error: checkpoint of step 1 not written: cannot create "
+            "checkpoint directory '" +
+                dir + "/checkpoints': a file of that name is in the way\n");
+  EXPECT_EQ(slurp(dir + "/checkpoints"), "a user's file\n");
 }
 
 }  // namespace
