@@ -14,7 +14,8 @@
 
 namespace trillion::cli {
 
-std::string resolve_checkpoint_dir(const std::string& argument, const char* command, int64_t step) {
+PinnedCheckpoint resolve_checkpoint_dir(const std::string& argument, const char* command,
+                                        int64_t step) {
   std::error_code ec;
   if (!std::filesystem::is_directory(argument, ec)) {
     throw Error(
@@ -23,21 +24,22 @@ std::string resolve_checkpoint_dir(const std::string& argument, const char* comm
                     argument));
   }
   if (std::filesystem::exists(argument + "/manifest.json", ec)) {
+    std::optional<PinnedCheckpoint> pin = pin_checkpoint(argument);
+    if (!pin) {
+      throw Error(fmt::format(
+          "checkpoint '{}' was removed (by its run's checkpoint retention?) before it could be "
+          "read; pass the run directory to read its newest checkpoint",
+          argument));
+    }
     if (auto problem = verify_checkpoint(argument))
       throw Error(fmt::format("checkpoint '{}' is corrupt: {}", argument, *problem));
-    return argument;
+    return std::move(*pin);
   }
-  std::optional<std::string> found;
-  for (const std::string& c : list_checkpoints(argument)) {
-    if (step >= 0 && c.substr(c.size() - 8) != fmt::format("{:08d}", step)) continue;
-    if (auto problem = verify_checkpoint(c)) {
-      std::fprintf(stderr, "trillion %s: skipping corrupt checkpoint %s: %s\n", command, c.c_str(),
-                   problem->c_str());
-      continue;
-    }
-    found = c;
-    break;
-  }
+  std::optional<PinnedCheckpoint> found =
+      pin_newest_checkpoint(argument, step, [&](const std::string& dir, const std::string& why) {
+        std::fprintf(stderr, "trillion %s: skipping corrupt checkpoint %s: %s\n", command,
+                     dir.c_str(), why.c_str());
+      });
   if (!found) {
     throw Error(step >= 0 ? fmt::format("run directory '{}' has no valid checkpoint of step {}",
                                         argument, step)
@@ -45,7 +47,7 @@ std::string resolve_checkpoint_dir(const std::string& argument, const char* comm
                                         "valid checkpoint",
                                         argument));
   }
-  return *found;
+  return std::move(*found);
 }
 
 std::string run_tokenizer_path(const RunConfig& cfg) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,7 @@ std::map<int64_t, double> read_losses(const std::string& run_dir, const std::str
 struct FinalWeights {
   CheckpointWeights weights;
   std::string dir;
+  PinnedCheckpoint pinned;  // a live run's retention leaves it while compare reads it
 };
 
 // What every weight means: runs that differ in any of these hold different models even when
@@ -74,14 +76,15 @@ std::vector<std::pair<std::string, std::string>> architecture(const std::string&
 }
 
 FinalWeights read_params(const std::string& run_dir) {
-  for (const std::string& dir : list_checkpoints(run_dir)) {
-    if (auto problem = verify_checkpoint(dir)) {
-      std::fprintf(stderr, "skipping corrupt checkpoint %s: %s\n", dir.c_str(), problem->c_str());
-      continue;
-    }
-    return {read_checkpoint_weights(dir), dir};
+  std::optional<PinnedCheckpoint> pin =
+      pin_newest_checkpoint(run_dir, -1, [](const std::string& dir, const std::string& why) {
+        std::fprintf(stderr, "skipping corrupt checkpoint %s: %s\n", dir.c_str(), why.c_str());
+      });
+  if (!pin) {
+    throw Error(fmt::format("'{}' has no valid checkpoint to compare weights from", run_dir));
   }
-  throw Error(fmt::format("'{}' has no valid checkpoint to compare weights from", run_dir));
+  const std::string dir = pin->dir();
+  return {read_checkpoint_weights(dir), dir, std::move(*pin)};
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ int export_command(int argc, char** argv) {
     }
     refuse_to_replace(outputs, overwrite);
   }
-  o.checkpoint_dir = resolve_checkpoint_dir(checkpoint, "export", step);
+  const PinnedCheckpoint pinned = resolve_checkpoint_dir(checkpoint, "export", step);
+  o.checkpoint_dir = pinned.dir();  // retention leaves it while this reads it
   if (tokenizer.empty()) {
     tokenizer = run_tokenizer_path(
         parse_run_config(read_checkpoint_config(o.checkpoint_dir), o.checkpoint_dir, {}));

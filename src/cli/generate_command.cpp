@@ -213,7 +213,8 @@ int generate_command(int argc, char** argv) {
                "recompute the whole window for every token (the reference path)");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
 
-  const std::string dir = resolve_checkpoint_dir(checkpoint, "generate");
+  const PinnedCheckpoint pinned = resolve_checkpoint_dir(checkpoint, "generate");
+  const std::string& dir = pinned.dir();  // retention leaves it while this reads it
   const RunConfig cfg = parse_run_config(read_checkpoint_config(dir), dir + "/config.toml", {});
   std::string no_tokenizer = "no --tokenizer was given";
   if (tokenizer_path.empty()) tokenizer_path = find_run_tokenizer(cfg, dir, no_tokenizer);

@@ -126,8 +126,7 @@ TrainingJob::TrainingJob(const RunConfig& config, const TrainOptions& options)
       noise(config.train.noise_scale_decay),
       parts(diloco ? std::vector<CheckpointPart*>{&noise, diloco.get()}
                    : std::vector<CheckpointPart*>{&noise}),
-      resumed(options.resume ? resume_from_checkpoint(dir, runner, tracker, config, parts)
-                             : CheckpointState{}),
+      resumed(options.resume ? resume_run(dir, runner, tracker, config, parts) : CheckpointState{}),
       start_step(resumed.step),
       mfu_flops(mfu_convention(config.model.spec(), config.model.seq_len)),
       counts(plan::count_model(config.model.spec())) {

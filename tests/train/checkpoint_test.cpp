@@ -4,15 +4,19 @@
 // leaves. Each is one clear message naming the file and field; no JSON library exception or
 // assertion is reachable; a failed write leaves nothing half-written and older checkpoints
 // intact; `generate` and `--resume` say which checkpoint they skip and why.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -48,12 +52,13 @@ struct Checkpoints {
   Buffer m{tracker, MemoryCategory::optimizer, DType::f32, 1024};
   Buffer v{tracker, MemoryCategory::optimizer, DType::f32, 1024};
 
-  std::string write(const std::string& run_dir, int64_t step, int64_t keep = 5) {
+  std::string write(const std::string& run_dir, int64_t step, int64_t keep = 5,
+                    const CheckpointNote& note = {}) {
     auto* p = static_cast<float*>(params.raw());
     for (int64_t i = 0; i < params.count(); ++i) p[i] = static_cast<float>(step * 1000 + i);
     CheckpointContents c{&params,     &m, &v, {step, step, static_cast<uint64_t>(step * 4), 7},
                          "[model]\n", {}};
-    return write_checkpoint(run_dir, c, keep);
+    return write_checkpoint(run_dir, c, keep, note);
   }
 };
 
@@ -166,6 +171,106 @@ TEST(CheckpointFiles, RetentionKeepsTheNewestCheckpoints) {
   ASSERT_EQ(list_checkpoints(run).size(), 1u);
   EXPECT_EQ(fs::path(list_checkpoints(run)[0]).filename(), "step_00000012");
   EXPECT_EQ(verify_checkpoint(list_checkpoints(run)[0]), std::nullopt);
+}
+
+// Issue 39 item 3: retention counted every step_* directory. An empty step_00000030 with keep = 1
+// made the run delete the step_00000020 it had just written (the next --resume found nothing
+// valid), a truncated newer checkpoint took a keep slot, a user's step_00000010.bak and step_abc
+// were deleted, and names sorted as text (step_99999999999 before step_00000030). Now only
+// older complete checkpoints of exact step_N names count and are deleted; invalid ones are left
+// and noted; steps above the one written are neither counted nor deleted.
+TEST(CheckpointFiles, RetentionDeletesOnlyOlderValidCheckpoints) {
+  const std::string run = fresh_dir("ckpt_keep_invalid");
+  const fs::path root = fs::path(run) / "checkpoints";
+  Checkpoints c;
+  std::vector<std::string> notes;
+  const CheckpointNote note = [&](const std::string& line) { notes.push_back(line); };
+  c.write(run, 10, 1, note);
+  fs::create_directories(root / "step_00000030");  // empty: not a checkpoint
+  for (const char* user :
+       {"step_00000010.bak", "step_abc", "step_20", "step_0000000000000000000001"}) {
+    fs::create_directories(root / user);
+    spit(root / user / "keep.me", user);
+  }
+  fs::create_directories(root / "step_99999999999");  // an exact name of a step far ahead
+  const std::string s20 = c.write(run, 20, 1, note);
+  EXPECT_EQ(verify_checkpoint(s20), std::nullopt);
+  EXPECT_FALSE(fs::exists(root / "step_00000010"));  // older and valid: beyond keep = 1
+  EXPECT_TRUE(fs::exists(root / "step_00000030"));
+  EXPECT_TRUE(fs::exists(root / "step_99999999999"));
+  for (const char* user :
+       {"step_00000010.bak", "step_abc", "step_20", "step_0000000000000000000001"}) {
+    EXPECT_EQ(slurp(root / user / "keep.me"), user);
+  }
+  EXPECT_EQ(list_checkpoints(run),
+            (std::vector<std::string>{(root / "step_99999999999").string(),
+                                      (root / "step_00000030").string(), s20}));
+  EXPECT_TRUE(notes.empty());  // nothing below step 20 was invalid
+  // A truncated checkpoint below the one written is left, noted, and takes no keep slot.
+  const std::string s25 = c.write(run, 25, 2, note);
+  fs::resize_file(fs::path(s25) / "params.bin", 100);
+  const std::string s27 = c.write(run, 27, 2, note);
+  EXPECT_TRUE(fs::exists(s25));
+  EXPECT_EQ(verify_checkpoint(s20), std::nullopt);  // the one older valid checkpoint kept
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0], "checkpoint retention leaves " + s25 +
+                          " where it is: it is not a valid checkpoint (params.bin has 100 bytes, "
+                          "manifest says 4096), so it is neither counted among checkpoint.keep "
+                          "= 2 nor deleted; remove it if it is not needed");
+  c.write(run, 28, 2, note);
+  EXPECT_FALSE(fs::exists(s20));  // now beyond keep = 2 (28, 27)
+  EXPECT_EQ(verify_checkpoint(s27), std::nullopt);
+  EXPECT_TRUE(fs::exists(s25));
+}
+
+// Issue 39 item 12: generate, export and compare on a live run with keep = 1 failed 14 of 40
+// times ("manifest.json is missing", "neither a checkpoint nor a run directory"): retention
+// deleted the checkpoint they had picked. A reader now pins its checkpoint, and retention leaves
+// a pinned one for the next checkpoint to remove.
+TEST(CheckpointFiles, RetentionLeavesACheckpointAReaderHolds) {
+  const std::string run = fresh_dir("ckpt_pinned");
+  Checkpoints c;
+  std::vector<std::string> notes;
+  const CheckpointNote note = [&](const std::string& line) { notes.push_back(line); };
+  const std::string s10 = c.write(run, 10, 1, note);
+  std::optional<PinnedCheckpoint> pin = pin_newest_checkpoint(run, -1);
+  ASSERT_TRUE(pin);
+  EXPECT_EQ(pin->dir(), s10);
+  const std::string s20 = c.write(run, 20, 1, note);
+  EXPECT_EQ(verify_checkpoint(s10), std::nullopt);  // still whole while it is read
+  EXPECT_EQ(notes, std::vector<std::string>{"checkpoint retention leaves " + s10 +
+                                            " for now: a reader (generate, export, compare) "
+                                            "holds it; a later checkpoint removes it"});
+  pin.reset();
+  c.write(run, 30, 1, note);
+  EXPECT_FALSE(fs::exists(s10));
+  EXPECT_FALSE(fs::exists(s20));
+}
+
+// Item 12, the other order: the reader lists step 20, then retention (holding the directory's
+// lock, as it does while it removes one) removes it before the reader pins it. The reader takes
+// step 10 and calls nothing corrupt; before, it returned step 20, which was then gone.
+TEST(CheckpointFiles, AReaderPassesOverACheckpointRemovedUnderIt) {
+  const std::string run = fresh_dir("ckpt_vanished");
+  Checkpoints c;
+  const std::string s10 = c.write(run, 10), s20 = c.write(run, 20);
+  const int fd = ::open(s20.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  std::vector<std::string> corrupt;
+  std::optional<PinnedCheckpoint> pin;
+  std::thread reader([&] {
+    pin = pin_newest_checkpoint(
+        run, -1, [&](const std::string& dir, const std::string&) { corrupt.push_back(dir); });
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the reader waits on step 20
+  fs::remove_all(s20);
+  ::close(fd);
+  reader.join();
+  ASSERT_TRUE(pin);
+  EXPECT_EQ(pin->dir(), s10);
+  EXPECT_TRUE(corrupt.empty());
+  EXPECT_EQ(verify_checkpoint(pin->dir()), std::nullopt);
 }
 
 TEST(CheckpointFiles, WriteBeyondTheFileSizeLimitFailsCleanly) {

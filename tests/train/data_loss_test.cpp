@@ -6,6 +6,7 @@
 #include <xxhash.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -116,6 +117,64 @@ TEST(DataLoss, AResumeWithFewerStepsThanTheCheckpointIsRefused) {
       << r.output;
   EXPECT_EQ(slurp(dir + "/metrics.jsonl"), metrics);
   EXPECT_EQ(slurp(dir + "/summary.json"), summary);
+}
+
+// Item 4: --resume on a run directory whose checkpoints/ was empty or missing started at step 0
+// and cut metrics.jsonl from 15 lines to 2. Now it is refused before anything changes, naming
+// what checkpoints/ holds and how to start over. A directory that logs no step still starts (a
+// new one: scripts pass --resume always), and so does launch's restart before the first
+// checkpoint (its supervisor sets TRILLION_HEARTBEAT_DIR).
+TEST(DataLoss, AResumeWithoutACheckpointIsRefused) {
+  const std::string dir = fresh_dir("resume_none");
+  std::filesystem::create_directories(dir + "/checkpoints");
+  std::string lines;
+  for (int step = 1; step <= 15; ++step) {
+    lines += "{\"loss\":4.1,\"step\":" + std::to_string(step) + ",\"tokens\":128}\n";
+  }
+  std::ofstream(dir + "/metrics.jsonl") << lines;
+  std::ofstream(dir + "/events.log") << "2026-01-01T00:00:00Z finished at step 15\n";
+  const std::string train = "train " + config_path("tiny.toml") + " --run-dir " + dir +
+                            " --quiet --resume --set train.steps=1 --set train.eval_batches=1";
+  auto r = run_trillion(train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "trillion train: error: run directory '" + dir +
+                          "' has no checkpoint to resume (checkpoints/ is empty) but its "
+                          "metrics.jsonl logs steps up to 15: --resume would start at step 0 "
+                          "and cut those lines. To start over, choose a new --run-dir (or move "
+                          "this one's metrics.jsonl away); nothing was changed\n");
+  std::filesystem::remove(dir + "/checkpoints");
+  r = run_trillion(train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "(checkpoints/ is missing)")) << r.output;
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"), lines);
+  EXPECT_EQ(slurp(dir + "/events.log"), "2026-01-01T00:00:00Z finished at step 15\n");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/config.toml"));
+  // A supervised restart (launch --max-restarts) before the first checkpoint starts over.
+  r = run_shell("TRILLION_HEARTBEAT_DIR=" + dir + "/hb " + TRILLION_BINARY + " " + train + " 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(slurp(dir + "/events.log"),
+                  "no checkpoint to resume from; starting at step 0 (a supervised restart "
+                  "before the first checkpoint: steps 1..15 are trained again)"));
+  EXPECT_EQ(read_metrics(dir).size(), 1u);
+}
+
+// Item 11: a checkpoint that could not be written because the disk was full (or `checkpoints`
+// was a regular file) said only "checkpoint of step 1 not written: rank 0 failed": the failing
+// rank's message went through a file beside the checkpoints, which could not be written either.
+// It now travels over the communicator and names the path and the cause.
+TEST(DataLoss, ACheckpointThatCannotBeWrittenSaysWhereAndWhy) {
+  const std::string dir = fresh_dir("ckpt_file");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/checkpoints") << "a user's file\n";
+  const auto r = run_trillion("train " + config_path("tiny.toml") + " --run-dir " + dir +
+                              " --quiet --set train.steps=1 --set train.eval_batches=1");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output,
+            "trillion train: error: checkpoint of step 1 not written: cannot create "
+            "checkpoint directory '" +
+                dir + "/checkpoints': a file of that name is in the way\n");
+  EXPECT_EQ(slurp(dir + "/checkpoints"), "a user's file\n");
 }
 
 }  // namespace

@@ -1,15 +1,22 @@
-// See checkpoint.h: manifest and state parsing, the full (one-process) format, listing,
-// verification and loading. Files go through files.h's one writer (errno with the path:
-// EFBIG under `ulimit -f`, ENOSPC); every file is checked against the manifest's size before it is
-// read, so a damaged manifest cannot make a reader allocate or read more. The sharded format and
-// CheckpointReader live in sharded.cpp.
+// See checkpoint.h: manifest and state parsing, the full (one-process) format, listing (names
+// exactly step_N), pinning for readers, verification and loading. Files go through files.h's one
+// writer (errno with the path: EFBIG under `ulimit -f`, ENOSPC); every file is checked against
+// the manifest's size before it is read, so a damaged manifest cannot make a reader allocate or
+// read more. The sharded format and CheckpointReader live in sharded.cpp.
 #include "train/checkpoint/checkpoint.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/json_fields.h"
@@ -72,8 +79,8 @@ CheckpointState parse_checkpoint_state(std::string_view text, const std::string&
   return st;
 }
 
-std::string write_checkpoint(const std::string& run_dir, const CheckpointContents& c,
-                             int64_t keep) {
+std::string write_checkpoint(const std::string& run_dir, const CheckpointContents& c, int64_t keep,
+                             const CheckpointNote& note) {
   const fs::path tmp = begin_temp(run_dir, c.state.step);
   try {
     nlohmann::json manifest = nlohmann::json::object();
@@ -86,7 +93,7 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointContent
     moments.append(static_cast<const char*>(c.second_moment->raw()), c.second_moment->bytes());
     put("optimizer.bin", moments.data(), moments.size());
     put_small_files(tmp, c, static_cast<int>(dtype_size(c.params->dtype())), manifest);
-    return seal(run_dir, tmp, c.state.step, manifest, keep);
+    return seal(run_dir, tmp, c.state.step, manifest, keep, note);
   } catch (const std::exception& e) {
     std::error_code ec;
     fs::remove_all(tmp, ec);  // nothing half-written stays; older checkpoints are untouched
@@ -94,18 +101,96 @@ std::string write_checkpoint(const std::string& run_dir, const CheckpointContent
   }
 }
 
+std::optional<int64_t> checkpoint_step_of(std::string_view name) {
+  constexpr std::string_view kPrefix = "step_";
+  if (!name.starts_with(kPrefix)) return std::nullopt;
+  const std::string_view digits = name.substr(kPrefix.size());
+  if (digits.size() < 8 || digits.size() > 18) return std::nullopt;
+  int64_t step = 0;
+  for (const char d : digits) {
+    if (d < '0' || d > '9') return std::nullopt;
+    step = step * 10 + (d - '0');
+  }
+  if (step_name(step) != name) return std::nullopt;  // "step_012345678": not how N is written
+  return step;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
-  std::vector<std::string> dirs;
+  std::vector<std::pair<int64_t, std::string>> found;
   const fs::path root = fs::path(run_dir) / "checkpoints";
   std::error_code ec;
-  if (!fs::is_directory(root, ec)) return dirs;
+  if (!fs::is_directory(root, ec)) return {};
   for (const auto& entry : fs::directory_iterator(root, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory(ec) && name.starts_with("step_")) dirs.push_back(entry.path().string());
+    const auto step = checkpoint_step_of(entry.path().filename().string());
+    std::error_code kind;
+    if (step && entry.is_directory(kind)) found.emplace_back(*step, entry.path().string());
   }
   if (ec) throw Error(fmt::format("cannot list '{}': {}", root.string(), ec.message()));
-  std::sort(dirs.rbegin(), dirs.rend());  // zero-padded names sort by step
+  std::sort(found.rbegin(), found.rend());  // by step: "step_100000000" is after "step_99999999"
+  std::vector<std::string> dirs;
+  for (auto& [step, dir] : found) dirs.push_back(std::move(dir));
   return dirs;
+}
+
+PinnedCheckpoint& PinnedCheckpoint::operator=(PinnedCheckpoint&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    dir_ = std::move(o.dir_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+PinnedCheckpoint::~PinnedCheckpoint() {
+  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor drops the flock
+}
+
+std::optional<PinnedCheckpoint> pin_checkpoint(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw Error(fmt::format("cannot open checkpoint '{}': {}", dir, std::strerror(errno)));
+  }
+  // Retention holds the exclusive lock while it removes a checkpoint: waiting here ends when the
+  // directory is gone (seen below) or was never to be removed. A file system without flock
+  // (ENOLCK, EOPNOTSUPP) is read unpinned.
+  while (::flock(fd, LOCK_SH) != 0 && errno == EINTR) {
+  }
+  struct stat held = {};
+  struct stat named = {};
+  if (::fstat(fd, &held) != 0 || ::stat(dir.c_str(), &named) != 0 || held.st_ino != named.st_ino ||
+      held.st_dev != named.st_dev) {
+    ::close(fd);
+    return std::nullopt;  // removed (or replaced) while this waited
+  }
+  return PinnedCheckpoint(dir, fd);
+}
+
+std::optional<PinnedCheckpoint> pin_newest_checkpoint(
+    const std::string& run_dir, int64_t step,
+    const std::function<void(const std::string&, const std::string&)>& on_corrupt) {
+  std::set<std::string> reported;
+  // A checkpoint removed under this reader means a newer one was written first: list again. The
+  // bound only stops a directory that changes faster than it can be read.
+  for (int listing = 0; listing < 100; ++listing) {
+    bool removed = false;
+    for (const std::string& dir : list_checkpoints(run_dir)) {
+      if (step >= 0 && checkpoint_step_of(fs::path(dir).filename().string()) != step) continue;
+      std::optional<PinnedCheckpoint> pin = pin_checkpoint(dir);
+      if (!pin) {
+        removed = true;
+        continue;
+      }
+      if (auto problem = verify_checkpoint(dir)) {
+        if (on_corrupt && reported.insert(dir).second) on_corrupt(dir, *problem);
+        continue;
+      }
+      return pin;
+    }
+    if (!removed) break;
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> verify_checkpoint(const std::string& dir) {

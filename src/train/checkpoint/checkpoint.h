@@ -16,13 +16,26 @@
 // checksum, any field of state.json or layout.json does not check is reported and skipped, never
 // loaded. Every size and field read from these files is checked before use: no crafted
 // checkpoint reaches a JSON library exception or assertion, or reads past a file.
+// Names: only a directory named exactly step_name(N) ("step_%08d": step_00000020, and more digits
+// past 99999999) is a checkpoint of step N; anything else under checkpoints/ (step_00000010.bak,
+// step_abc, a user's files) is never listed, loaded, counted or deleted.
+// Retention (checkpoint.keep = K), after step S was sealed: only directories of steps below S
+// that pass a completeness check (manifest, every file at its manifest size, state.json's step
+// the name's) count; the newest K - 1 of them stay, older ones are deleted. Step S itself is
+// never deleted; directories of steps above S (a diverged trajectory a rollback left, a user's
+// copy) are neither counted nor deleted; a step directory that is not a valid checkpoint (empty,
+// truncated) is left where it is and reported through the `note` callback (events.log), never
+// counted as kept. A checkpoint a reader has pinned (PinnedCheckpoint: generate, export,
+// compare) is not deleted while pinned: the next checkpoint's retention removes it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/memory.h"
@@ -52,12 +65,50 @@ struct CheckpointContents {
   std::vector<CheckpointFile> extra;
 };
 
-// Writes checkpoint `state.step` under run_dir/checkpoints and deletes all but the newest
-// `keep` complete checkpoints. Returns the checkpoint directory.
-std::string write_checkpoint(const std::string& run_dir, const CheckpointContents& c, int64_t keep);
+// What retention has to say (a step directory it leaves because it is not a valid checkpoint,
+// or because a reader holds it). Empty: printed on stderr.
+using CheckpointNote = std::function<void(const std::string&)>;
 
-// Complete checkpoint directories of a run, newest first (by step).
+// Writes checkpoint `state.step` under run_dir/checkpoints, then applies retention (see above):
+// `keep` valid checkpoints in all, this one included. Returns the checkpoint directory.
+std::string write_checkpoint(const std::string& run_dir, const CheckpointContents& c, int64_t keep,
+                             const CheckpointNote& note = {});
+
+// The step of a checkpoint directory's name: N for exactly step_name(N) ("step_00000020"), else
+// nullopt ("step_00000010.bak", "step_abc", "step_20", a step past 18 digits).
+std::optional<int64_t> checkpoint_step_of(std::string_view name);
+
+// Checkpoint directories of a run (names exactly step_N; not yet verified), newest first by step.
 std::vector<std::string> list_checkpoints(const std::string& run_dir);
+
+// A checkpoint a reader holds: a shared flock(2) on its directory, which retention never deletes
+// while it is held. Unlocked when destroyed. Readers that read a checkpoint of a live run
+// (generate, export, compare) hold one from before they verify it until they are done.
+class PinnedCheckpoint {
+ public:
+  PinnedCheckpoint(std::string dir, int fd) : dir_(std::move(dir)), fd_(fd) {}
+  PinnedCheckpoint(PinnedCheckpoint&& o) noexcept : dir_(std::move(o.dir_)), fd_(o.fd_) {
+    o.fd_ = -1;
+  }
+  PinnedCheckpoint& operator=(PinnedCheckpoint&& o) noexcept;
+  PinnedCheckpoint(const PinnedCheckpoint&) = delete;
+  PinnedCheckpoint& operator=(const PinnedCheckpoint&) = delete;
+  ~PinnedCheckpoint();
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+};
+// Pins `dir`; nullopt when it no longer exists (retention removed it meanwhile).
+std::optional<PinnedCheckpoint> pin_checkpoint(const std::string& dir);
+// The newest checkpoint of `run_dir` (of step `step` when >= 0) that verifies, pinned; nullopt
+// when there is none. Each newer one that does not verify is passed to on_corrupt(dir, problem)
+// once; one that retention removed between the listing and the pin is skipped without a word
+// (it is not corrupt) and the run directory listed again.
+std::optional<PinnedCheckpoint> pin_newest_checkpoint(
+    const std::string& run_dir, int64_t step,
+    const std::function<void(const std::string&, const std::string&)>& on_corrupt = {});
 
 // Verifies manifest and checksums of `dir`; on success returns nullopt, else the reason.
 std::optional<std::string> verify_checkpoint(const std::string& dir);
@@ -114,7 +165,8 @@ void write_full_state(const std::string& tmp, std::vector<ShardRun> runs, int64_
                       int dtype_bytes, WriteBuffer stage = {});
 // After write_full_state: state.json, config.toml and c.extra, manifest.json last, rename, keep.
 std::string commit_full_checkpoint(const std::string& run_dir, const std::string& tmp,
-                                   const CheckpointContents& c, int dtype_bytes, int64_t keep);
+                                   const CheckpointContents& c, int dtype_bytes, int64_t keep,
+                                   const CheckpointNote& note = {});
 // What layout.json records beyond the shards.
 struct ShardedLayout {
   int world = 1;
@@ -124,11 +176,12 @@ struct ShardedLayout {
   std::map<std::string, int64_t> writer;  // dp, zero, tp, pp, ep, cp of the run that wrote it
 };
 // Lead rank, after every rank's write: checks the shards cover every element exactly once, writes
-// layout.json, state.json, config.toml and c.extra, manifest.json last, renames, keeps `keep`.
+// layout.json, state.json, config.toml and c.extra, manifest.json last, renames, keeps `keep`
+// (retention as above).
 // c.params and the moments are unused. Returns the checkpoint directory.
 std::string commit_sharded_checkpoint(const std::string& run_dir, const std::string& tmp,
                                       const ShardedLayout& layout, const CheckpointContents& c,
-                                      int64_t keep);
+                                      int64_t keep, const CheckpointNote& note = {});
 // Removes a temporary directory whose checkpoint will not be completed.
 void abandon_checkpoint(const std::string& tmp);
 

@@ -4,10 +4,12 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 #define XXH_INLINE_ALL
@@ -220,7 +222,7 @@ void put_small_files(const fs::path& tmp, const CheckpointContents& c, int dtype
 
 // manifest.json last, then the rename that makes the checkpoint exist; then retention.
 std::string seal(const std::string& run_dir, const fs::path& tmp, int64_t step,
-                 const nlohmann::json& manifest, int64_t keep) {
+                 const nlohmann::json& manifest, int64_t keep, const CheckpointNote& note) {
   const fs::path root = tmp.parent_path(), final_dir = root / step_name(step);
   const std::string m = manifest.dump(2);
   write_checkpoint_file((tmp / "manifest.json").string(), m.data(), m.size());
@@ -228,12 +230,108 @@ std::string seal(const std::string& run_dir, const fs::path& tmp, int64_t step,
   fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
   fsync_path(root.string());
-  std::error_code ec;
-  const std::vector<std::string> all = list_checkpoints(run_dir);
-  for (size_t i = static_cast<size_t>(std::max<int64_t>(keep, 1)); i < all.size(); ++i) {
-    fs::remove_all(all[i], ec);
-  }
+  apply_retention(run_dir, step, keep, note);
   return final_dir.string();
+}
+
+std::optional<std::string> incomplete_checkpoint(const std::string& dir) {
+  try {
+    const auto manifest = read_manifest(dir);
+    for (const auto& [name, entry] : manifest) {
+      if (name == "state.json") {
+        const CheckpointState st =
+            parse_checkpoint_state(read_checked(dir, manifest, name), "state.json");
+        const auto named = checkpoint_step_of(fs::path(dir).filename().string());
+        if (!named || st.step != *named) {
+          return fmt::format("its state.json says step {}, its name does not", st.step);
+        }
+        continue;
+      }
+      const fs::path path = fs::path(dir) / name;
+      std::error_code ec;
+      if (!fs::is_regular_file(path, ec)) return name + " is missing or not a regular file";
+      const uintmax_t size = fs::file_size(path, ec);
+      if (ec || size != entry.bytes) {
+        return fmt::format("{} has {} bytes, manifest says {}", name, ec ? 0 : size, entry.bytes);
+      }
+    }
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+enum class Removal { removed, pinned, failed };
+
+// Deletes checkpoint `dir` unless a reader pins it (PinnedCheckpoint: a shared flock on the
+// directory): the exclusive lock is taken without waiting and held while the directory is renamed
+// to a temporary name (a kill midway leaves a .tmp-step_ that the next write removes, never a
+// half-deleted step_N) and removed.
+Removal remove_unpinned(const fs::path& dir, std::string* why) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Removal::removed;
+    *why = std::strerror(errno);
+    return Removal::failed;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    ::close(fd);
+    return Removal::pinned;
+  }
+  const fs::path doomed =
+      dir.parent_path() / (kTempPrefix + dir.filename().string().substr(5) + ".removed");
+  std::error_code ec;
+  fs::remove_all(doomed, ec);
+  fs::rename(dir, doomed, ec);
+  if (!ec) fs::remove_all(doomed, ec);
+  ::close(fd);
+  if (ec) *why = ec.message();
+  return ec ? Removal::failed : Removal::removed;
+}
+
+}  // namespace
+
+void apply_retention(const std::string& run_dir, int64_t step, int64_t keep,
+                     const CheckpointNote& note) {
+  const auto say = [&](const std::string& line) {
+    if (note) {
+      note(line);
+    } else {
+      std::fprintf(stderr, "trillion: %s\n", line.c_str());
+    }
+  };
+  int64_t kept = 1;  // the checkpoint of `step`, just sealed
+  for (const std::string& dir : list_checkpoints(run_dir)) {
+    if (*checkpoint_step_of(fs::path(dir).filename().string()) >= step) continue;
+    if (auto problem = incomplete_checkpoint(dir)) {
+      say(fmt::format(
+          "checkpoint retention leaves {} where it is: it is not a valid checkpoint ({}), so it "
+          "is neither counted among checkpoint.keep = {} nor deleted; remove it if it is not "
+          "needed",
+          dir, *problem, keep));
+      continue;
+    }
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
+    std::string why;
+    switch (remove_unpinned(dir, &why)) {
+      case Removal::removed:
+        break;
+      case Removal::pinned:
+        say(fmt::format(
+            "checkpoint retention leaves {} for now: a reader (generate, export, compare) holds "
+            "it; a later checkpoint removes it",
+            dir));
+        break;
+      case Removal::failed:
+        say(fmt::format("checkpoint retention could not remove {}: {}", dir, why));
+        break;
+    }
+  }
 }
 
 }  // namespace trillion::checkpoint_detail

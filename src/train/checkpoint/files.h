@@ -2,7 +2,7 @@
 // (POSIX calls, so a failed write reports errno with the path; fsync before close; size and
 // XXH64 computed as the bytes go out) and the helpers the full and the sharded writer share.
 // Invariant: a checkpoint exists only once seal() renamed its temp directory, manifest written
-// last.
+// last; retention deletes only what it checked to be an older complete checkpoint no reader pins.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "train/checkpoint/checkpoint.h"
@@ -54,6 +55,13 @@ void put_small_files(const std::filesystem::path& tmp, const CheckpointContents&
                      nlohmann::json& manifest);
 // manifest.json last, then the rename that makes the checkpoint exist; then retention.
 std::string seal(const std::string& run_dir, const std::filesystem::path& tmp, int64_t step,
-                 const nlohmann::json& manifest, int64_t keep);
+                 const nlohmann::json& manifest, int64_t keep, const CheckpointNote& note);
+// Retention after checkpoint `step` was sealed (checkpoint.h says what it keeps and deletes).
+void apply_retention(const std::string& run_dir, int64_t step, int64_t keep,
+                     const CheckpointNote& note);
+// Why `dir` is not a complete checkpoint of the step its name says, without reading the large
+// files (manifest, every file present at its manifest size, state.json checked and naming the
+// step), or nullopt. What retention checks before it counts or deletes a directory.
+std::optional<std::string> incomplete_checkpoint(const std::string& dir);
 
 }  // namespace trillion::checkpoint_detail

@@ -5,7 +5,10 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
 
+#include "data/file_io.h"
 #include "train/checkpoint/checkpoint.h"
 
 #define XXH_INLINE_ALL
@@ -23,15 +26,16 @@ uint64_t model_fingerprint(const TensorTable& global_table) {
   return XXH64(text.data(), text.size(), 0);
 }
 
-CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
-                                       MemoryTracker& tracker, const RunConfig& config,
-                                       const std::vector<CheckpointPart*>& parts,
-                                       int64_t max_step) {
+namespace {
+
+// The newest valid checkpoint of a step <= max_step, loaded; nullopt when the run has none.
+std::optional<CheckpointState> load_newest(RunDirectory& dir, StepRunner& runner,
+                                           const RunConfig& config,
+                                           const std::vector<CheckpointPart*>& parts,
+                                           int64_t max_step) {
   std::vector<std::string> all = list_checkpoints(dir.path());
-  // Zero-padded "step_N" names: the step is the number after the prefix.
   std::erase_if(all, [&](const std::string& ckpt) {
-    const std::string name = std::filesystem::path(ckpt).filename().string();
-    return std::strtoll(name.c_str() + 5, nullptr, 10) > max_step;
+    return *checkpoint_step_of(std::filesystem::path(ckpt).filename().string()) > max_step;
   });
   const int bytes = static_cast<int>(dtype_size(config.model.dtype));
   for (const std::string& ckpt : all) {
@@ -41,9 +45,8 @@ CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
       continue;
     }
     const CheckpointReader reader(ckpt);
-    const std::string name = std::filesystem::path(ckpt).filename().string();
-    if (const long long named = std::strtoll(name.c_str() + 5, nullptr, 10);
-        reader.state().step != named) {
+    const int64_t named = *checkpoint_step_of(std::filesystem::path(ckpt).filename().string());
+    if (reader.state().step != named) {
       dir.event(fmt::format(
           "checkpoint {} is corrupt (its state.json says step {}, its name step {}); trying the "
           "previous one",
@@ -85,7 +88,68 @@ CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
     throw Error(fmt::format(
         "no valid checkpoint in '{}/checkpoints' (all are corrupt; see events.log)", dir.path()));
   }
+  return std::nullopt;
+}
+
+// The last step metrics.jsonl logs, 0 when it logs none (or does not exist).
+int64_t last_logged_step(const std::string& path) {
+  int64_t step = 0;
+  data::visit_lines_backwards(path, [&](std::string_view line, uint64_t, bool) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) {
+        step = j["step"].get<int64_t>();
+        return false;
+      }
+    } catch (const nlohmann::json::exception&) {
+      // a torn last line of a killed run, or a blank one
+    }
+    return true;
+  });
+  return step;
+}
+
+// What checkpoints/ holds when no checkpoint is there, for the refusal.
+std::string describe_checkpoint_dir(const std::string& run_dir) {
+  const std::filesystem::path root = std::filesystem::path(run_dir) / "checkpoints";
+  std::error_code ec;
+  if (!std::filesystem::exists(root, ec)) return "checkpoints/ is missing";
+  if (!std::filesystem::is_directory(root, ec)) return "checkpoints is not a directory";
+  if (std::filesystem::is_empty(root, ec)) return "checkpoints/ is empty";
+  return "checkpoints/ holds no step_NNNNNNNN directory";
+}
+
+}  // namespace
+
+CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
+                                       MemoryTracker& tracker, const RunConfig& config,
+                                       const std::vector<CheckpointPart*>& parts,
+                                       int64_t max_step) {
+  (void)tracker;
+  if (auto state = load_newest(dir, runner, config, parts, max_step)) return *state;
   dir.event("no checkpoint to resume from; starting at step 0");
+  return {};
+}
+
+CheckpointState resume_run(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
+                           const RunConfig& config, const std::vector<CheckpointPart*>& parts) {
+  (void)tracker;
+  if (auto state = load_newest(dir, runner, config, parts, INT64_MAX)) return *state;
+  const int64_t logged = last_logged_step(dir.path() + "/metrics.jsonl");
+  const char* supervisor = std::getenv("TRILLION_HEARTBEAT_DIR");
+  const bool restart = supervisor != nullptr && *supervisor != '\0';
+  if (logged > 0 && !restart) {
+    throw Error(fmt::format(
+        "run directory '{}' has no checkpoint to resume ({}) but its metrics.jsonl logs steps "
+        "up to {}: --resume would start at step 0 and cut those lines. To start over, choose a "
+        "new --run-dir (or move this one's metrics.jsonl away); nothing was changed",
+        dir.path(), describe_checkpoint_dir(dir.path()), logged));
+  }
+  dir.event(logged > 0 ? fmt::format("no checkpoint to resume from; starting at step 0 (a "
+                                     "supervised restart before the first checkpoint: steps "
+                                     "1..{} are trained again)",
+                                     logged)
+                       : std::string("no checkpoint to resume from; starting at step 0"));
   return {};
 }
 

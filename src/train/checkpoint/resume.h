@@ -34,11 +34,21 @@ class CheckpointPart {
 uint64_t model_fingerprint(const TensorTable& global_table);
 
 // Loads the newest valid checkpoint (of a step <= max_step) into the runner and the parts and
-// returns its state (step, next data sample, ...); all zeros when the run has none. Throws Error
-// when checkpoints exist but every one is corrupt.
+// returns its state (step, next data sample, ...); all zeros when the run has none (a rollback
+// with nothing to go back to). Throws Error when checkpoints exist but every one is corrupt.
 CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
                                        MemoryTracker& tracker, const RunConfig& config,
                                        const std::vector<CheckpointPart*>& parts = {},
                                        int64_t max_step = INT64_MAX);
+
+// `train --resume`: as resume_from_checkpoint, but a run directory without a checkpoint whose
+// metrics.jsonl already logs steps is refused before anything in it changes (starting at step 0
+// would cut those lines): the Error names what checkpoints/ holds and how to start over. A
+// directory that logs no step yet (new, or a run that failed before its first step) starts at
+// step 0, so scripts may pass --resume always. Under `trillion launch`'s supervisor
+// (TRILLION_HEARTBEAT_DIR set: it restarts failed jobs with --resume, possibly before their first
+// checkpoint) a run without a checkpoint also starts over at step 0, as a restart must.
+CheckpointState resume_run(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
+                           const RunConfig& config, const std::vector<CheckpointPart*>& parts);
 
 }  // namespace trillion

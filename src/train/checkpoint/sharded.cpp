@@ -129,14 +129,15 @@ void write_full_state(const std::string& tmp, std::vector<ShardRun> runs, int64_
 }
 
 std::string commit_full_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
-                                   const CheckpointContents& c, int dtype_bytes, int64_t keep) {
+                                   const CheckpointContents& c, int dtype_bytes, int64_t keep,
+                                   const CheckpointNote& note) {
   const fs::path tmp(tmp_dir);
   try {
     const fs::path index_path = tmp / kFullIndex;
     nlohmann::json manifest = parse_json(data::read_file_raw(index_path.string()), kFullIndex);
     fs::remove(index_path);
     put_small_files(tmp, c, dtype_bytes, manifest);
-    return seal(run_dir, tmp, c.state.step, manifest, keep);
+    return seal(run_dir, tmp, c.state.step, manifest, keep, note);
   } catch (const std::exception& e) {
     abandon_checkpoint(tmp_dir);
     throw Error(fmt::format("checkpoint of step {} not written: {}", c.state.step, e.what()));
@@ -145,7 +146,7 @@ std::string commit_full_checkpoint(const std::string& run_dir, const std::string
 
 std::string commit_sharded_checkpoint(const std::string& run_dir, const std::string& tmp_dir,
                                       const ShardedLayout& layout, const CheckpointContents& c,
-                                      int64_t keep) {
+                                      int64_t keep, const CheckpointNote& note) {
   const fs::path tmp(tmp_dir);
   try {
     nlohmann::json manifest = nlohmann::json::object();
@@ -190,7 +191,7 @@ std::string commit_sharded_checkpoint(const std::string& run_dir, const std::str
     manifest["layout.json"] =
         write_checkpoint_file((tmp / "layout.json").string(), text.data(), text.size());
     put_small_files(tmp, c, layout.dtype_bytes, manifest);
-    return seal(run_dir, tmp, c.state.step, manifest, keep);
+    return seal(run_dir, tmp, c.state.step, manifest, keep, note);
   } catch (const std::exception& e) {
     abandon_checkpoint(tmp_dir);
     throw Error(fmt::format("checkpoint of step {} not written: {}", c.state.step, e.what()));

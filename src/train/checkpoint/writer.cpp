@@ -9,11 +9,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <vector>
 
 #include "core/error.h"
 #include "core/timer.h"
-#include "data/file_io.h"
 #include "train/memory_check.h"
 
 namespace trillion {
@@ -70,31 +69,27 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 void CheckpointWriter::agree_on(int64_t step, const std::string& tmp, std::string problem) {
-  // The lowest failing rank's message reaches the others through a file beside the checkpoints
-  // (the temporary directory may not exist).
   double top = problem.empty() ? 0 : world_.size() - world_.rank();  // max: the lowest rank
   world_.all_reduce(Tensor(&top, DType::f64, {1}), comm::ReduceOp::max);
   if (top == 0) return;
   const int lowest = world_.size() - static_cast<int>(top);
-  const std::string error_file =
-      fmt::format("{}/checkpoints/.error-step_{:08d}", dir_.path(), step);
-  if (world_.rank() == lowest) std::ofstream(error_file, std::ios::trunc) << problem;
-  double flag = 1;
-  world_.all_reduce(Tensor(&flag, DType::f64, {1}), comm::ReduceOp::max);  // it is on disk
-  std::string message;
-  try {
-    message = data::read_file_raw(error_file);
-  } catch (const Error&) {  // it could not be written: say which rank failed
+  // The lowest failing rank's line reaches the others over the communicator: a file beside the
+  // checkpoints could not be written on the very disk that filled (nor where `checkpoints` is a
+  // file), and the message said only which rank failed.
+  constexpr size_t kMaxMessage = 4096;
+  if (world_.rank() == lowest && problem.size() > kMaxMessage) problem.resize(kMaxMessage);
+  double length = world_.rank() == lowest ? static_cast<double>(problem.size()) : 0;
+  world_.broadcast(Tensor(&length, DType::f64, {1}), lowest);
+  std::vector<double> words((static_cast<size_t>(length) + 7) / 8, 0.0);
+  if (world_.rank() == lowest) std::memcpy(words.data(), problem.data(), problem.size());
+  if (!words.empty()) {
+    world_.broadcast(Tensor(words.data(), DType::f64, {static_cast<int64_t>(words.size())}),
+                     lowest);
   }
-  world_.all_reduce(Tensor(&flag, DType::f64, {1}), comm::ReduceOp::max);  // everyone read it
-  if (dir_.lead()) {
-    abandon_checkpoint(tmp);
-    std::error_code ec;
-    std::filesystem::remove(error_file, ec);
-  }
-  if (message.empty()) {
-    message = fmt::format("checkpoint of step {} not written: rank {} failed", step, lowest);
-  }
+  std::string message(reinterpret_cast<const char*>(words.data()), static_cast<size_t>(length));
+  if (dir_.lead()) abandon_checkpoint(tmp);
+  const std::string prefix = fmt::format("checkpoint of step {} not written: ", step);
+  if (!message.starts_with(prefix)) message = prefix + message;
   throw Error(message);
 }
 
@@ -131,7 +126,8 @@ std::string CheckpointWriter::commit(int64_t step, const std::string& tmp, bool 
   agree(step, tmp, [&] {
     if (!dir_.lead()) return;
     if (full) {
-      where = commit_full_checkpoint(dir_.path(), tmp, c, dtype_bytes_, config_.checkpoint.keep);
+      where = commit_full_checkpoint(dir_.path(), tmp, c, dtype_bytes_, config_.checkpoint.keep,
+                                     note());
       return;
     }
     ShardedLayout layout;
@@ -142,10 +138,16 @@ std::string CheckpointWriter::commit(int64_t step, const std::string& tmp, bool 
     const ParallelConfig& p = config_.parallel;
     layout.writer = {{"dp", p.dp}, {"zero", p.zero}, {"tp", p.tp},
                      {"pp", p.pp}, {"cp", p.cp},     {"ep", p.ep}};
-    where = commit_sharded_checkpoint(dir_.path(), tmp, layout, c, config_.checkpoint.keep);
+    where = commit_sharded_checkpoint(dir_.path(), tmp, layout, c, config_.checkpoint.keep, note());
   });
   costs_.commit_seconds += took.seconds();
   return where;
+}
+
+CheckpointNote CheckpointWriter::note() {
+  return [this](const std::string& line) {
+    if (noted_.insert(line).second) dir_.event(line);  // once per run, not at every checkpoint
+  };
 }
 
 void CheckpointWriter::committed(int64_t step, const std::string& where, const std::string& how) {
@@ -195,7 +197,7 @@ void CheckpointWriter::write_now(int64_t step, CheckpointContents& c) {
     c.params = &params;
     c.first_moment = &m;
     c.second_moment = &v;
-    committed(step, write_checkpoint(dir_.path(), c, config_.checkpoint.keep), "");
+    committed(step, write_checkpoint(dir_.path(), c, config_.checkpoint.keep, note()), "");
     return;
   }
   const std::string tmp = temp_path(dir_.path(), step);

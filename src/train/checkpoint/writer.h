@@ -11,14 +11,16 @@
 //   checkpoint is in flight: the next one, a rollback and the end of the run wait for it (drain).
 //   Extra memory: the snapshot.
 // A failure of any rank's write (disk full, ...) ends every rank with the lowest failing rank's
-// one-line message, the same as the sync path, wherever it is found; the step's temporary
-// directory is removed and the checkpoints before it stay.
+// one-line message (path and cause, sent over the communicator: nothing needs the full disk),
+// the same as the sync path, wherever it is found; the step's temporary directory is removed and
+// the checkpoints before it stay.
 #pragma once
 
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +88,8 @@ class CheckpointWriter {
   // rank's message (and the lead removes the step's temporary directory).
   void agree(int64_t step, const std::string& tmp, const std::function<void()>& f);
   void agree_on(int64_t step, const std::string& tmp, std::string problem);
+  // Retention's notes go to events.log, each once.
+  CheckpointNote note();
 
   RunDirectory& dir_;
   StepRunner& runner_;
@@ -97,6 +101,7 @@ class CheckpointWriter {
   int dtype_bytes_;
   std::unique_ptr<Pending> pending_;
   CheckpointCosts costs_;
+  std::set<std::string> noted_;
 };
 
 }  // namespace trillion
