@@ -243,9 +243,20 @@ PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l) {
         l.pp, p.chunks, n_stages, m.n_layers,
         l.partition == Partition::kBalanced ? " (or the embedding or head alone)" : "",
         std::max<int64_t>(1, most / l.pp)));
-  p.stages = l.partition == Partition::kEven
-                 ? partition_stages(m.n_layers, n_stages)
-                 : partition_stages(m.n_layers, n_stages, balanced_stage_weights(m));
+  // The search asks for the same few splits thousands of times: keep them.
+  const StageWeights w = l.partition == Partition::kEven ? StageWeights{}
+                                                         : balanced_stage_weights(m);
+  using Key = std::tuple<int64_t, int, int, double, double>;
+  static std::map<Key, std::vector<StageUnits>> splits;
+  const Key key{m.n_layers, n_stages, static_cast<int>(l.partition), w.embedding, w.head};
+  auto it = splits.find(key);
+  if (it == splits.end())
+    it = splits
+             .emplace(key, l.partition == Partition::kEven
+                               ? partition_stages(m.n_layers, n_stages)
+                               : partition_stages(m.n_layers, n_stages, w))
+             .first;
+  p.stages = it->second;
   p.stage_layers = stage_layer_counts(p.stages);
   p.rank_stages = placement(l);
   return p;
@@ -311,7 +322,7 @@ double live_peak_bytes(const Layout& l, int microbatches, int rank,
 
 int steady_state_microbatches(int p) {
   const int step = 2 * p;  // a multiple of p (interleaved) and even, >= 2p (DualPipe)
-  const int m1 = (std::max(4 * p, 32) + step - 1) / step * step;
+  const int m1 = (std::max(step, 16) + step - 1) / step * step;
   return 2 * m1;
 }
 
