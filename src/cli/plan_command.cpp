@@ -60,7 +60,8 @@ int plan_command(int argc, char** argv) {
                  "TOML file");
   app.add_option("--cluster", cluster,
                  "a100, h100, h800, h200, b200, gb200-nvl72 or a cluster TOML file");
-  app.add_option("--gpus", gpus, "number of GPUs")->check(CLI::PositiveNumber);
+  // Integer ranges print as "1 to 16777216" (CLI::PositiveNumber printed DBL_MAX's 309 digits).
+  app.add_option("--gpus", gpus, "number of GPUs")->check(CLI::Range(1L, plan::kMaxGpus));
   bool validate = false;
   std::vector<std::string> compare;
   app.add_option("--compare", compare,
@@ -68,13 +69,14 @@ int plan_command(int argc, char** argv) {
       ->expected(2);
   int chunks = 0;
   app.add_option("--chunks", chunks,
-                 "interleaved chunks per rank V (same as --layout ...,chunks=V)");
+                 "interleaved chunks per rank V (same as --layout ...,chunks=V)")
+      ->check(CLI::Range(1, 1 << 14));  // at most one layer per chunk
   app.add_flag("--validate", validate,
                "plan every published run of plan/published_runs.h and print predicted vs "
                "published");
   app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
   app.add_option("--seq", seq, "sequence length (default: the model's)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+      ->check(CLI::Range(int64_t{1}, plan::kMaxSeqLen));
   app.add_option("--batch-tokens", batch_text,
                  "tokens per step, e.g. 16Mi = 2^24 (default: the model's training batch)");
   app.add_option("--layout", layout_text,

@@ -37,26 +37,8 @@ void ModelConfig::validate() {
         "model.n_kv_heads = {} must divide model.n_heads = {} (grouped-query attention)",
         n_kv_heads, n_heads));
   }
-  // Bounds far above any published model (the largest use C = 18432, L = 126, F = 53248, 256
-  // experts), so every parameter count and byte count of the early memory check fits int64.
-  auto at_most = [](const char* key, int64_t v, int log2) {
-    if (v > (int64_t{1} << log2)) {
-      throw Error(fmt::format("model.{} = {} exceeds 2^{}, larger than any model this engine "
-                              "can hold in memory",
-                              key, v, log2));
-    }
-  };
-  at_most("d_model", d_model, 16);
-  at_most("n_layers", n_layers, 14);
-  at_most("n_heads", n_heads, 14);
-  at_most("head_dim", head_dim, 12);
-  at_most("ffn_hidden", ffn_hidden, 19);
-  at_most("n_routed_experts", moe.n_routed_experts, 12);
-  at_most("n_shared_experts", moe.n_shared_experts, 6);
-  at_most("expert_ffn", moe.expert_ffn, 17);
-  if (vocab_size > (int64_t{1} << 31) - 1) {
-    throw Error(fmt::format("model.vocab_size = {} exceeds 2^31 - 1", vocab_size));
-  }
+  // Bounds far above any published model, shared with the planner's model files.
+  plan::check_dimension_bounds(spec());
   if (!(rope_theta > 0))
     throw Error(fmt::format("model.rope_theta must be > 0, got {}", rope_theta));
   if (!(norm_eps > 0)) throw Error(fmt::format("model.norm_eps must be > 0, got {}", norm_eps));

@@ -243,9 +243,20 @@ PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l) {
         l.pp, p.chunks, n_stages, m.n_layers,
         l.partition == Partition::kBalanced ? " (or the embedding or head alone)" : "",
         std::max<int64_t>(1, most / l.pp)));
-  p.stages = l.partition == Partition::kEven
-                 ? partition_stages(m.n_layers, n_stages)
-                 : partition_stages(m.n_layers, n_stages, balanced_stage_weights(m));
+  // The search asks for the same few splits thousands of times: keep them.
+  const StageWeights w = l.partition == Partition::kEven ? StageWeights{}
+                                                         : balanced_stage_weights(m);
+  using Key = std::tuple<int64_t, int, int, double, double>;
+  static std::map<Key, std::vector<StageUnits>> splits;
+  const Key key{m.n_layers, n_stages, static_cast<int>(l.partition), w.embedding, w.head};
+  auto it = splits.find(key);
+  if (it == splits.end())
+    it = splits
+             .emplace(key, l.partition == Partition::kEven
+                               ? partition_stages(m.n_layers, n_stages)
+                               : partition_stages(m.n_layers, n_stages, w))
+             .first;
+  p.stages = it->second;
   p.stage_layers = stage_layer_counts(p.stages);
   p.rank_stages = placement(l);
   return p;
@@ -272,9 +283,11 @@ double inflight_microbatches(const Layout& l, int m) {
 
 namespace {
 
-// The schedule of a layout with m micro-batches (unit costs), cached; nullptr for pp = 1.
+// The schedule of a layout with m micro-batches (unit costs; its steady state stands for more),
+// cached; nullptr for pp = 1.
 const schedule::Schedule* layout_schedule(const Layout& l, int microbatches) {
   if (l.pp == 1) return nullptr;
+  microbatches = std::min(microbatches, steady_state_microbatches(l.pp));
   using Key = std::tuple<int, int, int, int>;
   static std::map<Key, schedule::Schedule> cache;
   const Key key{static_cast<int>(l.schedule), l.pp, microbatches, chunks_of(l)};
@@ -291,6 +304,9 @@ const schedule::Schedule* layout_schedule(const Layout& l, int microbatches) {
 
 double live_peak_bytes(const Layout& l, int microbatches, int rank,
                        const std::vector<double>& chunk_bytes) {
+  // GPipe runs every forward before any backward: it holds all m (and has one chunk).
+  if (l.pp > 1 && l.schedule == schedule::ScheduleKind::kGPipe)
+    return microbatches * chunk_bytes.at(0);
   const schedule::Schedule* s = layout_schedule(l, microbatches);
   if (s == nullptr) return chunk_bytes.at(0);
   // A micro-batch's activations of a chunk live from its F to its W (the B + W of an unsplit
@@ -304,7 +320,17 @@ double live_peak_bytes(const Layout& l, int microbatches, int rank,
   return peak;
 }
 
+int steady_state_microbatches(int p) {
+  const int step = 2 * p;  // a multiple of p (interleaved) and even, >= 2p (DualPipe)
+  const int m1 = (std::max(step, 16) + step - 1) / step * step;
+  return 2 * m1;
+}
+
 const std::vector<std::vector<int>>& schedule_slots(const Layout& l, int microbatches) {
+  // Past the steady state every chunk holds as many micro-batches as it did there (GPipe
+  // excepted: it holds all of them).
+  if (l.schedule != schedule::ScheduleKind::kGPipe)
+    microbatches = std::min(microbatches, steady_state_microbatches(l.pp));
   using Key = std::tuple<int, int, int, int>;
   static std::map<Key, std::vector<std::vector<int>>> cache;
   const int v = chunks_of(l);
@@ -315,6 +341,8 @@ const std::vector<std::vector<int>>& schedule_slots(const Layout& l, int microba
   std::vector<std::vector<int>> slots;
   if (l.pp == 1) {
     slots = {{1}};  // gradient accumulation frees each micro-batch's activations
+  } else if (l.schedule == schedule::ScheduleKind::kGPipe) {
+    slots.assign(l.pp, {microbatches});  // every forward before any backward: all m held
   } else {
     const schedule::Schedule s = schedule::generate_schedule(l.schedule, l.pp, microbatches, v);
     for (int r = 0; r < l.pp; ++r) slots.push_back(schedule::inflight_slots(s, r));

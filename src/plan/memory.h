@@ -150,6 +150,13 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_
 double live_peak_bytes(const Layout& l, int microbatches, int rank,
                        const std::vector<double>& chunk_bytes);
 
+// The most micro-batches a schedule of p ranks is played with: 2 m1, m1 = max(2p, 16) rounded
+// up to a multiple of 2p (so every schedule accepts both m1 and 2 m1). From 2p micro-batches on
+// a schedule is in its steady state: its activation slots and live peak are those of 2 m1, and
+// its bubble is extrapolated from m1 and 2 m1 (step_model.cpp), so no schedule grows with the
+// batch (--seq 1 makes millions of micro-batches).
+int steady_state_microbatches(int p);
+
 // Activation slots per (rank, chunk) of a layout's schedule with m micro-batches (the schedule
 // generated with unit costs, cached): what each rank's StageModels allocate.
 const std::vector<std::vector<int>>& schedule_slots(const Layout& l, int microbatches);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -77,6 +78,24 @@ class Reader {
   std::set<std::string> used_;
 };
 
+// A model's batch_tokens: absent (0), or a whole number of seq_len-token sequences, at most
+// kMaxBatchSequences of them.
+void check_batch_tokens(double tokens, int64_t seq, std::string_view source) {
+  if (tokens == 0) return;
+  const double seqs = tokens / static_cast<double>(seq);
+  if (!std::isfinite(tokens) || seqs < 1 || seqs != std::round(seqs))
+    throw Error(fmt::format(
+        "{}: model.batch_tokens = {} is not a whole number of model.seq_len = {}-token "
+        "sequences; write e.g. {} ({} x {}) or leave it out (the planner then takes ~16Mi "
+        "tokens)",
+        source, tokens, seq, std::max(1.0, std::round(seqs)) * static_cast<double>(seq),
+        std::max(1.0, std::round(seqs)), seq));
+  if (seqs > kMaxBatchSequences)
+    throw Error(fmt::format("{}: model.batch_tokens = {} is {} sequences of {}; at most {} (2^30) "
+                            "per step",
+                            source, tokens, seqs, seq, kMaxBatchSequences));
+}
+
 std::string stem_of(std::string_view source) {
   return std::filesystem::path(std::string(source)).stem().string();
 }
@@ -116,7 +135,15 @@ ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
   if (!(m.dropout >= 0 && m.dropout < 1))
     throw Error(fmt::format("{}: model.dropout = {} must be in [0, 1)", source, m.dropout));
   m.init_std = r.number("init_std", m.init_std);
+  if (!(m.init_std > 0) || !std::isfinite(m.init_std))
+    throw Error(fmt::format("{}: model.init_std = {} must be a finite number > 0", source,
+                            m.init_std));
+  if (m.default_seq > kMaxSeqLen)
+    throw Error(fmt::format("{}: model.seq_len = {} exceeds {} (2^24), the engine's longest "
+                            "sequence",
+                            source, m.default_seq, kMaxSeqLen));
   m.default_batch_tokens = r.number("batch_tokens", 0.0);
+  check_batch_tokens(m.default_batch_tokens, m.default_seq, source);
   for (const char* engine_only :
        {"rope_theta", "norm_eps", "dtype", "recompute", "attention_block"})
     r.ignore(engine_only);
@@ -203,6 +230,11 @@ ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
         "\"gelu\" (up + down, 8h^2 parameters) or mlp = \"swiglu\" (gate + up + down, 12h^2)",
         source, m.ffn_hidden));
   r.reject_unknown();
+  try {
+    check_dimension_bounds(m);  // the engine's bounds (ModelConfig::validate applies them too)
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", source, e.what()));
+  }
   return m;
 }
 

@@ -14,9 +14,10 @@
 // rope_theta, norm_eps, dtype, recompute and attention_block are accepted and do not change a
 // plan.
 //
-// Invariants: every error names the file and the key and says what to write; ffn_hidden =
-// 4 x d_model without an explicit mlp is refused (GPT's GELU width read as a SwiGLU width builds
-// a 1.5x bigger MLP).
+// Invariants: every error names the file and the key and says what to write; dimensions obey
+// the engine's bounds (check_dimension_bounds), seq_len <= 2^24, batch_tokens is a whole number
+// of seq_len sequences; ffn_hidden = 4 x d_model without an explicit mlp is refused (GPT's GELU
+// width read as a SwiGLU width builds a 1.5x bigger MLP).
 #pragma once
 
 #include <string>
@@ -25,6 +26,10 @@
 #include "plan/model_spec.h"
 
 namespace trillion::plan {
+
+// The most sequences per step a plan takes (a model's batch_tokens, --batch-tokens): 2^30, half a
+// million times Llama 3's 2,048, so micro-batch counts fit int.
+constexpr double kMaxBatchSequences = 1073741824.0;
 
 // `source` names the file in messages; the model's name defaults to the file's stem.
 ModelSpec parse_model_toml(std::string_view text, std::string_view source);

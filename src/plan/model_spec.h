@@ -111,6 +111,16 @@ double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len,
 // describe.
 void require_engine_block(const ModelSpec& m);
 
+// The engine's bounds on a model's dimensions, shared by ModelConfig::validate (a run config's
+// [model]) and the planner's model files: far above any published model (the largest use
+// C = 18432, L = 126, F = 53248, 256 experts), so that every parameter, FLOP and byte count fits
+// int64 and a plan's layout search stays bounded. Throws Error naming the first key over its
+// bound ("model.n_layers = 100000 exceeds 2^14, ...").
+void check_dimension_bounds(const ModelSpec& m);
+// The longest sequence the engine trains (its data loader indexes windows with int) and so the
+// longest the planner plans: 2^24 tokens.
+constexpr int64_t kMaxSeqLen = int64_t{1} << 24;
+
 // Catalog: the model files of configs/models/ (llama3-8b, llama3-70b, llama3-405b, gpt3-175b,
 // deepseek-v3, moe-2t, megatron-gpt-*). Unknown names throw listing the catalog.
 const ModelSpec& find_model(const std::string& name);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/error.h"
 #include "plan/model_file.h"
@@ -43,11 +44,18 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
 }
 
 Plan make_plan(PlanInputs in) {
-  if (in.gpus <= 0) throw Error(fmt::format("--gpus must be positive, got {}", in.gpus));
+  if (in.gpus <= 0 || in.gpus > kMaxGpus)
+    throw Error(fmt::format("--gpus {} is not in 1 to {} (2^24)", in.gpus, kMaxGpus));
   if (in.seq_len <= 0) in.seq_len = in.model.default_seq;
+  if (in.seq_len > kMaxSeqLen)
+    throw Error(fmt::format("--seq {} exceeds {} (2^24), the engine's longest sequence",
+                            in.seq_len, kMaxSeqLen));
   bool default_batch = false;
+  // Who chose the batch, for messages: the option, or the model's batch_tokens.
+  std::string batch_option = "--batch-tokens";
   if (in.batch_tokens <= 0) {
     in.batch_tokens = in.model.default_batch_tokens;
+    batch_option = fmt::format("model {}'s batch_tokens", in.model.name);
     if (in.batch_tokens <= 0 || in.seq_len != in.model.default_seq) {
       // No published batch: ~16Mi tokens, rounded to a whole number of sequences per GPU so that
       // every data-parallel degree of this GPU count divides it.
@@ -58,19 +66,31 @@ Plan make_plan(PlanInputs in) {
     }
   }
   const double seqs = in.batch_tokens / in.seq_len;
-  if (seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9) {
-    const double pow2 = std::exp2(std::round(std::log2(std::max(seqs, 1.0))));
+  if (!std::isfinite(seqs) || seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9) {
+    const double pow2 = std::exp2(std::round(std::log2(std::min(std::max(seqs, 1.0), 1e9))));
     throw Error(fmt::format(
-        "--batch-tokens {:.0f} is not a whole number of {}-token sequences; use e.g. {:.0f} "
+        "{} {:.15g} is not a whole number of {}-token sequences; use e.g. {:.0f} "
         "({:.0f} sequences; 16Mi = 2^24 is Llama 3's \"16M\")",
-        in.batch_tokens, in.seq_len, pow2 * in.seq_len, pow2));
+        batch_option, in.batch_tokens, in.seq_len, pow2 * in.seq_len, pow2));
   }
+  if (seqs > kMaxBatchSequences)
+    throw Error(fmt::format("{} {:.15g} is {:.15g} sequences of {}; a plan takes at most {:.0f} "
+                            "(2^30) sequences per step",
+                            batch_option, in.batch_tokens, seqs, in.seq_len, kMaxBatchSequences));
   const SearchOptions& so = in.search;
+  // A fixed degree above the GPU count cannot be laid out (and would overflow products).
+  for (const auto& [fixed, name, value] :
+       {std::tuple{so.fields.tp, "tp", so.fixed.tp}, std::tuple{so.fields.pp, "pp", so.fixed.pp},
+        std::tuple{so.fields.cp, "cp", so.fixed.cp}, std::tuple{so.fields.dp, "dp", so.fixed.dp},
+        std::tuple{so.fields.ep, "ep", so.fixed.ep}})
+    if (fixed && value > in.gpus)
+      throw Error(fmt::format("--layout {}={} exceeds --gpus {}", name, value, in.gpus));
   if (so.fields.tp && so.fields.pp && so.fields.cp && so.fields.dp &&
-      static_cast<long>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp != in.gpus)
+      static_cast<double>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp !=
+          static_cast<double>(in.gpus))
     throw Error(fmt::format(
-        "--layout tp*pp*cp*dp = {} but --gpus is {}; they must match",
-        static_cast<long>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp, in.gpus));
+        "--layout tp*pp*cp*dp = {:.0f} but --gpus is {}; they must match",
+        static_cast<double>(so.fixed.tp) * so.fixed.pp * so.fixed.cp * so.fixed.dp, in.gpus));
   Plan p;
   p.inputs = in;
   p.search = search_layouts(in.model, in.gpu, in.gpus, in.seq_len, in.batch_tokens, so);
@@ -161,6 +181,17 @@ Plan make_plan(PlanInputs in) {
                : "a rank holds the largest sum over its chunks of micro-batches in flight "
                  "at one moment of the schedule, as a caching allocator does (alloc=live)")},
   };
+  if (p.best().layout.pp > 1) {
+    const int m2 = steady_state_microbatches(p.best().layout.pp);
+    p.assumptions.emplace_back(
+        "pipeline schedule",
+        fmt::format("bubble from the schedule simulator with the busiest rank's stage costs; "
+                    "schedules of more than {} micro-batches are played with {} and {} and "
+                    "their idle time extended along that straight line (exact once steady), "
+                    "their activation slots those of {}; schedules above {} stage x micro-batch "
+                    "pairs are not searched",
+                    m2, m2 / 2, m2, m2, kMaxScheduleSize));
+  }
   p.scale_out = estimate_scale_out(in.scale_out, static_cast<double>(count_model(in.model).total),
                                    p.best().step.step, p.best().layout.dp, in.batch_tokens);
   for (auto& a : scale_out_assumptions(in.scale_out)) p.assumptions.push_back(std::move(a));

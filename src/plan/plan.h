@@ -4,6 +4,8 @@
 // failure model (interruptions, checkpoint interval, goodput).
 //
 // Invariants: days, GPU-hours and dollars include failure losses (wall-clock / goodput);
+// gpus <= kMaxGpus, seq_len <= kMaxSeqLen and batch sequences <= kMaxBatchSequences or the plan
+// is refused naming where the value came from (an option or the model file's key);
 // ideal_days does not. Every assumption the numbers rest on is listed in Plan::assumptions.
 #pragma once
 
@@ -16,6 +18,10 @@
 #include "plan/search.h"
 
 namespace trillion::plan {
+
+// The most GPUs a plan takes: 2^24 (a thousand times Llama 3's 16K), so every degree and
+// product of degrees of a layout fits int.
+constexpr long kMaxGpus = long{1} << 24;
 
 struct PlanInputs {
   ModelSpec model;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -66,9 +67,17 @@ PlanFile parse_plan_toml(std::string_view text, std::string_view source) {
   f.description = text_of("description", false);
   f.inputs.model = resolve_model(text_of("model", true));
   f.inputs.gpu = resolve_cluster(text_of("cluster", true));
-  f.inputs.gpus = static_cast<long>(number_of("gpus", 0));
+  // A whole count in 1..most (or absent: 0), checked before the cast (inf would overflow it).
+  auto count_of = [&](const char* key, double most) {
+    const double v = number_of(key, 0);
+    if (v != std::floor(v) || v > most)
+      throw Error(fmt::format("{}: plan.{} = {} must be a whole number in 1 to {:.0f}", source,
+                              key, v, most));
+    return v;
+  };
+  f.inputs.gpus = static_cast<long>(count_of("gpus", static_cast<double>(kMaxGpus)));
   if (f.inputs.gpus <= 0) throw Error(fmt::format("{}: [plan] needs gpus", source));
-  f.inputs.seq_len = static_cast<int64_t>(number_of("seq", 0));
+  f.inputs.seq_len = static_cast<int64_t>(count_of("seq", static_cast<double>(kMaxSeqLen)));
   f.inputs.batch_tokens = number_of("batch_tokens", 0);
   f.inputs.tokens = number_of("tokens", 0);
   const std::string layout = text_of("layout", false);

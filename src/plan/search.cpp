@@ -222,13 +222,27 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                            fmt::format("{} micro-batches, pp={}", micro, pp));
                     continue;
                   }
-                  const int stages = pp > 1 && sc.kind == schedule::ScheduleKind::kInterleaved
-                                         ? pp * sc.chunks
-                                         : pp;
+                  const int64_t stages = pp > 1 && sc.kind == schedule::ScheduleKind::kInterleaved
+                                             ? int64_t{pp} * sc.chunks
+                                             : pp;
                   if (stages > max_pipeline_stages(m, part)) {
                     refuse("more pipeline stages than whole layers (and embedding and head)",
                            fmt::format("pp={} x chunks={} = {} stages for {} layers, {} split", pp,
                                        sc.chunks, stages, m.n_layers, partition_name(part)));
+                    continue;
+                  }
+                  // The schedule is played with up to steady_state_microbatches(pp) of them:
+                  // its size, stages x micro-batches, is bounded so one simulation stays well
+                  // under a second (only a deep model on many stages reaches the bound).
+                  const int64_t played =
+                      int64_t{pp} * sc.chunks * std::min(micro, steady_state_microbatches(pp));
+                  if (pp > 1 && played > kMaxScheduleSize) {
+                    refuse(fmt::format("a pipeline schedule above {} stage x micro-batch pairs "
+                                       "is not simulated",
+                                       kMaxScheduleSize),
+                           fmt::format("pp={} x chunks={} x {} micro-batches played = {}", pp,
+                                       sc.chunks, std::min(micro, steady_state_microbatches(pp)),
+                                       played));
                     continue;
                   }
                   if (part == Partition::kBalanced && pp > 1 && stages <= m.n_layers) {

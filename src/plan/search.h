@@ -8,7 +8,8 @@
 //
 // Invariants: fields the caller fixes are never varied; no ranked layout is impossible (degrees
 // divide, every stage holds a whole layer (or the embedding or head alone), chunks <= units per
-// rank, the schedule accepts the micro-batch count, memory fits); every refused layout is
+// rank, the schedule accepts the micro-batch count, memory fits, the schedule played is at most
+// kMaxScheduleSize stage x micro-batch pairs); every refused layout is
 // counted under one reason, and the closest layout that did not fit is kept with its
 // per-category bytes; for each shape and recompute policy only the lowest ZeRO stage that fits is
 // timed (more sharding only adds communication); schedule simulations are cached in step_model.
@@ -21,6 +22,11 @@
 #include "plan/step_model.h"
 
 namespace trillion::plan {
+
+// The largest pipeline schedule the search simulates, in (stage, micro-batch) pairs: pp x
+// chunks x the micro-batches it is played with (memory.h: steady_state_microbatches). 2^17
+// admits 128 ranks with 2 chunks or 64 with 8; larger schedules are refused, with a reason.
+constexpr int64_t kMaxScheduleSize = int64_t{1} << 17;
 
 struct SearchOptions {
   Layout fixed;         // values of the fields marked in `fields`

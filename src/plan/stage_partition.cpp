@@ -78,18 +78,24 @@ std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const S
     for (int64_t x : c) t += x;
     return t;
   };
-  // The optimal bound is some k + weight(s): try them in increasing order.
-  std::vector<double> bounds;
-  for (int64_t k = 1; k <= n_layers; ++k)
-    for (double extra : {0.0, w.embedding, w.head, w.embedding + w.head})
-      bounds.push_back(k + extra);
-  std::sort(bounds.begin(), bounds.end());
-  // Feasibility grows with the bound: binary search for the smallest feasible one.
-  const auto best = std::partition_point(bounds.begin(), bounds.end(), [&](double bound) {
-    return total(capacities(bound)) < n_layers;
-  });
-  TRILLION_CHECK(best != bounds.end(), "stage partition: no bound fits the layers");
-  std::vector<int64_t> counts = capacities(*best);
+  // The optimal bound is some k + extra, k in 1..L, extra one of four sums of the weights, and
+  // feasibility grows with the bound: binary search each extra's k, keep the smallest bound
+  // (O(S log L) per split, not a sort of 4L bounds: the search splits a 2^14-layer model often).
+  auto feasible = [&](double bound) { return total(capacities(bound)) >= n_layers; };
+  double best = INFINITY;
+  for (double extra : {0.0, w.embedding, w.head, w.embedding + w.head}) {
+    int64_t lo = 1, hi = n_layers + 1;  // hi = n_layers + 1: no k fits
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (feasible(static_cast<double>(mid) + extra))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    if (lo <= n_layers) best = std::min(best, static_cast<double>(lo) + extra);
+  }
+  TRILLION_CHECK(best < INFINITY, "stage partition: no bound fits the layers");
+  std::vector<int64_t> counts = capacities(best);
   // Remove the surplus one layer at a time from the costliest stage, the latest among equals,
   // so that zero weights give the even split (extra layers on the first stages).
   for (int64_t surplus = total(counts) - n_layers; surplus > 0; --surplus) {

@@ -23,12 +23,9 @@ long g_simulations = 0;
 // Bubble fraction (idle over total, all ranks) of a schedule from the simulator, cached by
 // (kind, p, m, v, B/F, W/F, comm/F) with the ratios rounded (B, W to 0.05 F, comm to 0.005 F) so
 // that the search reuses simulations across layouts with near-identical cost shapes.
-double simulated_bubble(schedule::ScheduleKind kind, int p, int m, int v, double b_over_f,
-                        double w_over_f, double c_over_f) {
+double played_bubble(schedule::ScheduleKind kind, int p, int m, int v, long bq, long wq, long cq) {
   using Key = std::tuple<int, int, int, int, long, long, long>;
   static std::map<Key, double> cache;
-  const long bq = std::max(1L, std::lround(b_over_f * 20)), wq = std::lround(w_over_f * 20),
-             cq = std::lround(c_over_f * 200);
   const Key key{static_cast<int>(kind), p, m, v, bq, wq, cq};
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
@@ -38,6 +35,27 @@ double simulated_bubble(schedule::ScheduleKind kind, int p, int m, int v, double
   ++g_simulations;
   cache.emplace(key, bubble);
   return bubble;
+}
+
+// The bubble of m micro-batches. Up to steady_state_microbatches(p) the schedule is played as
+// it is; beyond, a rank's idle time is a straight line in m (the ramp-up and ramp-down, plus
+// what communication or unequal F/B/W stall in every steady-state round), so the line through
+// two played counts is extended to m. A simulation's size is thus bounded by p and v, never by
+// the batch (--seq 1 gives millions of micro-batches).
+double simulated_bubble(schedule::ScheduleKind kind, int p, int m, int v, double b_over_f,
+                        double w_over_f, double c_over_f) {
+  const long bq = std::max(1L, std::lround(b_over_f * 20)), wq = std::lround(w_over_f * 20),
+             cq = std::lround(c_over_f * 200);
+  const int m2 = steady_state_microbatches(p), m1 = m2 / 2;
+  if (m <= m2) return played_bubble(kind, p, m, v, bq, wq, cq);
+  const double work = 1 + bq / 20.0 + wq / 20.0;  // one micro-batch's F + B + W, in F
+  auto idle = [&](int count) {
+    const double b = played_bubble(kind, p, count, v, bq, wq, cq);
+    return count * work * b / (1 - b);
+  };
+  const double i1 = idle(m1), i2 = idle(m2);
+  const double at_m = i2 + std::max(0.0, (i2 - i1) / (m2 - m1)) * (m - m2);
+  return at_m / (at_m + m * work);
 }
 
 // One layer's (or the head's) cost for one micro-batch on one GPU.

@@ -1,7 +1,8 @@
 // `trillion plan` end to end: --json carries the documented fields, a --layout is evaluated
 // (its free fields searched), a model TOML file plans like the catalog entry, --html writes a
-// report with its charts, user errors exit 2 with one line, and the Engine line names the
-// engine recipe of the plan's precision.
+// report with its charts, user errors exit 2 with one line, the Engine line names the engine
+// recipe of the plan's precision, and hostile inputs (--seq 1, 2^31 GPUs, a model file past the
+// engine's bounds) finish at once with a sane plan or a refusal naming the option or key.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -195,6 +196,91 @@ TEST(PlanCli, HtmlHasAxesTimelineAndRunnersUpChart) {
   EXPECT_NE(s.find("seconds per step"), std::string::npos);  // the runners-up chart's axis
   EXPECT_NE(s.find("width=\"100%\""), std::string::npos);    // page width
   EXPECT_EQ(s.find("e+0"), std::string::npos);
+}
+
+// Hardening II (issue 39). A shell `timeout 20` bounds each command that ran away before.
+trillion::testing::CommandResult run_bounded(const std::string& args) {
+  return trillion::testing::run_shell("timeout 20 " + std::string(TRILLION_BINARY) + " " + args +
+                                      " 2>&1");
+}
+
+std::string write_model(const std::string& name, const std::string& extra) {
+  const std::string path = trillion::testing::fresh_dir("model") + "_" + name + ".toml";
+  std::ofstream(path) << "[model]\nvocab_size = 32000\nd_model = 256\nn_heads = 8\n"
+                         "ffn_hidden = 512\n"
+                      << extra;
+  return path;
+}
+
+// Item 9: --seq 1 makes 16Mi sequences, 65,536+ micro-batches per pipeline; every schedule
+// simulation grew with them (60 s and 1.7 GB, still growing). Schedules are now played with at
+// most a steady state's micro-batches and extrapolated.
+TEST(PlanCli, SeqOneIsPlannedInSeconds) {
+  const auto r = run_bounded("plan --model llama3-8b --cluster h100 --gpus 64 --seq 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_EQ(j["seq_len"], 1);
+  EXPECT_EQ(j["batch_tokens"].get<double>(), 16777216.0);
+  const auto& l = j["layout"];
+  EXPECT_EQ(l["tp"].get<int>() * l["pp"].get<int>() * l["cp"].get<int>() * l["dp"].get<int>(),
+            64);
+  EXPECT_GE(j["step"]["microbatches"].get<long>(), 65536 / 4);
+  EXPECT_GT(j["step_seconds"].get<double>(), 0);
+  EXPECT_LT(j["step_seconds"].get<double>(), 1e5);
+}
+
+// Item 9: a model file past the engine's bounds (n_layers 100000: train refuses > 2^14) is
+// refused as train refuses it, naming the file and the key; one with seq_len = 1 plans at once.
+TEST(PlanCli, ModelFileOutsideTheEngineBoundsIsRefused) {
+  const std::string deep = write_model("deep", "n_layers = 100000\nseq_len = 256\n");
+  auto r = run_bounded("plan --model " + deep + " --cluster h100 --gpus 64");
+  EXPECT_EQ(r.exit_code, 2) << r.output.substr(0, 2000);
+  EXPECT_NE(r.output.find(deep + ": model.n_layers = 100000 exceeds 2^14"), std::string::npos)
+      << r.output.substr(0, 2000);
+  const std::string short_seq = write_model("seq1", "n_layers = 4\nseq_len = 1\n");
+  r = run_bounded("plan --model " + short_seq + " --cluster h100 --gpus 64 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+  EXPECT_EQ(nlohmann::json::parse(r.output)["seq_len"], 1);
+}
+
+// Item 15: --gpus 0 printed a range up to DBL_MAX (309 digits).
+TEST(PlanCli, GpusRangeIsHuman) {
+  const auto r = run_bounded("plan --model llama3-8b --cluster h100 --gpus 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--gpus: Value 0 not in range 1 to 16777216"), std::string::npos)
+      << r.output;
+  EXPECT_LT(r.output.size(), 200u) << r.output;
+}
+
+// Item 15: --gpus 2147483648 wrapped to dp=-2147483648; --gpus is bounded at 2^24, and the
+// bound itself plans without overflow.
+TEST(PlanCli, GpusAreBoundedWithoutOverflow) {
+  auto r = run_bounded("plan --model llama3-8b --cluster h100 --gpus 2147483648");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--gpus: Value 2147483648 not in range 1 to 16777216"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("dp=-"), std::string::npos) << r.output;
+  r = run_bounded(
+      "plan --model llama3-8b --cluster h100 --gpus 16777216 --seq 1 --layout tp=8,pp=4 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output.substr(0, 2000);
+  const auto j = nlohmann::json::parse(r.output);
+  const auto& l = j["layout"];
+  EXPECT_EQ(l["dp"].get<long>(), 524288);
+  EXPECT_EQ(l["tp"].get<long>() * l["pp"].get<long>() * l["cp"].get<long>() * l["dp"].get<long>(),
+            16777216L);
+}
+
+// Item 15: a model file's batch_tokens = 1 was blamed on a --batch-tokens never passed.
+TEST(PlanCli, ModelFileBatchTokensAreBlamedOnTheFile) {
+  const std::string path = write_model("batch", "n_layers = 4\nseq_len = 256\nbatch_tokens = 1\n");
+  const auto r = run_bounded("plan --model " + path + " --cluster h100 --gpus 8");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find(path + ": model.batch_tokens = 1 is not a whole number of "
+                                 "model.seq_len = 256-token sequences"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("--batch-tokens"), std::string::npos) << r.output;
 }
 
 }  // namespace
