@@ -173,6 +173,13 @@ RunDirectory::RunDirectory(std::string dir, bool resume, bool lead, bool echo_ev
   // A directory the trainer cannot write would fail the first checkpoint, after the training it
   // was to keep: said now, before anything is trained or changed. Every rank checks, since each
   // writes its own shard.
+  std::error_code ec;
+  if (fs::exists(dir_ + "/checkpoints", ec) && !fs::is_directory(dir_ + "/checkpoints", ec)) {
+    throw Error(fmt::format("'{}/checkpoints' is a file, not a directory: the run could not "
+                            "write a checkpoint; move it away or choose another --run-dir "
+                            "(nothing was changed)",
+                            dir_));
+  }
   check_writable(dir_ + "/checkpoints", "write checkpoints in");
   if (!lead_) return;
   std::error_code made;

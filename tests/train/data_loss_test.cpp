@@ -164,17 +164,37 @@ TEST(DataLoss, AResumeWithoutACheckpointIsRefused) {
 // rank's message went through a file beside the checkpoints, which could not be written either.
 // It now travels over the communicator and names the path and the cause.
 TEST(DataLoss, ACheckpointThatCannotBeWrittenSaysWhereAndWhy) {
+  // `checkpoints` a regular file: refused before anything trains, the file untouched.
   const std::string dir = fresh_dir("ckpt_file");
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/checkpoints") << "a user's file\n";
-  const auto r = run_trillion("train " + config_path("tiny.toml") + " --run-dir " + dir +
-                              " --quiet --set train.steps=1 --set train.eval_batches=1");
+  auto r = run_trillion("train " + config_path("tiny.toml") + " --run-dir " + dir +
+                        " --quiet --set train.steps=1 --set train.eval_batches=1");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_EQ(r.output,
-            "trillion train: error: checkpoint of step 1 not written: cannot create "
-            "checkpoint directory '" +
-                dir + "/checkpoints': a file of that name is in the way\n");
+  EXPECT_EQ(r.output, "trillion train: error: '" + dir +
+                          "/checkpoints' is a file, not a directory: the run could not write a "
+                          "checkpoint; move it away or choose another --run-dir (nothing was "
+                          "changed)\n");
   EXPECT_EQ(slurp(dir + "/checkpoints"), "a user's file\n");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/metrics.jsonl"));
+  // A real full disk (a 1 MiB tmpfs with 64 KiB left; the checkpoint needs more): the per-rank
+  // error file cannot be written either, and the message still names the file and the cause
+  // (was "checkpoint of step 1 not written: rank 0 failed").
+  const std::string disk = fresh_dir("ckpt_full_disk");
+  std::filesystem::create_directories(disk);
+  if (run_shell("mount -t tmpfs -o size=1m tmpfs " + disk + " 2>/dev/null").exit_code != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root and a permissive machine)";
+  }
+  run_shell("head -c $(( $(df -B1 --output=avail " + disk + " | tail -1) - 65536 )) /dev/zero > " +
+            disk + "/filler");
+  r = run_trillion("train " + config_path("tiny.toml") + " --run-dir " + disk +
+                   "/run --quiet --set train.steps=1 --set train.eval_batches=1");
+  run_shell("umount " + disk);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "checkpoint of step 1 not written: cannot write checkpoint file '" +
+                                disk + "/run/checkpoints/.tmp-step_00000001/"))
+      << r.output;
+  EXPECT_TRUE(has(r.output, "No space left on device")) << r.output;
 }
 
 }  // namespace
