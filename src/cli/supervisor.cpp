@@ -15,6 +15,7 @@
 #include "cli/job_runner.h"
 #include "core/error.h"
 #include "data/file_io.h"
+#include "train/checkpoint/checkpoint.h"
 
 namespace trillion::cli {
 
@@ -58,8 +59,10 @@ long long newest_checkpoint_step(const std::string& run_dir) {
   long long best = 0;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(run_dir + "/checkpoints", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.starts_with("step_")) best = std::max(best, std::atoll(name.c_str() + 5));
+    // Only what retention and --resume take for a checkpoint (a user's step_00000010.bak is not).
+    if (const auto step = checkpoint_step_of(e.path().filename().string())) {
+      best = std::max<long long>(best, *step);
+    }
   }
   return best;
 }
