@@ -23,6 +23,9 @@ namespace trillion {
 struct RunConfig;
 }
 namespace trillion::cli {
-// The tokenizer the run's shards were prepared with, or "" (synthetic data, or none recorded).
-std::string run_tokenizer_path(const RunConfig& config);
+// The tokenizer the run's shards were prepared with (checkpoint `dir`), or "" with `why` saying
+// what was looked for and where. data.path and the shards' tokenizer are recorded relative to
+// where training ran: each is tried as given, then under the run directory and each directory
+// above it, so a reader run from elsewhere finds them.
+std::string find_run_tokenizer(const RunConfig& config, const std::string& dir, std::string& why);
 }  // namespace trillion::cli

@@ -58,8 +58,17 @@ int export_command(int argc, char** argv) {
   const PinnedCheckpoint pinned = resolve_checkpoint_dir(checkpoint, "export", step);
   o.checkpoint_dir = pinned.dir();  // retention leaves it while this reads it
   if (tokenizer.empty()) {
-    tokenizer = run_tokenizer_path(
-        parse_run_config(read_checkpoint_config(o.checkpoint_dir), o.checkpoint_dir, {}));
+    const RunConfig cfg =
+        parse_run_config(read_checkpoint_config(o.checkpoint_dir), o.checkpoint_dir, {});
+    std::string why;
+    tokenizer = find_run_tokenizer(cfg, o.checkpoint_dir, why);
+    // Synthetic data has no tokenizer to miss; shards whose tokenizer is not found are said.
+    if (tokenizer.empty() && cfg.data.source == "shards") {
+      std::fprintf(stderr,
+                   "trillion export: note: no tokenizer exported: %s; pass --tokenizer FILE to "
+                   "include one\n",
+                   why.c_str());
+    }
   }
   o.tokenizer_path = tokenizer;
   if (format == "gguf") {

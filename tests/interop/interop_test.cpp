@@ -680,8 +680,19 @@ TEST(Generate, FindsTheRunsTokenizerFromAnotherDirectoryAndNamesThePathsTried) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, generate(" --tokenizer " + tokenizer).output);
   EXPECT_EQ(r.output.rfind("the", 0), 0u) << r.output;
+  // export finds it the same way (it exported without one, silently).
+  r = run_shell("cd " + root + " && " + bin +
+                " export --checkpoint work/runs/r --format safetensors --out hf 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(root + "/hf/tokenizer.json")) << r.output;
 
   std::filesystem::rename(tokenizer, tokenizer + ".moved");
+  r = run_shell("cd " + root + " && " + bin +
+                " export --checkpoint work/runs/r --format safetensors --out hf2 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "trillion export: note: no tokenizer exported: the run's "
+                                     "shards '"))
+      << r.output;
   r = generate();
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(testing::has(r.output, "no tokenizer for --prompt: the run's shards '" + work +
