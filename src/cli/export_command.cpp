@@ -30,7 +30,7 @@ int export_command(int argc, char** argv) {
   bool overwrite = false;
   app.add_option("--checkpoint", checkpoint, "checkpoint directory or run directory")->required();
   app.add_option("--step", step, "the run's checkpoint of this step (default: newest valid)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_at_least(0));
   app.add_option("--format", format, "safetensors (a directory) or gguf (a file)");
   app.add_option("--out", o.out_dir, "output directory (safetensors) or FILE.gguf")->required();
   app.add_option("--dtype", o.dtype, "f32 or bf16; gguf also f16 and q8_0");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,21 @@ inline CLI::Validator finite_positive() {
         return std::string();
       },
       "FINITE > 0");
+}
+
+// A whole number >= lo, said in words (CLI11's NonNegativeNumber printed DBL_MAX's 309 digits).
+inline CLI::Validator whole_at_least(long long lo) {
+  return CLI::Validator(
+      [lo](std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE || v < lo) {
+          return text + " is not a whole number >= " + std::to_string(lo);
+        }
+        return std::string();
+      },
+      "INT >= " + std::to_string(lo));
 }
 
 }  // namespace trillion::cli

@@ -285,6 +285,14 @@ TEST(BadCommand, PromptIdsAreSpaceSeparatedWholeIntegers) {
 
 // Issue 39 item 8: costs 1e9 or more apart made more grid cells than an int holds ("internal
 // error: cannot create std::vector larger than max_size()"); the grid now shows its first cells.
+// Issue 39 item 15: out-of-range integers printed CLI11's range up to DBL_MAX (309 digits).
+TEST(BadCommand, IntegerRangesAreSaidInWords) {
+  const auto r = run_trillion("export --checkpoint x --step -1 --out y");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "--step: -1 is not a whole number >= 0")) << r.output;
+  EXPECT_LT(r.output.size(), 200u) << r.output;
+}
+
 TEST(BadCommand, ScheduleCostsFarApartDrawTheFirstCellsNotACrash) {
   for (const std::string costs : {"1e9,1,1", "1e12,1,1", "1e15,1,1", "1e-300,1,1", "1,1e300,1"}) {
     const auto r = run_trillion("schedule --kind 1f1b --stages 4 --microbatches 8 --costs " + costs);
