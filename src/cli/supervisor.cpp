@@ -176,6 +176,13 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
     const bool has_resume =
         std::find(args.command.begin(), args.command.end(), "--resume") != args.command.end();
     if (attempt > 0 && !has_resume) cmd.push_back("--resume");
+    // A restart may come before the first checkpoint: its --resume then starts over (resume.h),
+    // where a user's own --resume of a run without a checkpoint is refused.
+    if (attempt > 0) {
+      ::setenv("TRILLION_SUPERVISED_RESTART", "1", 1);
+    } else {
+      ::unsetenv("TRILLION_SUPERVISED_RESTART");
+    }
     if (supervised || default_watchdog) {
       std::error_code ec;
       std::filesystem::remove_all(watchdog.dir, ec);

@@ -123,7 +123,7 @@ TEST(DataLoss, AResumeWithFewerStepsThanTheCheckpointIsRefused) {
 // and cut metrics.jsonl from 15 lines to 2. Now it is refused before anything changes, naming
 // what checkpoints/ holds and how to start over. A directory that logs no step still starts (a
 // new one: scripts pass --resume always), and so does launch's restart before the first
-// checkpoint (its supervisor sets TRILLION_HEARTBEAT_DIR).
+// checkpoint (its supervisor sets TRILLION_SUPERVISED_RESTART on a restart).
 TEST(DataLoss, AResumeWithoutACheckpointIsRefused) {
   const std::string dir = fresh_dir("resume_none");
   std::filesystem::create_directories(dir + "/checkpoints");
@@ -150,8 +150,15 @@ TEST(DataLoss, AResumeWithoutACheckpointIsRefused) {
   EXPECT_EQ(slurp(dir + "/events.log"), "2026-01-01T00:00:00Z finished at step 15\n");
   EXPECT_FALSE(std::filesystem::exists(dir + "/checkpoints"));
   EXPECT_FALSE(std::filesystem::exists(dir + "/config.toml"));
+  // A user's --resume under launch (whose default watchdog sets a heartbeat directory) is refused
+  // the same way.
+  r = run_trillion("launch -n 1 -- " + train);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(has(r.output, "has no checkpoint to resume (checkpoints/ is missing)")) << r.output;
+  EXPECT_EQ(slurp(dir + "/metrics.jsonl"), lines);
   // A supervised restart (launch --max-restarts) before the first checkpoint starts over.
-  r = run_shell("TRILLION_HEARTBEAT_DIR=" + dir + "/hb " + TRILLION_BINARY + " " + train + " 2>&1");
+  r = run_shell("TRILLION_SUPERVISED_RESTART=1 " + std::string(TRILLION_BINARY) + " " + train +
+                " 2>&1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(has(slurp(dir + "/events.log"),
                   "no checkpoint to resume from; starting at step 0 (a supervised restart "

@@ -136,8 +136,8 @@ CheckpointState resume_run(RunDirectory& dir, StepRunner& runner, MemoryTracker&
   (void)tracker;
   if (auto state = load_newest(dir, runner, config, parts, INT64_MAX)) return *state;
   const int64_t logged = last_logged_step(dir.path() + "/metrics.jsonl");
-  const char* supervisor = std::getenv("TRILLION_HEARTBEAT_DIR");
-  const bool restart = supervisor != nullptr && *supervisor != '\0';
+  const char* supervised = std::getenv("TRILLION_SUPERVISED_RESTART");
+  const bool restart = supervised != nullptr && std::string_view(supervised) == "1";
   if (logged > 0 && !restart) {
     throw Error(fmt::format(
         "run directory '{}' has no checkpoint to resume ({}) but its metrics.jsonl logs steps "

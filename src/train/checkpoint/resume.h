@@ -45,9 +45,9 @@ CheckpointState resume_from_checkpoint(RunDirectory& dir, StepRunner& runner,
 // metrics.jsonl already logs steps is refused before anything in it changes (starting at step 0
 // would cut those lines): the Error names what checkpoints/ holds and how to start over. A
 // directory that logs no step yet (new, or a run that failed before its first step) starts at
-// step 0, so scripts may pass --resume always. Under `trillion launch`'s supervisor
-// (TRILLION_HEARTBEAT_DIR set: it restarts failed jobs with --resume, possibly before their first
-// checkpoint) a run without a checkpoint also starts over at step 0, as a restart must.
+// step 0, so scripts may pass --resume always. A restart by `trillion launch`'s supervisor
+// (TRILLION_SUPERVISED_RESTART=1: it restarts failed jobs with --resume, possibly before their
+// first checkpoint) of a run without a checkpoint also starts over at step 0, as a restart must.
 CheckpointState resume_run(RunDirectory& dir, StepRunner& runner, MemoryTracker& tracker,
                            const RunConfig& config, const std::vector<CheckpointPart*>& parts);
 
