@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <thread>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "data/file_io.h"
@@ -81,7 +81,7 @@ void AppendLog::open(const std::string& path) {
 }
 
 std::string AppendLog::append(const std::string& line, int* retried) {
-  const bool metrics = path_.size() >= 13 && path_.ends_with("metrics.jsonl");
+  const bool metrics = path_.ends_with("metrics.jsonl");
   const InjectedFailures inject = metrics ? injected_metrics_failures() : InjectedFailures{};
   const bool injected_line = metrics && ++lines_ >= inject.line && inject.line > 0;
   const std::string text = line + "\n";
