@@ -33,6 +33,16 @@ CommandResult run_with_file_limit(int kib, const std::string& args) {
                    args + "' 2>&1");
 }
 
+// The error parse_run_config gives for `text` read as "c.toml" ("" when it accepts it).
+std::string text_error(const std::string& text) {
+  try {
+    parse_run_config(text, "c.toml", {});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST(BadConfig, ValuesThatCanOnlyGiveNanAreRefusedByName) {
@@ -77,45 +87,37 @@ TEST(BadConfig, ValuesThatCanOnlyGiveNanAreRefusedByName) {
 TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   // toml++ 3.3.0 asserts (debug) or assumes (release: undefined behaviour) on these; found by
   // fuzz_run_config, fixed upstream in marzer/tomlplusplus#301.
-  auto error = [](const std::string& text) {
-    try {
-      parse_run_config(text, "c.toml", {});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_EQ(error("[model]\nvocab_size = 64\n[[[1]]]\n"),
+  EXPECT_EQ(text_error("[model]\nvocab_size = 64\n[[[1]]]\n"),
             "c.toml:3: malformed table header '[[[1]]]'; a section is written [name]");
-  EXPECT_EQ(error(std::string("[\0x]", 4)),
+  EXPECT_EQ(text_error(std::string("[\0x]", 4)),
             "c.toml:1: malformed table header '[\\x00x]'; a section is written [name]");
-  EXPECT_EQ(error("  [[=\n"),
+  EXPECT_EQ(text_error("  [[=\n"),
             "c.toml:1: malformed table header '  [[='; a section is written [name]");
-  EXPECT_EQ(error("[\n"), "c.toml:1: malformed table header '['; a section is written [name]");
-  EXPECT_NE(error("[ model ]\n[\"train\"]\n").find("model.vocab_size must be positive"),
+  EXPECT_EQ(text_error("[\n"), "c.toml:1: malformed table header '['; a section is written [name]");
+  EXPECT_NE(text_error("[ model ]\n[\"train\"]\n").find("model.vocab_size must be positive"),
             std::string::npos);  // spaces and quoted names are headers
   // Arrays and inline tables (where toml++ asserted on "[[[...}}}"): no key takes one.
-  EXPECT_EQ(error("[model]\nd_model = [[[1}}]\n"),
+  EXPECT_EQ(text_error("[model]\nd_model = [[[1}}]\n"),
             "c.toml:2: 'd_model = [[[1}}]': arrays and inline tables are not run-config values");
-  EXPECT_EQ(error("[model]\n\"a=b\" = {x = 1}\n"),
+  EXPECT_EQ(text_error("[model]\n\"a=b\" = {x = 1}\n"),
             "c.toml:2: '\"a=b\" = {x = 1}': arrays and inline tables are not run-config values");
   // Non-ASCII outside strings and comments (toml++ reached an unreachable branch on U+03A1),
   // control characters anywhere; both fine inside strings and comments when TOML allows them.
-  EXPECT_EQ(error("[_embed\xce\xa1=\"\"\n"),
+  EXPECT_EQ(text_error("[_embed\xce\xa1=\"\"\n"),
             "c.toml:1: character U+03A1: toml++ 3.3.0 cannot read it safely, even in a string or "
             "comment; inside a string write it as the escape \\u03a1");
-  EXPECT_NE(error("\nd=22'''\xef\xbb\xbe=0Z-22").find("character U+FEFE"), std::string::npos);
-  EXPECT_NE(error("# \xe3\x80\x81\n").find("c.toml:1: character U+3001"), std::string::npos);
-  EXPECT_EQ(error("[model\xe2\x82\xac]\n"),  // U+20AC, outside the block
+  EXPECT_NE(text_error("\nd=22'''\xef\xbb\xbe=0Z-22").find("character U+FEFE"), std::string::npos);
+  EXPECT_NE(text_error("# \xe3\x80\x81\n").find("c.toml:1: character U+3001"), std::string::npos);
+  EXPECT_EQ(text_error("[model\xe2\x82\xac]\n"),  // U+20AC, outside the block
             "c.toml:1: a non-ASCII character outside a string or comment");
-  EXPECT_EQ(error("[model]\nd_model = 3\x01\n"),
+  EXPECT_EQ(text_error("[model]\nd_model = 3\x01\n"),
             "c.toml:2: control character \\x01 (TOML allows none; write it as an escape inside a "
             "string)");
-  EXPECT_NE(error("# \xe2\x82\xac comment\n[data]\npath = \"\xe2\x82\xac \\u00e9\"\n")
+  EXPECT_NE(text_error("# \xe2\x82\xac comment\n[data]\npath = \"\xe2\x82\xac \\u00e9\"\n")
                 .find("it has no [model] table"),
             std::string::npos);
   // Text inside a multi-line string is not a header or a value.
-  EXPECT_NE(error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("it has no [model] table"),
+  EXPECT_NE(text_error("[data]\npath = \"\"\"\n[[[\nx = [\n\"\"\"\n").find("it has no [model] table"),
             std::string::npos);
   // A --set value outside the subset is taken as a string, like any value that is not TOML.
   // --set into a section the file made a value (was a null pointer dereference; fuzz finding).
@@ -133,19 +135,11 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
 // Issue 39 item 15: an empty config, or one without [model], was refused as "model.vocab_size
 // must be positive, got 0", about a key the user never wrote.
 TEST(BadConfig, AnEmptyConfigOrOneWithoutAModelSaysSo) {
-  auto error = [](const std::string& text) {
-    try {
-      parse_run_config(text, "c.toml", {});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
-  EXPECT_EQ(error(""), "c.toml: the file is empty (no settings); a run config names at least its "
+  EXPECT_EQ(text_error(""), "c.toml: the file is empty (no settings); a run config names at least its "
                        "model ([model]: vocab_size, d_model, n_layers, n_heads, seq_len); start "
                        "from configs/tiny.toml");
-  EXPECT_EQ(error("# only a comment\n"), error(""));
-  EXPECT_EQ(error("[train]\nsteps = 3\n").rfind("c.toml: it has no [model] table; ", 0), 0u);
+  EXPECT_EQ(text_error("# only a comment\n"), text_error(""));
+  EXPECT_EQ(text_error("[train]\nsteps = 3\n").rfind("c.toml: it has no [model] table; ", 0), 0u);
 }
 
 // Issue 39 item 7: 40,000 dotted-key parts (as a key or a [table.header]) overflowed the stack of
