@@ -1,5 +1,7 @@
 // ProfilingBackend: wraps any Backend and accumulates wall time and call counts per operation,
-// so `trillion bench step --profile` can say where a step's time goes (what limits MFU).
+// so `trillion bench step --profile` can say where a step's time goes (what limits MFU): FLOPs of
+// the compute-bound ops (GEMMs, attention), bytes of the memory-bound ones (the least traffic
+// each needs: every operand read or written once), to compare with the machine's peaks.
 // It adds one clock read per call and changes no result.
 #pragma once
 
@@ -13,7 +15,8 @@ namespace trillion {
 struct OpProfile {
   double seconds = 0;
   int64_t calls = 0;
-  double flops = 0;  // counted for GEMMs only
+  double flops = 0;  // counted for GEMMs and attention
+  double bytes = 0;  // memory traffic of the memory-bound ops: each operand read or written once
 };
 
 class ProfilingBackend final : public Backend {
@@ -28,7 +31,7 @@ class ProfilingBackend final : public Backend {
 
  private:
   template <typename F>
-  auto timed(const char* op, double flops, F&& f);
+  auto timed(const char* op, double flops, double bytes, F&& f);
   Backend& in_;
   std::map<std::string, OpProfile> ops_;
 };

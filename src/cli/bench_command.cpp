@@ -28,6 +28,7 @@
 #include "plan/model_spec.h"
 #include "precision/recipe.h"
 #include "train/gemm_peak.h"
+#include "train/mfu_peak.h"
 #include "train/mesh_options.h"
 #include "train/metrics.h"
 #include "train/step_runner.h"
@@ -61,12 +62,64 @@ int bench_gemm(int64_t size, int reps, bool json) {
   return 0;
 }
 
+// Per op group of the profiled steps: time, share of the step, and how near the machine's limit
+// it runs: GEMMs and attention against the fp32 GEMM peak (they run fp32 BLAS or fp32 tiles; a
+// low-precision recipe's linear GEMMs also go through the `gemm` op after rounding), the
+// memory-bound ops against the memory bandwidth measured here. Time outside any backend op (the
+// recipe's rounding and quantisation, communication, bookkeeping) is "other".
+nlohmann::json profile_json(const ProfilingBackend& profiler, int steps, double seconds,
+                            double fp32_peak_gflops, bool quiet) {
+  const double bandwidth = measure_memory_bandwidth();
+  nlohmann::json ops;
+  double inside = 0;
+  for (const auto& [op, p] : profiler.profile()) {
+    inside += p.seconds;
+    nlohmann::json o{{"seconds_per_step", p.seconds / steps},
+                     {"fraction", p.seconds / seconds},
+                     {"calls_per_step", p.calls / steps}};
+    std::string limit;
+    if (p.flops > 0) {
+      const double gflops = p.flops / p.seconds / 1e9;
+      o["gflops"] = gflops;
+      o["fraction_of_fp32_gemm_peak"] = gflops / fp32_peak_gflops;
+      limit = fmt::format("  {:7.1f} GFLOP/s  {:5.1f}% of the fp32 GEMM peak", gflops,
+                          100 * gflops / fp32_peak_gflops);
+    } else if (p.bytes > 0) {
+      const double gbs = p.bytes / p.seconds / 1e9;
+      o["gbytes_per_s"] = gbs;
+      o["fraction_of_memory_bandwidth"] = gbs / bandwidth;
+      limit = fmt::format("  {:7.1f} GB/s     {:5.1f}% of memory bandwidth", gbs,
+                          100 * gbs / bandwidth);
+    }
+    ops[op] = o;
+    if (!quiet) {
+      std::printf("  %-20s %7.3f s/step %5.1f%%%s\n", op.c_str(), p.seconds / steps,
+                  100 * p.seconds / seconds, limit.c_str());
+    }
+  }
+  const double other = std::max(0.0, seconds - inside);
+  ops["other"] = {{"seconds_per_step", other / steps}, {"fraction", other / seconds}};
+  if (!quiet) {
+    std::printf("  %-20s %7.3f s/step %5.1f%%  (rounding, quantisation, communication, "
+                "bookkeeping)\n  peaks: fp32 GEMM %.1f GFLOP/s, memory bandwidth %.1f GB/s "
+                "(y += x, measured now)\n",
+                "other", other / steps, 100 * other / seconds, fp32_peak_gflops, bandwidth);
+  }
+  ops["memory_bandwidth_gbs"] = bandwidth;  // the reference of fraction_of_memory_bandwidth
+  return ops;
+}
+
 int bench_step(const std::string& config_path, const std::vector<std::string>& overrides, int steps,
                int64_t gemm_size, bool json, bool profile) {
   const RunConfig cfg = load_run_config(config_path, overrides);
-  // The peak is measured before and after the timed steps and the higher taken: a busy machine
-  // can only lower a measurement, and a lowered peak would inflate MFU.
-  GemmPeak peak = measure_gemm_peak(gemm_size, 3);
+  // The peaks of the GEMMs the recipe runs (train/mfu_peak.h) are measured before and after the
+  // timed steps and the higher taken: a busy machine can only lower a measurement, and a lowered
+  // peak would inflate MFU.
+  const precision::Recipe& recipe = precision::recipe_named(cfg.precision.recipe);
+  const precision::Bf16Blocks bf16_blocks = precision::resolve_bf16_blocks(
+      recipe, cfg.model.n_layers, cfg.precision.bf16_blocks);
+  MfuPeak peak(gemm_mix(cfg.model.spec(), cfg.model.seq_len, recipe, bf16_blocks), recipe);
+  peak.measure(gemm_size, 3);
 
   // Under `trillion launch` the ranks form the config's mesh (dp, pp, tp) and step together; rank
   // 0 reports. Every rank draws the same tokens (tp ranks must; dp ranks may).
@@ -127,15 +180,19 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
       std::fprintf(stderr, "step %d/%d: %.3f s, loss %.4f\n", s, steps, st.seconds, st.loss);
     }
   }
-  const GemmPeak peak_after = measure_gemm_peak(gemm_size, 3);
-  if (peak_after.gflops > peak.gflops) peak = peak_after;
+  peak.measure(gemm_size, 3);
   // Under launch the job's peak is one process's times the processes (as `train` counts it).
-  if (mpi) peak.gflops *= mpi->world().size();
+  const int processes = mpi ? mpi->world().size() : 1;
   const double tokens_per_s = static_cast<double>(runner.tokens_per_step()) * steps / seconds;
   const plan::ModelSpec spec = cfg.model.spec();
   const MfuConvention convention = mfu_convention(spec, cfg.model.seq_len);
   const double flops_per_token = convention.flops_per_token;
-  const double mfu = flops_per_token * tokens_per_s / (peak.gflops * 1e9);
+  // The fastest step first: if it beats the measured peaks, the peak rises to it (never MFU > 1).
+  const double mfu_best_step = peak.mfu(
+      flops_per_token * static_cast<double>(runner.tokens_per_step()) / best_step / 1e9,
+      processes, steps);
+  const double mfu = peak.mfu_of_rate(flops_per_token * tokens_per_s / 1e9, processes);
+  const double peak_gflops = peak.gflops(processes);
   const int64_t params = plan::count_model(spec).total;
   // The engine block's formulas (dense layers); MoE models report measured bytes only.
   const bool dense = !cfg.model.moe.enabled();
@@ -143,7 +200,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
       dense ? plan::recompute_flops_per_token(spec, cfg.model.seq_len,
                                               cfg.model.activation_policy(), convention.attention)
             : 0.0;
-  const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak.gflops * 1e9);
+  const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak_gflops * 1e9);
   const int64_t elem = static_cast<int64_t>(dtype_size(cfg.model.dtype));
   const int64_t predicted_activations =
       dense && runner.num_stages() == 1
@@ -161,11 +218,13 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"model_flops_per_token", flops_per_token},
                    {"mfu_attention_flops", plan::attention_flops_name(convention.attention)},
                    {"achieved_gflops", flops_per_token * tokens_per_s / 1e9},
-                   {"peak_gflops", peak.gflops},
+                   {"peak_gflops", peak_gflops},
+                   {"peak", peak.describe()},
+                   {"fp32_gemm_peak_gflops", peak.fp32_gflops() * processes},
+                   {"recipe_gemm", peak.recipe_kind()},
                    {"mfu", mfu},
                    // On a shared machine the fastest step is the least disturbed one.
-                   {"mfu_best_step",
-                    flops_per_token * runner.tokens_per_step() / best_step / (peak.gflops * 1e9)},
+                   {"mfu_best_step", mfu_best_step},
                    {"hardware_flops_per_token", flops_per_token + recompute_flops},
                    {"hfu", hfu},
                    {"recompute", cfg.model.recompute_string()},
@@ -184,20 +243,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   }
   if (!lead) return 0;
   if (profile) {
-    nlohmann::json ops;
-    for (const auto& [op, p] : profiler.profile()) {
-      ops[op] = {{"seconds_per_step", p.seconds / steps},
-                 {"fraction", p.seconds / seconds},
-                 {"calls_per_step", p.calls / steps},
-                 {"gflops", p.flops > 0 ? p.flops / p.seconds / 1e9 : 0.0}};
-      if (!json) {
-        std::printf(
-            "  %-20s %7.3f s/step %5.1f%%%s\n", op.c_str(), p.seconds / steps,
-            100 * p.seconds / seconds,
-            p.flops > 0 ? fmt::format("  {:.1f} GFLOP/s", p.flops / p.seconds / 1e9).c_str() : "");
-      }
-    }
-    j["profile"] = ops;
+    j["profile"] = profile_json(profiler, steps, seconds, peak.fp32_gflops(), json);
   }
   // The recipe of the linear layers and its GEMM error on the w_gate_up forward shape.
   j["precision_recipe"] = cfg.precision.recipe;
@@ -209,8 +255,6 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
     j["recipe_gemm_rms_rel_error"] = gemm_error.rms_rel;
     j["recipe_gemm_max_error_rel_to_max"] = gemm_error.max_rel_to_max;
   }
-  const precision::Bf16Blocks bf16_blocks = precision::resolve_bf16_blocks(
-      precision::recipe_named(cfg.precision.recipe), cfg.model.n_layers, cfg.precision.bf16_blocks);
   j["precision_bf16_blocks"] = precision::bf16_blocks_text(bf16_blocks);
   if (json) {
     std::printf("%s\n", j.dump().c_str());
@@ -218,11 +262,11 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
     std::printf(
         "%s: %lld params, %.0f tokens/s, %.2f s/step, %.1f GFLOP/s of %.1f peak: MFU %.1f%%, "
         "HFU %.1f%% (recompute %s, %s attention); fastest step MFU %.1f%%\n"
-        "  MFU counts %s\n",
+        "  MFU counts %s\n  against the %s\n",
         config_path.c_str(), static_cast<long long>(params), tokens_per_s, seconds / steps,
-        flops_per_token * tokens_per_s / 1e9, peak.gflops, 100 * mfu, 100 * hfu,
+        flops_per_token * tokens_per_s / 1e9, peak_gflops, 100 * mfu, 100 * hfu,
         cfg.model.recompute_string().c_str(), cfg.model.tiled_attention ? "tiled" : "materialized",
-        100 * j["mfu_best_step"].get<double>(), convention.describe().c_str());
+        100 * mfu_best_step, convention.describe().c_str(), peak.describe().c_str());
     if (cfg.precision.recipe != "fp32") {
       std::printf(
           "  precision recipe %s (linear layers: %s): GEMM error vs fp32 on "

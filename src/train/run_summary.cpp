@@ -98,7 +98,13 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
         {"split_backward", pc.split_backward},
         {"allreduce", pc.allreduce}}},
       {"memory_per_rank", per_rank},
-      {"gemm_peak_gflops", job.peak.gflops},
+      {"gemm_peak_gflops", job.peak.gflops()},
+      {"mfu", totals.train_seconds > 0
+                  ? job.peak.mfu_of_rate(job.mfu_flops.flops_per_token * totals.steps_run *
+                                         job.tokens_per_step / totals.train_seconds / 1e9,
+                                         job.world.size())
+                  : 0.0},
+      {"mfu_peak", job.peak.describe()},
       {"memory", memory_json(job.tracker)}};
   if (!pipeline.is_null()) summary["pipeline"] = pipeline;
   if (!context_balance.is_null()) summary["context"] = context_balance;

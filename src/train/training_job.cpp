@@ -129,7 +129,13 @@ TrainingJob::TrainingJob(const RunConfig& config, const TrainOptions& options)
       resumed(options.resume ? resume_run(dir, runner, tracker, config, parts) : CheckpointState{}),
       start_step(resumed.step),
       mfu_flops(mfu_convention(config.model.spec(), config.model.seq_len)),
-      counts(plan::count_model(config.model.spec())) {
+      counts(plan::count_model(config.model.spec())),
+      peak(gemm_mix(config.model.spec(), config.model.seq_len,
+                    precision::recipe_named(config.precision.recipe),
+                    precision::resolve_bf16_blocks(precision::recipe_named(config.precision.recipe),
+                                                   config.model.n_layers,
+                                                   config.precision.bf16_blocks)),
+           precision::recipe_named(config.precision.recipe)) {
   start_at_resumed_step();
 }
 
@@ -166,10 +172,10 @@ void TrainingJob::start_at_resumed_step() {
 void TrainingJob::report_start() {
   const ModelConfig& mc = config.model;
   const ParallelConfig& pc = config.parallel;
-  // One rank measures the GEMM peak with its threads (every rank has as many) and tells the
-  // others; the job's peak, MFU's denominator, is that times the number of processes.
-  if (dir.lead()) peak = measure_training_gemm_peak();
-  world.broadcast(Tensor(&peak.gflops, DType::f64, {1}), 0);
+  // The lead rank measures the peaks of the GEMMs the run executes with its threads (every rank
+  // has as many); the job's peak, MFU's denominator, is that times the number of processes. Only
+  // the lead reports MFU.
+  if (dir.lead()) peak.measure();
   std::string model_parallel =
       pc.ep > 1 ? fmt::format(" (experts over ep {})", pc.ep) : std::string();
   if (pc.tp > 1) {
@@ -185,12 +191,13 @@ void TrainingJob::report_start() {
                                              "initialised is written as checkpoint step {})",
                                              steps, start_step);
   dir.event(fmt::format(
-      "training {} parameters on {} {} ({} tokens/step, {} threads and a GEMM "
-      "peak of {:.1f} GFLOP/s per process, {} process(es), dp {}{}, ZeRO {}, {}, {} schedule "
-      "over pp {} ({} stage(s) on this rank); MFU counts {})",
-      counts.total, datasets.train->describe(), what, tokens_per_step,
-      backend->threads(), peak.gflops, world.size(), pc.dp, model_parallel, pc.zero,
-      config.optim.name, pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe()));
+      "training {} parameters on {} {} ({} tokens/step, {} threads, {} process(es), dp {}{}, "
+      "ZeRO {}, {}, {} schedule over pp {} ({} stage(s) on this rank); MFU counts {} against "
+      "a {})",
+      counts.total, datasets.train->describe(), what, tokens_per_step, backend->threads(),
+      world.size(), pc.dp, model_parallel, pc.zero,
+      config.optim.name, pc.schedule, pc.pp, runner.num_stages(), mfu_flops.describe(),
+      peak.describe()));
 
   dir.event(fmt::format(
       "memory plan per process: at least {}; {} available on this machine for "

@@ -23,9 +23,9 @@
 #include "train/datasets.h"
 #include "train/diloco.h"
 #include "train/fault_drill.h"
-#include "train/gemm_peak.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
+#include "train/mfu_peak.h"
 #include "train/noise_scale_log.h"
 #include "train/run_directory.h"
 #include "train/step_runner.h"
@@ -72,7 +72,7 @@ struct TrainingJob {
   const int64_t start_step;
   const MfuConvention mfu_flops;
   const plan::ModelCounts counts;
-  GemmPeak peak;  // measured by report_start()
+  MfuPeak peak;  // the lead rank's, measured by report_start(); other ranks leave it empty
 
  private:
   // The state resumed: data position, the --stop-after check, initial parameters of a new run,

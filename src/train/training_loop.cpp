@@ -123,8 +123,11 @@ std::string TrainingLoop::run_step() {
   train_seconds_ += st.seconds;
   last_loss_ = st.loss;
   const double tokens_per_s = static_cast<double>(st.tokens) / st.seconds;
-  const double mfu =
-      job_.mfu_flops.flops_per_token * tokens_per_s / (job_.peak.gflops * 1e9 * job_.world.size());
+  // The lead's peak tracker may raise itself when a step beats it (train/mfu_peak.h).
+  const double mfu = job_.dir.lead() ? job_.peak.mfu(job_.mfu_flops.flops_per_token *
+                                                         tokens_per_s / 1e9,
+                                                     job_.world.size(), step_)
+                                     : 0.0;
   nlohmann::json line = metrics_line(st, outer, tokens_per_s, mfu);
   if (st.update_skipped) {
     line["update_skipped"] = verdict_name(verdict);
@@ -186,10 +189,11 @@ void TrainingLoop::print_progress(const StepStats& st, double tokens_per_s, doub
   const double eta = train_seconds_ / steps_run_ * static_cast<double>(steps - step_);
   const std::string progress = fmt::format(
       "step {}/{} | loss {:.4f}{}{} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | "
-      "MFU {} | elapsed {} | ETA {}",
+      "MFU {} of {} | elapsed {} | ETA {}",
       step_, steps, st.loss, eval_now ? fmt::format(" | val {:.4f}", val_loss_) : std::string(),
       st.update_skipped ? " (update skipped)" : "", st.lr, st.grad_norm, tokens_per_s,
-      format_percent(mfu), format_duration(wall_.seconds()), format_duration(eta));
+      format_percent(mfu), job_.peak.label(job_.world.size()), format_duration(wall_.seconds()),
+      format_duration(eta));
   RunDirectory& out = job_.dir;
   if (tty_) {
     out.console(fmt::format("\r{:<100}{}", progress, eval_now || step_ == steps ? "\n" : ""));

@@ -37,8 +37,10 @@ inline CommandResult run_shell(const std::string& cmd) {
   return r;
 }
 
-inline CommandResult run_trillion(const std::string& args, bool with_stderr = true) {
-  return run_shell(std::string(TRILLION_BINARY) + " " + args +
+// env: assignments put before the command ("NAME=VALUE ").
+inline CommandResult run_trillion(const std::string& args, bool with_stderr = true,
+                                  const std::string& env = "") {
+  return run_shell(env + std::string(TRILLION_BINARY) + " " + args +
                    (with_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 

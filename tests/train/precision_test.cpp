@@ -14,6 +14,7 @@
 #include "plan/layout.h"
 #include "plan/memory.h"
 #include "precision/recipe.h"
+#include "train/mfu_peak.h"
 #include "train/run_config.h"
 
 using namespace trillion;
@@ -260,4 +261,41 @@ TEST(PrecisionLossGap, Fp8IsWithinOnePercentOfBf16OnTheBrownCorpus) {
   }
   EXPECT_LT(val[0], 6.0);  // it learned something (uniform over 512 tokens is 6.24 nats)
   EXPECT_LT(std::fabs(val[1] - val[0]) / val[0], 0.01) << "bf16 " << val[0] << " fp8 " << val[1];
+}
+
+// MFU's denominator (train/mfu_peak.h): a step's model FLOPs split by the GEMM that runs them.
+// The blocks' linear layers (6 x their matrices per token) run the recipe's GEMM, or bf16 in
+// blocks a low-precision recipe keeps in bf16; the head, router and attention scores run fp32.
+TEST(MfuPeak, GemmMixSplitsTheModelFlopsByTheGemmThatRunsThem) {
+  const RunConfig cfg = load_run_config(config_path("tiny.toml"), {});
+  const plan::ModelSpec spec = cfg.model.spec();
+  const double total =
+      plan::model_flops_per_token(spec, cfg.model.seq_len, plan::AttentionFlops::kCausal);
+  const plan::ModelCounts c = plan::count_model(spec);
+  const double linear = 6.0 * spec.n_layers * (c.attention + c.dense_mlp);
+  const GemmMix fp32 = gemm_mix(spec, cfg.model.seq_len, precision::recipe_named("fp32"), {});
+  EXPECT_DOUBLE_EQ(fp32.fp32, total);
+  EXPECT_EQ(fp32.recipe + fp32.bf16, 0.0);
+  const GemmMix bf16 = gemm_mix(spec, cfg.model.seq_len, precision::recipe_named("bf16"), {});
+  EXPECT_DOUBLE_EQ(bf16.recipe, linear);
+  EXPECT_DOUBLE_EQ(bf16.fp32 + bf16.recipe, total);
+  // nvfp4 keeping the first of the two blocks in bf16: half the linear FLOPs each way.
+  const GemmMix nvfp4 = gemm_mix(spec, cfg.model.seq_len, precision::recipe_named("nvfp4"),
+                                 precision::parse_bf16_blocks("first:1"));
+  EXPECT_DOUBLE_EQ(nvfp4.bf16, linear / 2);
+  EXPECT_DOUBLE_EQ(nvfp4.recipe, linear / 2);
+  EXPECT_DOUBLE_EQ(nvfp4.total(), total);
+
+  // The blend: F / sum(F_k / P_k), and a step that beats it raises it (MFU never above 1).
+  MfuPeak peak(nvfp4, precision::recipe_named("nvfp4"));
+  peak.set_measured(100, 10, 300, /*step=*/0);
+  const double blend = total / (nvfp4.fp32 / 100 + nvfp4.recipe / 10 + nvfp4.bf16 / 300);
+  EXPECT_NEAR(peak.gflops(), blend, 1e-9 * blend);
+  EXPECT_NEAR(peak.gflops(4), 4 * blend, 4e-9 * blend);
+  EXPECT_NEAR(peak.mfu(blend / 2 * 4, 4, 1), 0.5, 1e-12);  // 4 processes at half the peak
+  EXPECT_TRUE(peak.note().empty());
+  EXPECT_DOUBLE_EQ(peak.mfu(1e6, 1, 2), 1.0);  // measured 2 steps ago, so not again: raised
+  EXPECT_NE(peak.note().find("raised to the step's own rate at step 2"), std::string::npos);
+  EXPECT_DOUBLE_EQ(peak.gflops(), 1e6);
+  EXPECT_DOUBLE_EQ(peak.mfu_of_rate(5e5, 1), 0.5);
 }
