@@ -35,6 +35,7 @@ const Exclusion kExcluded[] = {
     {"scripts/test.sh", "runs the whole test suite"},
     {"scripts/fuzz.sh", "fuzzes for minutes"},
     {"scripts/chaos.sh", "drills a job under random kills and hangs for minutes"},
+    {"scripts/speed.sh", "benchmarks two configs and two recipes for minutes"},
     {"scripts/pipeline_bubble.sh", "trains 4-rank pipelines of bench-d512 for minutes"},
     {"bench gemm", "a measurement of seconds, machine-dependent"},
     {"bench step", "a measurement on bench-d512, tens of seconds"},
