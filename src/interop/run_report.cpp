@@ -195,8 +195,20 @@ std::string run_report_html(const std::vector<std::string>& run_dirs) {
       " .title{font-weight:bold;font-size:13px} text{font-size:11px} pre{background:#f6f6f6;"
       "padding:8px;overflow:auto;max-height:400px}</style></head><body>\n<h1>trillion report</h1>\n"
       "<ul class=\"runs\">\n";
-  for (size_t r = 0; r < run_dirs.size(); ++r)
-    html += fmt::format("<li style=\"color:{}\">{}</li>\n", kColours[r % 5], escape(run_dirs[r]));
+  for (size_t r = 0; r < run_dirs.size(); ++r) {
+    // The run's MFU and the peak it divides by, as summary.json states them (train/mfu_peak.h).
+    std::string mfu;
+    try {
+      const auto summary = nlohmann::json::parse(read_text(run_dirs[r] + "/summary.json"));
+      if (summary.contains("mfu") && summary.contains("mfu_peak")) {
+        mfu = fmt::format(": MFU {:.1f}% against the {}", 100 * summary["mfu"].get<double>(),
+                          summary["mfu_peak"].get<std::string>());
+      }
+    } catch (const nlohmann::json::exception&) {  // no summary yet, or another version's
+    }
+    html += fmt::format("<li style=\"color:{}\">{}{}</li>\n", kColours[r % 5],
+                        escape(run_dirs[r]), escape(mfu));
+  }
   html += "</ul>\n<h2>Metrics</h2>\n<div class=\"plots\">\n";
   for (const std::string& n : names) {
     std::vector<const Series*> runs;

@@ -26,6 +26,10 @@ TEST(Report, OnePlotPerMetricWithTheDataRange) {
       << R"({"step":3,"loss":3.75,"val_loss":3.5,"lr":0.0015,"memory":{"parameters":138600000},"time":1796000005.5})"
          "\n";
   }
+  {  // the run's MFU and the peak it divides by (train/mfu_peak.h) head the page
+    std::ofstream summary(root + "/run/summary.json");
+    summary << R"({"mfu":0.4125,"mfu_peak":"peak 191.3 GFLOP/s per process: fp32 GEMM"})";
+  }
   const auto r = testing::run_trillion("report " + root + "/run --out " + root + "/r.html");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::ifstream in(root + "/r.html");
@@ -42,6 +46,8 @@ TEST(Report, OnePlotPerMetricWithTheDataRange) {
                        std::stod((*it)[5])};
   }
   ASSERT_EQ(plots.size(), 5u);  // loss, lr, memory.parameters, time.elapsed_s, val_loss
+  EXPECT_NE(html.find("/run: MFU 41.2% against the peak 191.3 GFLOP/s per process: fp32 GEMM</li>"),
+            std::string::npos);
   EXPECT_EQ(plots["loss"], (std::array<double, 4>{1, 3, 3.25, 4.5}));
   EXPECT_EQ(plots["lr"], (std::array<double, 4>{1, 3, 0.001, 0.002}));
   // A constant gets a +-5% band, its ticks in MB and distinct: 131.67 .. 145.53 MB.
