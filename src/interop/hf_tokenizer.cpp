@@ -3,33 +3,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/byte_level.h"
+
 namespace trillion::interop {
 
 std::string byte_level_char(unsigned char b) {
-  // Printable Latin-1 bytes stand for themselves; the other 68 are mapped in order to U+0100...
-  auto printable = [](int c) {
-    return (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF);
-  };
-  int cp = b;
-  if (!printable(b)) {
-    int n = 0;
-    for (int c = 0; c < b; ++c) n += printable(c) ? 0 : 1;
-    cp = 256 + n;
-  }
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return s;
+  return data::byte_level_char(b);
 }
 
 std::string byte_level_string(const std::string& bytes) {
-  std::string s;
-  for (unsigned char b : bytes) s += byte_level_char(b);
-  return s;
+  return data::byte_level_string(bytes);
 }
 
 std::string hf_tokenizer_json(const data::Tokenizer& tok) {
@@ -62,20 +45,31 @@ std::string hf_tokenizer_json(const data::Tokenizer& tok) {
   j["padding"] = nullptr;
   j["added_tokens"] = added;
   j["normalizer"] = nullptr;
-  j["pre_tokenizer"] = {
-      {"type", "Sequence"},
-      {"pretokenizers",
-       {{{"type", "Split"}, {"pattern", {{"Regex", pattern}}}, {"behavior", "Isolated"},
-         {"invert", false}},
-        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-         {"use_regex", false}}}}};
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers",
+                         {{{"type", "Split"},
+                           {"pattern", {{"Regex", pattern}}},
+                           {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", false}}}}};
   j["post_processor"] = nullptr;
-  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+  j["decoder"] = {{"type", "ByteLevel"},
+                  {"add_prefix_space", false},
+                  {"trim_offsets", true},
                   {"use_regex", false}};
-  j["model"] = {{"type", "BPE"},          {"dropout", nullptr},     {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},      {"byte_fallback", false}, {"ignore_merges", false},
-                {"vocab", vocab},         {"merges", merges}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", false},
+                {"vocab", vocab},
+                {"merges", merges}};
   return j.dump(2) + "\n";
 }
 
