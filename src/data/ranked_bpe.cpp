@@ -3,8 +3,10 @@
 // Pieces are cached per thread (no lock on the hot path; natural text repeats its words).
 #include "data/ranked_bpe.h"
 
+#include <algorithm>
 #include <atomic>
 #include <queue>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -28,7 +30,6 @@ thread_local PieceCache piece_cache;
 
 RankedBpe::RankedBpe(Spec spec) : spec_(std::move(spec)), instance_(next_instance++) {
   TRILLION_CHECK(spec_.kinds.size() == spec_.token_bytes.size(), "one kind per token");
-  for (const auto& [key, rule] : spec_.merges) rank_of_id_.emplace(rule.id, rule.rank);
   if (spec_.ignore_merges) {
     for (size_t id = 0; id < spec_.token_bytes.size(); ++id) {
       if (spec_.kinds[id] == TokenKind::kNormal)
@@ -37,8 +38,7 @@ RankedBpe::RankedBpe(Spec spec) : spec_(std::move(spec)), instance_(next_instanc
   }
 }
 
-void RankedBpe::merge_piece(std::string_view piece, int32_t max_rank,
-                            std::vector<int32_t>& out) const {
+void RankedBpe::merge_piece(std::string_view piece, std::vector<int32_t>& out) const {
   const int n = static_cast<int>(piece.size());
   std::vector<int32_t> ids(n), next(n), prev(n);
   for (int i = 0; i < n; ++i) {
@@ -56,8 +56,7 @@ void RankedBpe::merge_piece(std::string_view piece, int32_t max_rank,
   auto consider = [&](int pos) {
     if (pos < 0 || next[pos] < 0) return;
     auto it = spec_.merges.find(pair_key(ids[pos], ids[next[pos]]));
-    if (it != spec_.merges.end() && it->second.rank < max_rank)
-      heap.push({it->second.rank, pos, ids[pos], ids[next[pos]]});
+    if (it != spec_.merges.end()) heap.push({it->second.rank, pos, ids[pos], ids[next[pos]]});
   };
   for (int i = 0; i + 1 < n; ++i) consider(i);
   std::vector<char> alive(n, 1);
@@ -91,7 +90,7 @@ void RankedBpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     }
   }
   if (piece.size() > kMaxCachedPieceBytes) {
-    merge_piece(piece, INT32_MAX, out);
+    merge_piece(piece, out);
     return;
   }
   PieceCache& cache = piece_cache;
@@ -105,7 +104,7 @@ void RankedBpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     return;
   }
   const size_t begin = out.size();
-  merge_piece(piece, INT32_MAX, out);
+  merge_piece(piece, out);
   if (cache.entries.size() >= kMaxCacheEntries) cache.entries.clear();
   cache.entries.emplace(std::string(piece), std::vector<int32_t>(out.begin() + begin, out.end()));
 }
@@ -157,13 +156,18 @@ std::string RankedBpe::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
-std::optional<std::pair<int32_t, int32_t>> RankedBpe::merge_of(int32_t id) const {
-  auto rank = rank_of_id_.find(id);
-  if (rank == rank_of_id_.end() || spec_.kinds.at(id) != TokenKind::kNormal) return std::nullopt;
-  std::vector<int32_t> parts;
-  merge_piece(spec_.token_bytes[id], rank->second, parts);
-  if (parts.size() != 2) return std::nullopt;
-  return std::make_pair(parts[0], parts[1]);
+std::vector<std::pair<int32_t, int32_t>> RankedBpe::merge_list() const {
+  std::vector<std::tuple<int32_t, int32_t, int32_t>> rules;  // rank, left, right
+  rules.reserve(spec_.merges.size());
+  for (const auto& [key, rule] : spec_.merges) {
+    rules.emplace_back(rule.rank, static_cast<int32_t>(key >> 32),
+                       static_cast<int32_t>(key & 0xFFFFFFFFu));
+  }
+  std::sort(rules.begin(), rules.end());
+  std::vector<std::pair<int32_t, int32_t>> list;
+  list.reserve(rules.size());
+  for (const auto& [rank, left, right] : rules) list.emplace_back(left, right);
+  return list;
 }
 
 }  // namespace trillion::data

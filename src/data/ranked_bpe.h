@@ -59,19 +59,18 @@ class RankedBpe final : public TextTokenizer {
 
   const Spec& spec() const { return spec_; }
   TokenKind kind(int32_t id) const { return spec_.kinds.at(id); }
-  // The two tokens the merge that makes `id` joins, found by merging the token's own bytes with
-  // the merges ranked below the token's rank (how tiktoken ranks become tokenizer.json merges);
-  // nullopt for a byte, special or hole, or a token no merge makes.
-  std::optional<std::pair<int32_t, int32_t>> merge_of(int32_t id) const;
+  // Every merge as (left, right) in rank order, ties by the parts' ids: a tokenizer.json's own
+  // merges as they were, and for tiktoken ranks every split of each token into two tokens, as
+  // Hugging Face's conversion of tiktoken files writes them.
+  std::vector<std::pair<int32_t, int32_t>> merge_list() const;
 
  private:
   void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-  void merge_piece(std::string_view piece, int32_t max_rank, std::vector<int32_t>& out) const;
+  void merge_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
   Spec spec_;
   std::unordered_map<std::string, int32_t> whole_tokens_;  // bytes -> id, for ignore_merges
-  std::unordered_map<int32_t, int32_t> rank_of_id_;        // merged id -> its rule's rank
   uint64_t instance_;                                      // keys the per-thread piece cache
 };
 
