@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
   libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libxxhash-dev zlib1g-dev libzstd-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev zlib1g-dev libzstd-dev zstd libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   clang libclang-rt-dev
   libdnnl-dev

@@ -71,10 +71,12 @@ int prepare(data::PrepareOptions options, const std::string& format, const std::
   }
   const int64_t tokens = r.train_tokens + r.val_tokens;
   std::printf(
-      "prepared %lld documents (%lld bytes) in %.2f s on %d threads (%.1f MB/s): train %lld "
-      "tokens, val %lld tokens (%lld documents), %.3f bytes/token, vocab %d\n",
+      "prepared %lld documents (%lld bytes) in %.2f s on %d threads (%.1f MB/s of input, %.1f "
+      "MB/s of text): train %lld tokens, val %lld tokens (%lld documents), %.3f bytes/token, "
+      "vocab %d\n",
       static_cast<long long>(r.documents), static_cast<long long>(r.input_bytes), r.seconds,
       r.threads, static_cast<double>(r.input_bytes) / 1e6 / std::max(r.seconds, 1e-9),
+      static_cast<double>(r.text_bytes) / 1e6 / std::max(r.seconds, 1e-9),
       static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
       static_cast<long long>(r.val_documents),
       static_cast<double>(r.text_bytes) / static_cast<double>(std::max<int64_t>(1, tokens)),

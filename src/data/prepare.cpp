@@ -160,7 +160,8 @@ class Sink {
       const std::string where = files[doc.file] + ":" + std::to_string(doc.line);
       if (bad_list_.size() < 100) bad_list_.push_back(where + ": " + doc.reason);
       if (bad_ <= o_.bad_reports)
-        std::fprintf(stderr, "\nbad document %s: %s\n", where.c_str(), doc.reason.c_str());
+        std::fprintf(stderr, "%sbad document %s: %s\n", o_.progress ? "\n" : "", where.c_str(),
+                     doc.reason.c_str());
       if (bad_ > o_.max_bad) {
         throw Error(fmt::format(
             "{} bad documents, more than --max-bad {}; the first: {}. Fix the input (or choose "
