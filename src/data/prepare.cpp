@@ -367,6 +367,51 @@ nlohmann::json shard_metadata(const PrepareOptions& o, const TextTokenizer& toke
   return meta;
 }
 
+// manifest.json: what was read (per source), what was written (per shard) and with which
+// tokenizer.
+nlohmann::json manifest_json(const PrepareOptions& o, const TextTokenizer& tokenizer,
+                             const std::string& tokenizer_hash, int32_t end_id,
+                             const std::vector<std::string>& files, const DocumentReader& reader,
+                             const Sink& sink) {
+  nlohmann::json sources = nlohmann::json::array();
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::error_code ec;
+    const auto size = fs::file_size(files[f], ec);
+    sources.push_back({{"path", files[f]},
+                       {"compression", f < reader.compressions().size() ? reader.compressions()[f]
+                                                                        : std::string("?")},
+                       {"bytes", ec ? 0 : static_cast<int64_t>(size)},
+                       {"documents", sink.per_file()[f].documents},
+                       {"bad_documents", sink.per_file()[f].bad},
+                       {"tokens", sink.per_file()[f].tokens}});
+  }
+  return {
+      {"format", "trillion-prepared-data"},
+      {"version", 1},
+      {"created_by", "trillion data prepare"},
+      {"input_format", o.format.format == InputFormat::kJsonl ? "jsonl" : "text"},
+      {"text_key", o.format.text_key},
+      {"doc_separator", o.format.separator},
+      {"tokenizer",
+       {{"path", o.tokenizer_path},
+        {"format", tokenizer.format()},
+        {"hash", tokenizer_hash},
+        {"vocab_size", tokenizer.vocab_size()},
+        {"document_end_id", end_id}}},
+      {"sources", sources},
+      {"documents", sink.documents()},
+      {"val_documents", sink.val_documents()},
+      {"bad_documents", sink.bad()},
+      {"bad_examples", sink.bad_list()},
+      {"tokens", {{"train", sink.tokens(Split::kTrain)}, {"val", sink.tokens(Split::kValidation)}}},
+      {"text_bytes",
+       {{"train", sink.text_bytes(Split::kTrain)}, {"val", sink.text_bytes(Split::kValidation)}}},
+      {"val_fraction", o.val_fraction},
+      {"seed", o.seed},
+      {"shard_tokens", o.shard_tokens},
+      {"shards", sink.shard_records()}};
+}
+
 // Moves the finished shards and the manifest from `staging` into `out` (the manifest last),
 // removing the shards an earlier prepare left there (only with --overwrite, checked before).
 void publish(const std::string& staging, const std::string& out,
@@ -394,6 +439,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o, const TextTokenizer& token
   check_prepare_output(o.out, o.overwrite);
   const int32_t end_id = require_document_end_id(tokenizer, o.tokenizer_path);
   const std::vector<std::string> files = expand_input_paths(o.inputs);
+  const std::string tokenizer_hash = tokenizer_file_hash(o.tokenizer_path);
   Timer timer;
   PrepareResult r;
   r.threads = o.threads > 0 ? o.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -406,8 +452,7 @@ PrepareResult prepare_corpus(const PrepareOptions& o, const TextTokenizer& token
   make_output_directory(staging.path);
 
   DocumentReader reader(files, o.format);
-  Sink sink(o, tokenizer, staging.path,
-            shard_metadata(o, tokenizer, tokenizer_file_hash(o.tokenizer_path), end_id, files),
+  Sink sink(o, tokenizer, staging.path, shard_metadata(o, tokenizer, tokenizer_hash, end_id, files),
             files.size());
   Progress progress(o.progress);
   auto consume = [&](const BatchResult& result) {
@@ -467,43 +512,8 @@ PrepareResult prepare_corpus(const PrepareOptions& o, const TextTokenizer& token
   }
   const auto shards = sink.finish();
 
-  nlohmann::json sources = nlohmann::json::array();
-  for (size_t f = 0; f < files.size(); ++f) {
-    std::error_code ec;
-    const auto size = fs::file_size(files[f], ec);
-    sources.push_back({{"path", files[f]},
-                       {"compression", f < reader.compressions().size() ? reader.compressions()[f]
-                                                                        : std::string("?")},
-                       {"bytes", ec ? 0 : static_cast<int64_t>(size)},
-                       {"documents", sink.per_file()[f].documents},
-                       {"bad_documents", sink.per_file()[f].bad},
-                       {"tokens", sink.per_file()[f].tokens}});
-  }
-  nlohmann::json manifest = {
-      {"format", "trillion-prepared-data"},
-      {"version", 1},
-      {"created_by", "trillion data prepare"},
-      {"input_format", o.format.format == InputFormat::kJsonl ? "jsonl" : "text"},
-      {"text_key", o.format.text_key},
-      {"doc_separator", o.format.separator},
-      {"tokenizer",
-       {{"path", o.tokenizer_path},
-        {"format", tokenizer.format()},
-        {"hash", tokenizer_file_hash(o.tokenizer_path)},
-        {"vocab_size", tokenizer.vocab_size()},
-        {"document_end_id", end_id}}},
-      {"sources", sources},
-      {"documents", sink.documents()},
-      {"val_documents", sink.val_documents()},
-      {"bad_documents", sink.bad()},
-      {"bad_examples", sink.bad_list()},
-      {"tokens", {{"train", sink.tokens(Split::kTrain)}, {"val", sink.tokens(Split::kValidation)}}},
-      {"text_bytes",
-       {{"train", sink.text_bytes(Split::kTrain)}, {"val", sink.text_bytes(Split::kValidation)}}},
-      {"val_fraction", o.val_fraction},
-      {"seed", o.seed},
-      {"shard_tokens", o.shard_tokens},
-      {"shards", sink.shard_records()}};
+  const nlohmann::json manifest =
+      manifest_json(o, tokenizer, tokenizer_hash, end_id, files, reader, sink);
   write_file_atomic(staging.path + "/" + kManifestName,
                     {manifest.dump(1, ' ', false, nlohmann::json::error_handler_t::replace), "\n"});
   publish(staging.path, o.out, shards);

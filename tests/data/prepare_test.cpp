@@ -209,6 +209,12 @@ TEST_F(PrepareTest, DamagedCompressedInputsFailClearly) {
   write("cut.jsonl.gz", gz.substr(0, gz.size() / 2));
   write("cut.jsonl.zst", zs.substr(0, zs.size() / 2));
   write("tail.jsonl.gz", gz + "garbage");
+  // Concatenated gzip members are one stream, as gzip(1) reads them.
+  write("two.jsonl.gz", gzip(jsonl(docs_, 0, 30)) + gzip(jsonl(docs_, 30, 60)));
+  Result ok = run("data prepare --format jsonl --progress off --tokenizer " + p("tok.json") +
+                  " --out " + p("two") + " " + p("two.jsonl.gz"));
+  ASSERT_EQ(ok.status, 0) << ok.output;
+  EXPECT_EQ(nlohmann::json::parse(slurp(p("two/manifest.json")))["documents"], 60);
   for (const char* name : {"cut.jsonl.gz", "cut.jsonl.zst", "tail.jsonl.gz"}) {
     Result r = run("data prepare --format jsonl --progress off --tokenizer " + p("tok.json") +
                    " --out " + p("out") + " " + p(name));
