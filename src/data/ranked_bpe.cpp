@@ -17,13 +17,13 @@ constexpr size_t kMaxCachedPieceBytes = 64;
 constexpr size_t kMaxCacheEntries = 1 << 18;
 std::atomic<uint64_t> next_instance{1};
 
-struct StringHash {
+struct PieceHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 struct PieceCache {
   uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> entries;
+  std::unordered_map<std::string, std::vector<int32_t>, PieceHash, std::equal_to<>> entries;
 };
 thread_local PieceCache piece_cache;
 }  // namespace
@@ -83,7 +83,7 @@ void RankedBpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     return;
   }
   if (spec_.ignore_merges) {
-    auto it = whole_tokens_.find(std::string(piece));
+    auto it = whole_tokens_.find(piece);
     if (it != whole_tokens_.end()) {
       out.push_back(it->second);
       return;

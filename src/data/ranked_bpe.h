@@ -70,8 +70,13 @@ class RankedBpe final : public TextTokenizer {
   void merge_piece(std::string_view piece, std::vector<int32_t>& out) const;
 
   Spec spec_;
-  std::unordered_map<std::string, int32_t> whole_tokens_;  // bytes -> id, for ignore_merges
-  uint64_t instance_;                                      // keys the per-thread piece cache
+  struct StringHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // bytes -> id, for ignore_merges (looked up by string_view, no copy per piece)
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> whole_tokens_;
+  uint64_t instance_;  // keys the per-thread piece cache
 };
 
 // Parses a tokenizer.json (already read from `path`) into a RankedBpe; Errors name the field.

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/byte_level.h"
 #include "data/file_io.h"
 #include "data/ranked_bpe.h"
 #include "data/regex_split.h"
@@ -27,6 +28,11 @@ std::vector<std::string> pieces(SplitPattern pattern, std::string_view text) {
   std::vector<std::string> out;
   split_pieces(pattern, text, [&](std::string_view p) { out.emplace_back(p); });
   return out;
+}
+
+const TextTokenizer& gpt2_json() {
+  static const auto tokenizer = load_text_tokenizer(trillion::test::write_gpt2_tokenizer_json());
+  return *tokenizer;
 }
 
 void expect_all_references(const TextTokenizer& tokenizer) {
@@ -114,7 +120,7 @@ std::vector<std::string> generated_texts(int count) {
 }  // namespace
 
 TEST(PretrainedTokenizer, Gpt2TokenizerJsonGivesEveryReferenceEncoding) {
-  const auto tokenizer = load_text_tokenizer(trillion::test::write_gpt2_tokenizer_json());
+  const TextTokenizer* tokenizer = &gpt2_json();
   EXPECT_EQ(tokenizer->format(), "hf-tokenizer.json");
   EXPECT_EQ(tokenizer->vocab_size(), 50257);
   EXPECT_EQ(tokenizer->document_end_id(), 50256);
@@ -148,6 +154,30 @@ TEST(PretrainedTokenizer, SplitPatternsCutTextWhereTheRegexesDo) {
   EXPECT_EQ(pieces(g, "a\xff\xfe b"), (V{"a", "\xff\xfe", " b"}));
   EXPECT_EQ(split_pattern_from_regex(split_pattern_regex(l)), l);
   EXPECT_EQ(split_pattern_from_regex("\\w+"), std::nullopt);
+}
+
+// Any bytes (invalid UTF-8, NULs, lone continuation bytes, special-token text) split into pieces
+// that cover them exactly and encode to ids that decode back to them, with both regexes.
+TEST(PretrainedTokenizer, AnyBytesRoundTrip) {
+  const TextTokenizer* gpt2 = &gpt2_json();
+  Philox rng(3, "test.pretrained_tokenizer.bytes");
+  for (int t = 0; t < 300; ++t) {
+    std::string s;
+    const int n = static_cast<int>(rng.below(3 * t, 80));
+    for (int k = 0; k < n; ++k) {
+      const uint64_t r = rng.below(3 * t + 1 + 7919ull * k, 300);
+      s += r < 256 ? std::string(1, static_cast<char>(r)) : std::string(r < 280 ? " " : "\n");
+    }
+    for (SplitPattern pattern : {SplitPattern::kGpt2, SplitPattern::kLlama3}) {
+      std::string joined;
+      for (const std::string& piece : pieces(pattern, s)) {
+        ASSERT_FALSE(piece.empty());
+        joined += piece;
+      }
+      ASSERT_EQ(joined, s);
+    }
+    ASSERT_EQ(gpt2->decode(gpt2->encode(s)), s) << t;
+  }
 }
 
 TEST(PretrainedTokenizer, UnsupportedFilesFailClearly) {
@@ -186,7 +216,12 @@ TEST(PretrainedTokenizer, UnsupportedFilesFailClearly) {
          {"behavior", "Isolated"},
          {"invert", false}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-  const std::string path = trillion::test::write_gpt2_tokenizer_json("w.json", split);
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
+  const nlohmann::json bytes_only = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"pre_tokenizer", split}};
+  const std::string path = write("w.json", bytes_only.dump());
   EXPECT_NE(error_of([&] { load_text_tokenizer(path); }).find("is not one this code implements"),
             std::string::npos);
 }
