@@ -129,9 +129,13 @@ int synth(const std::string& kind, data::MarkovSpec spec, const std::string& tok
   check_synth_fits("--tokens", spec.tokens, spec.vocab);
   check_synth_fits("--val-tokens", spec.val_tokens, spec.vocab);
   check_output(out, overwrite);
+  data::check_prepare_output(out, overwrite);  // also numbered shards and a manifest
   Timer timer;
   data::MarkovChain chain(spec.order, spec.vocab, spec.seed, spec.sharpness);
   make_directory(out);
+  // A manifest left by `data prepare` would name its shards instead of these train.bin/val.bin.
+  std::error_code ec;
+  std::filesystem::remove(std::filesystem::path(out) / data::kManifestName, ec);
   nlohmann::json meta = {{"source", "markov"},
                          {"markov",
                           {{"order", spec.order},

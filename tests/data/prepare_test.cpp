@@ -201,6 +201,11 @@ TEST_F(PrepareTest, ShardsAreCutAtDocumentEndsAndListedInTheManifest) {
   r = run(common + p("corpus.txt"));
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_TRUE(has(r.output, "already exists; pass --overwrite")) << r.output;
+  // data synth over it needs --overwrite too, and then its train.bin is what training reads.
+  r = run("data synth --vocab 8 --tokens 1000 --out " + p("out"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  ASSERT_EQ(run("data synth --vocab 8 --tokens 1000 --overwrite --out " + p("out")).status, 0);
+  EXPECT_EQ(open_shard_dataset(p("out"), Split::kTrain)->num_tokens(), 1000);
 }
 
 TEST_F(PrepareTest, DamagedCompressedInputsFailClearly) {
