@@ -144,8 +144,8 @@ std::string plot(const std::string& name, const std::vector<const Series*>& runs
     if (runs[r]->size() <= 40) {
       for (auto [x, y] : *runs[r]) {
         if (std::isfinite(y))
-          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n", px(x),
-                             py(y), kColours[r % 5]);
+          svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.5\" fill=\"{}\"/>\n",
+                             px(x), py(y), kColours[r % 5]);
       }
     }
   }

@@ -91,9 +91,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       continue;
     }
-    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
-        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() ||
+        !v.contains("shape") || !v["shape"].is_array() || !v.contains("data_offsets") ||
+        !v["data_offsets"].is_array() || v["data_offsets"].size() != 2)
       throw bad(fmt::format("tensor '{}' needs dtype, shape and data_offsets [begin, end]", name));
     StoredTensor t;
     t.name = name;
@@ -112,10 +112,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
       throw bad(fmt::format("tensor '{}': data_offsets must be non-negative integers", name));
     const uint64_t begin = o[0].get<uint64_t>(), end = o[1].get<uint64_t>();
     if (begin > end || end > data_size || end - begin != count * esize)
-      throw bad(
-          fmt::format("tensor '{}': data_offsets [{}, {}] do not fit its shape and the "
-                      "{} data bytes",
-                      name, begin, end, data_size));
+      throw bad(fmt::format("tensor '{}': data_offsets [{}, {}] do not fit its shape and the "
+                            "{} data bytes",
+                            name, begin, end, data_size));
     t.bytes = file.substr(8 + n + begin, end - begin);
     out.tensors.push_back(std::move(t));
   }
