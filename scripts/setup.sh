@@ -3,14 +3,18 @@
 # what is missing, so a second run is quick.
 #   scripts/setup.sh [--with-torch]   (--with-torch adds python3-torch, ~1 GB, for the PyTorch
 #                                      parity test of tests/interop; without it that test skips)
+# It also makes .venv-tests, a Python virtual environment with Hugging Face tokenizers and
+# tiktoken from PyPI (pinned), which the tokenizer parity test of tests/data compares against;
+# they are never a runtime dependency, and without network the test skips.
 set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
   libopenblas-openmp-dev libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
-  libxxhash-dev zlib1g-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libxxhash-dev zlib1g-dev libzstd-dev zstd libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   clang libclang-rt-dev
   libdnnl-dev
+  python3-venv
 )
 for arg in "$@"; do
   case "$arg" in
@@ -30,4 +34,16 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all dependencies present"
+fi
+
+# Reference tokenizers for tests/data/pretrained_tokenizer_test.cpp (skipped when absent).
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$root/.venv-tests"
+if ! "$venv/bin/python" -c 'import tokenizers, tiktoken' 2>/dev/null; then
+  if python3 -m venv "$venv" && "$venv/bin/pip" install -q tokenizers==0.23.3 tiktoken==0.14.0; then
+    echo "setup: .venv-tests has tokenizers and tiktoken"
+  else
+    echo "setup: could not install tokenizers/tiktoken into .venv-tests (no network?);" \
+      "the tokenizer parity test against them will skip" >&2
+  fi
 fi

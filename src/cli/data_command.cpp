@@ -19,6 +19,7 @@
 #include "core/timer.h"
 #include "data/file_io.h"
 #include "data/markov.h"
+#include "data/prepare.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
@@ -49,103 +50,40 @@ void check_output(const std::string& out, bool overwrite) {
   }
 }
 
-// `text` as a JSON string body ("\n" for a newline), to show a separator in a message.
-std::string json_escape(const std::string& text) {
-  const std::string quoted =
-      nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  return quoted.substr(1, quoted.size() - 2);
-}
-
-// Splits text into documents at `separator`; empty documents are dropped.
-std::vector<std::string_view> split_documents(std::string_view text, std::string_view separator) {
-  std::vector<std::string_view> docs;
-  while (!text.empty()) {
-    size_t end = separator.empty() ? std::string_view::npos : text.find(separator);
-    std::string_view doc = text.substr(0, end);
-    if (!doc.empty()) docs.push_back(doc);
-    if (end == std::string_view::npos) break;
-    text.remove_prefix(end + separator.size());
-  }
-  return docs;
-}
-
-int prepare(const std::string& tokenizer_path, const std::string& out,
-            const std::vector<std::string>& inputs, double val_fraction, uint64_t seed,
-            const std::string& separator, bool overwrite) {
-  if (!(val_fraction >= 0 && val_fraction < 1)) {
-    throw Error("--val-fraction " + std::to_string(val_fraction) + " must be in [0, 1)");
-  }
-  check_output(out, overwrite);
-  Timer timer;
-  data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
-  std::vector<int32_t> train, val;
-  int64_t docs = 0, val_docs = 0, bytes = 0;
-  int64_t split_bytes[2] = {0, 0};  // text bytes of the documents in train, val
-  Philox split_rng(seed, "data.prepare.split");
-  size_t last_train_start = 0;  // where the last training document's tokens begin
-  int64_t last_train_bytes = 0;
-  for (const std::string& path : inputs) {
-    std::string text = data::read_file(path);
-    data::check_text(text, path);  // an executable or archive is not tokenized as if it were text
-    bytes += static_cast<int64_t>(text.size());
-    for (std::string_view doc : split_documents(text, separator)) {
-      bool to_val = split_rng.uniform(static_cast<uint64_t>(docs)) < val_fraction;
-      std::vector<int32_t>& dest = to_val ? val : train;
-      if (!to_val) {
-        last_train_start = dest.size();
-        last_train_bytes = static_cast<int64_t>(doc.size());
-      }
-      tokenizer.encode_append(doc, dest);
-      dest.push_back(tokenizer.eos_id());  // documents end with <|eos|>
-      split_bytes[to_val] += static_cast<int64_t>(doc.size());
-      ++docs;
-      val_docs += to_val;
-    }
-  }
-  if (docs == 0) throw Error("the input files contain no text; pass non-empty text files");
-  if (val_fraction > 0 && docs == 1) {
-    // One document cannot be split: val.bin would be empty, and training refuses an empty split.
-    throw Error(
-        "the input is one document (documents are separated by --doc-separator, now \"" +
-        json_escape(separator) +
-        "\"), so the validation split would be empty and training could not use it; split the "
-        "text into documents (e.g. --doc-separator $'\\n' in bash: one document per line) or "
-        "add more files (nothing was written)");
-  }
-  if (val_fraction > 0 && val.empty() && docs >= 2) {
-    // Too few documents for the fraction to pick one: the last training document becomes val.
-    val.assign(train.begin() + static_cast<int64_t>(last_train_start), train.end());
-    train.resize(last_train_start);
-    split_bytes[0] -= last_train_bytes;
-    split_bytes[1] = last_train_bytes;
-    val_docs = 1;
-  }
-  if (val_fraction == 0) {
+int prepare(data::PrepareOptions options, const std::string& format, const std::string& progress) {
+  if (format != "text" && format != "jsonl")
+    throw Error("--format " + format + " is unknown; give text or jsonl");
+  options.format.format = format == "jsonl" ? data::InputFormat::kJsonl : data::InputFormat::kText;
+  options.progress = progress == "on" || (progress == "auto" && ::isatty(2));
+  check_output(options.out, options.overwrite);
+  data::check_prepare_output(options.out, options.overwrite);
+  const std::unique_ptr<data::TextTokenizer> tokenizer =
+      data::load_text_tokenizer(options.tokenizer_path);
+  const data::PrepareResult r = data::prepare_corpus(options, *tokenizer);
+  if (options.val_fraction == 0) {
     std::fprintf(stderr,
                  "warning: --val-fraction 0 leaves val.bin empty; 'trillion train' needs "
                  "validation tokens from it (give --val-fraction > 0 to train on this data)\n");
   }
-  make_directory(out);
-  nlohmann::json meta = {
-      {"source", "text"},  {"inputs", inputs},          {"tokenizer", tokenizer_path},
-      {"documents", docs}, {"val_documents", val_docs}, {"val_fraction", val_fraction},
-      {"seed", seed},      {"input_bytes", bytes},      {"created_by", "trillion data prepare"}};
-  meta["split"] = "train";
-  meta["text_bytes"] = split_bytes[0];
-  data::write_shard(data::shard_path(out, data::Split::kTrain), train, tokenizer.vocab_size(),
-                    meta);
-  meta["split"] = "val";
-  meta["text_bytes"] = split_bytes[1];
-  data::write_shard(data::shard_path(out, data::Split::kValidation), val, tokenizer.vocab_size(),
-                    meta);
+  if (r.bad_documents > 0) {
+    std::fprintf(stderr, "skipped %lld bad documents (listed in %s)\n",
+                 static_cast<long long>(r.bad_documents), r.manifest.c_str());
+  }
+  const int64_t tokens = r.train_tokens + r.val_tokens;
   std::printf(
-      "prepared %lld documents (%lld bytes) in %.2f s: train %zu tokens, val %zu tokens "
-      "(%lld documents), %.3f bytes/token, vocab %d\nwrote %s and %s\n",
-      static_cast<long long>(docs), static_cast<long long>(bytes), timer.seconds(), train.size(),
-      val.size(), static_cast<long long>(val_docs),
-      static_cast<double>(bytes) / std::max<size_t>(1, train.size() + val.size()),
-      tokenizer.vocab_size(), data::shard_path(out, data::Split::kTrain).c_str(),
-      data::shard_path(out, data::Split::kValidation).c_str());
+      "prepared %lld documents (%lld bytes) in %.2f s on %d threads (%.1f MB/s of input, %.1f "
+      "MB/s of text): train %lld tokens, val %lld tokens (%lld documents), %.3f bytes/token, "
+      "vocab %d\n",
+      static_cast<long long>(r.documents), static_cast<long long>(r.input_bytes), r.seconds,
+      r.threads, static_cast<double>(r.input_bytes) / 1e6 / std::max(r.seconds, 1e-9),
+      static_cast<double>(r.text_bytes) / 1e6 / std::max(r.seconds, 1e-9),
+      static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
+      static_cast<long long>(r.val_documents),
+      static_cast<double>(r.text_bytes) / static_cast<double>(std::max<int64_t>(1, tokens)),
+      tokenizer->vocab_size());
+  std::string names;
+  for (const std::string& shard : r.shards) names += (names.empty() ? "" : ", ") + shard;
+  std::printf("wrote %s and %s\n", names.c_str(), r.manifest.c_str());
   return 0;
 }
 
@@ -191,9 +129,13 @@ int synth(const std::string& kind, data::MarkovSpec spec, const std::string& tok
   check_synth_fits("--tokens", spec.tokens, spec.vocab);
   check_synth_fits("--val-tokens", spec.val_tokens, spec.vocab);
   check_output(out, overwrite);
+  data::check_prepare_output(out, overwrite);  // also numbered shards and a manifest
   Timer timer;
   data::MarkovChain chain(spec.order, spec.vocab, spec.seed, spec.sharpness);
   make_directory(out);
+  // A manifest left by `data prepare` would name its shards instead of these train.bin/val.bin.
+  std::error_code ec;
+  std::filesystem::remove(std::filesystem::path(out) / data::kManifestName, ec);
   nlohmann::json meta = {{"source", "markov"},
                          {"markov",
                           {{"order", spec.order},
@@ -222,11 +164,15 @@ int synth(const std::string& kind, data::MarkovSpec spec, const std::string& tok
 
 int inspect(const std::string& path, const std::string& tokenizer_path, int64_t offset, int count) {
   data::ShardDataset dataset({path});  // verifies checksums and token range
-  std::optional<data::Tokenizer> tokenizer;
+  std::unique_ptr<data::TextTokenizer> tokenizer;
   if (!tokenizer_path.empty()) {
-    tokenizer.emplace(data::Tokenizer::load(tokenizer_path));
-    data::check_tokenizer_matches(*tokenizer, tokenizer_path, dataset.vocab_size(),
-                                  "shard '" + path + "'");
+    tokenizer = data::load_text_tokenizer(tokenizer_path);
+    if (tokenizer->vocab_size() != dataset.vocab_size()) {
+      throw Error("vocabulary mismatch: tokenizer '" + tokenizer_path + "' has vocab size " +
+                  std::to_string(tokenizer->vocab_size()) + " but shard '" + path +
+                  "' has vocab size " + std::to_string(dataset.vocab_size()) +
+                  "; use the tokenizer the data was prepared with");
+    }
   }
   const data::ShardInfo& info = dataset.shards()[0];
   std::printf(
@@ -264,21 +210,40 @@ int data_command(int argc, char** argv) {
   CLI::App app{"Prepare, synthesise and inspect token shards", "trillion data"};
   app.require_subcommand(1);
 
-  auto* prep = app.add_subcommand("prepare", "tokenize text files into train/val shards");
-  std::string tokenizer_path, out, separator = "\n\n";
-  std::vector<std::string> inputs;
-  double val_fraction = 0.05;
-  uint64_t seed = 0;
+  auto* prep = app.add_subcommand("prepare", "tokenize text or JSON-lines files into shards");
+  data::PrepareOptions popt;
+  std::string tokenizer_path, out, format = "text", progress = "auto";
+  prep->add_option("--tokenizer", popt.tokenizer_path,
+                   "tokenizer: trillion JSON, Hugging Face tokenizer.json or tiktoken ranks")
+      ->required();
+  prep->add_option("--out", popt.out, "output directory (shards and manifest.json)")->required();
+  prep->add_option("--format", format, "input format: text or jsonl")->capture_default_str();
+  prep->add_option("--text-key", popt.format.text_key, "jsonl: the field holding the text")
+      ->capture_default_str();
+  prep->add_option("--val-fraction", popt.val_fraction, "fraction of documents held out")
+      ->capture_default_str();
+  prep->add_option("--seed", popt.seed, "seed of the document split")->capture_default_str();
+  prep->add_option("--doc-separator", popt.format.separator,
+                   "text: documents are separated by this string")
+      ->capture_default_str();
+  prep->add_option("--threads", popt.threads, "tokenizing threads (0: every core)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  prep->add_option("--shard-tokens", popt.shard_tokens,
+                   "start a new shard once one holds this many tokens (0: one shard per split)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  prep->add_option("--max-bad", popt.max_bad,
+                   "stop when more documents than this are bad (invalid JSON or UTF-8, no text)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, INT64_MAX));
+  prep->add_option("--progress", progress, "progress line on stderr: auto (a terminal), on, off")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "on", "off"}));
+  prep->add_option("inputs", popt.inputs, "files or directories (.gz and .zst allowed)")
+      ->required();
   bool overwrite = false;
-  prep->add_option("--tokenizer", tokenizer_path, "tokenizer JSON")->required();
-  prep->add_option("--out", out, "output directory (train.bin, val.bin)")->required();
-  prep->add_option("--val-fraction", val_fraction, "fraction of documents held out")
-      ->capture_default_str();
-  prep->add_option("--seed", seed, "seed of the document split")->capture_default_str();
-  prep->add_option("--doc-separator", separator, "documents are separated by this string")
-      ->capture_default_str();
-  prep->add_option("inputs", inputs, "text files (.gz allowed)")->required();
-  prep->add_flag("--overwrite", overwrite, "replace train.bin and val.bin if --out holds them");
+  prep->add_flag("--overwrite", popt.overwrite, "replace the shards if --out holds them");
 
   auto* syn = app.add_subcommand("synth", "write shards from a random Markov chain");
   std::string kind = "markov";
@@ -301,7 +266,8 @@ int data_command(int argc, char** argv) {
   int64_t offset = 0;
   int count = 64;
   ins->add_option("shard", shard, "shard file")->required();
-  ins->add_option("--tokenizer", tokenizer_path, "tokenizer JSON, to decode the sample");
+  ins->add_option("--tokenizer", tokenizer_path,
+                  "tokenizer (trillion JSON, tokenizer.json, tiktoken), to decode the sample");
   ins->add_option("--offset", offset, "first token of the sample")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, INT64_MAX));
@@ -310,7 +276,7 @@ int data_command(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
 
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
-  if (*prep) return prepare(tokenizer_path, out, inputs, val_fraction, seed, separator, overwrite);
+  if (*prep) return prepare(popt, format, progress);
   if (*syn) return synth(kind, spec, tokens, val_tokens, out, overwrite);
   return inspect(shard, tokenizer_path, offset, count);
 }

@@ -1,6 +1,7 @@
 // `trillion tokenizer train|encode|decode`: trains a byte-level BPE tokenizer on text files
-// (gzip or plain), and applies it or its inverse. Ids are printed/read as whitespace-separated
-// decimal numbers; decoded bytes are written to stdout unchanged.
+// (gzip or plain), and applies it or its inverse; encode and decode also take a Hugging Face
+// tokenizer.json or a tiktoken ranks file (data/text_tokenizer.h). Ids are printed/read as
+// whitespace-separated decimal numbers; decoded bytes are written to stdout unchanged.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/file_io.h"
+#include "data/text_tokenizer.h"
 #include "data/tokenizer.h"
 
 namespace trillion::cli {
@@ -62,12 +64,14 @@ int tokenizer_command(int argc, char** argv) {
   std::string tokenizer_path, text, input;
   bool bos = false, eos = false;
   for (CLI::App* sub : {encode, decode}) {
-    sub->add_option("--tokenizer", tokenizer_path, "tokenizer JSON")->required();
+    sub->add_option("--tokenizer", tokenizer_path,
+                    "tokenizer: trillion JSON, Hugging Face tokenizer.json or tiktoken ranks")
+        ->required();
   }
   encode->add_option("--text", text, "text to encode (else --input, else stdin)");
   encode->add_option("--input", input, "file to encode (.gz allowed)");
-  encode->add_flag("--bos", bos, "prepend <|bos|>");
-  encode->add_flag("--eos", eos, "append <|eos|>");
+  encode->add_flag("--bos", bos, "prepend the document-begin token (<|bos|>, ...)");
+  encode->add_flag("--eos", eos, "append the document-end token (<|eos|>, <|endoftext|>, ...)");
   std::vector<std::string> id_words;
   decode->add_option("ids", id_words, "token ids (else read from stdin)");
 
@@ -108,16 +112,24 @@ int tokenizer_command(int argc, char** argv) {
     return 0;
   }
 
-  data::Tokenizer tokenizer = data::Tokenizer::load(tokenizer_path);
+  const std::unique_ptr<data::TextTokenizer> loaded = data::load_text_tokenizer(tokenizer_path);
+  const data::TextTokenizer& tokenizer = *loaded;
   if (*encode) {
     if (!text.empty() && !input.empty()) throw Error("pass either --text or --input, not both");
     std::string source = !input.empty()            ? data::read_file(input)
                          : encode->count("--text") ? text
                                                    : read_stdin();
     std::vector<int32_t> ids;
-    if (bos) ids.push_back(tokenizer.bos_id());
+    auto special = [&](std::optional<int32_t> id, const char* what) {
+      if (!id) {
+        throw Error("tokenizer '" + tokenizer_path + "' has no document-" + what +
+                    " token; drop --" + (what[0] == 'b' ? "bos" : "eos"));
+      }
+      return *id;
+    };
+    if (bos) ids.push_back(special(tokenizer.document_begin_id(), "begin"));
     tokenizer.encode_append(source, ids);
-    if (eos) ids.push_back(tokenizer.eos_id());
+    if (eos) ids.push_back(special(tokenizer.document_end_id(), "end"));
     std::string line;
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i > 0) line += ' ';

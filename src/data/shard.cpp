@@ -2,6 +2,7 @@
 #include "data/shard.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -325,8 +326,35 @@ std::string shard_path(const std::string& directory, Split split) {
   return (std::filesystem::path(directory) / (std::string(split_name(split)) + ".bin")).string();
 }
 
+std::vector<std::string> split_shard_paths(const std::string& directory, Split split) {
+  // `data prepare --shard-tokens` writes several shards per split, listed in manifest.json in
+  // order; without a manifest (data synth, older prepares) a split is the one file train.bin.
+  const std::filesystem::path manifest = std::filesystem::path(directory) / "manifest.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(manifest, ec)) return {shard_path(directory, split)};
+  const std::string origin = fmt::format("'{}'", manifest.string());
+  const nlohmann::json m = parse_json(read_file(manifest.string()), origin);
+  std::vector<std::string> paths;
+  if (!m.is_object() || !m.contains("shards") || !m["shards"].is_array())
+    throw Error(origin + " has no \"shards\" list; rerun 'trillion data prepare'");
+  for (const nlohmann::json& s : m["shards"]) {
+    if (!s.is_object() || !s.contains("file") || !s["file"].is_string() || !s.contains("split"))
+      throw Error(origin +
+                  ": a shard entry lacks \"file\" or \"split\"; rerun 'trillion data "
+                  "prepare'");
+    const std::string file = s["file"].get<std::string>();
+    if (file.find('/') != std::string::npos || file.starts_with("."))
+      throw Error(
+          fmt::format("{}: shard file \"{}\" is not a plain name in the directory", origin, file));
+    if (s["split"] == split_name(split))
+      paths.push_back((std::filesystem::path(directory) / file).string());
+  }
+  if (paths.empty()) return {shard_path(directory, split)};
+  return paths;
+}
+
 std::shared_ptr<TokenDataset> open_shard_dataset(const std::string& directory, Split split) {
-  return std::make_shared<ShardDataset>(std::vector<std::string>{shard_path(directory, split)});
+  return std::make_shared<ShardDataset>(split_shard_paths(directory, split));
 }
 
 }  // namespace trillion::data

@@ -88,7 +88,10 @@ class ShardDataset : public TokenDataset {
 
 // The shard file of `split` inside a directory written by `trillion data prepare|synth`.
 std::string shard_path(const std::string& directory, Split split);
-// Opens DIRECTORY/train.bin or DIRECTORY/val.bin.
+// The shard files of `split` in a prepared directory: those manifest.json lists for it, in
+// order, or DIRECTORY/train.bin (val.bin) when there is no manifest.
+std::vector<std::string> split_shard_paths(const std::string& directory, Split split);
+// Opens the shards of `split` (split_shard_paths) as one dataset, each shard one piece.
 std::shared_ptr<TokenDataset> open_shard_dataset(const std::string& directory, Split split);
 
 }  // namespace trillion::data

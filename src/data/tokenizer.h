@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/text_tokenizer.h"
+
 namespace trillion::data {
 
 constexpr int kNumSpecialTokens = 3;
@@ -30,7 +32,7 @@ struct BpeTrainStats {
   double seconds = 0;
 };
 
-class Tokenizer {
+class Tokenizer final : public TextTokenizer {
  public:
   // Learns vocab_size - 259 merges from `texts` (stops early if no pair occurs twice).
   static Tokenizer train(std::span<const std::string> texts, int vocab_size,
@@ -50,7 +52,10 @@ class Tokenizer {
   static Tokenizer from_json(std::string_view text, const std::string& path);
   void save(const std::string& path) const;  // JSON, written atomically
 
-  int vocab_size() const { return static_cast<int>(token_bytes_.size()); }
+  std::string format() const override { return "trillion-bpe"; }
+  int vocab_size() const override { return static_cast<int>(token_bytes_.size()); }
+  std::optional<int32_t> document_end_id() const override { return eos_id(); }
+  std::optional<int32_t> document_begin_id() const override { return bos_id(); }
   int32_t bos_id() const { return special_base() + 0; }
   int32_t eos_id() const { return special_base() + 1; }
   int32_t pad_id() const { return special_base() + 2; }
@@ -60,9 +65,9 @@ class Tokenizer {
   const std::string& token_bytes(int32_t id) const;
 
   std::vector<int32_t> encode(std::string_view text) const;
-  void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_append(std::string_view text, std::vector<int32_t>& out) const override;
   // Throws a trillion::Error for an id outside [0, vocab_size).
-  std::string decode(std::span<const int32_t> ids) const;
+  std::string decode(std::span<const int32_t> ids) const override;
 
  private:
   int32_t special_base() const { return 256 + static_cast<int32_t>(merges_.size()); }

@@ -10,6 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "data/file_io.h"
+#include "data/text_tokenizer.h"
 #include "data/tokenizer.h"
 #include "interop/hf_tokenizer.h"
 #include "model/transformer.h"
@@ -161,7 +162,14 @@ uint64_t export_gguf(const GgufOptions& o) {
   md.f32("llama.attention.layer_norm_rms_epsilon", static_cast<float>(m.norm_eps));
   md.u32("llama.vocab_size", static_cast<uint32_t>(m.vocab_size));
   if (!o.tokenizer_path.empty()) {
-    const data::Tokenizer tok = data::Tokenizer::load(o.tokenizer_path);
+    const std::unique_ptr<data::TextTokenizer> loaded = data::load_text_tokenizer(o.tokenizer_path);
+    const auto* own = dynamic_cast<const data::Tokenizer*>(loaded.get());
+    if (own == nullptr)
+      throw Error(fmt::format(
+          "tokenizer '{}' is a {} file; GGUF export writes trillion's own BPE tokenizers only, so "
+          "export --format safetensors (which writes its tokenizer.json) or leave out --tokenizer",
+          o.tokenizer_path, loaded->format()));
+    const data::Tokenizer& tok = *own;
     if (tok.vocab_size() > m.vocab_size)
       throw Error(fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}",
                               o.tokenizer_path, tok.vocab_size(), m.vocab_size));

@@ -298,15 +298,15 @@ uint64_t export_hf_llama(const ExportOptions& o) {
                     {{"format", "pt"}, {"source", "trillion " + o.checkpoint_dir}});
   std::optional<int> bos, eos;
   if (!o.tokenizer_path.empty()) {
-    const data::Tokenizer tok = data::Tokenizer::load(o.tokenizer_path);
-    if (tok.vocab_size() > cfg.model.vocab_size)
+    const ExportedTokenizer tok = export_tokenizer_json(o.tokenizer_path);
+    if (tok.vocab_size > cfg.model.vocab_size)
       throw Error(
           fmt::format("tokenizer '{}' has {} tokens but the model's vocabulary is {}; "
                       "pass the tokenizer the run was trained with",
-                      o.tokenizer_path, tok.vocab_size(), cfg.model.vocab_size));
-    bos = tok.bos_id();
-    eos = tok.eos_id();
-    data::write_file_atomic(o.out_dir + "/tokenizer.json", {hf_tokenizer_json(tok)});
+                      o.tokenizer_path, tok.vocab_size, cfg.model.vocab_size));
+    bos = tok.bos;
+    eos = tok.eos;
+    data::write_file_atomic(o.out_dir + "/tokenizer.json", {tok.json});
   }
   data::write_file_atomic(o.out_dir + "/config.json",
                           {hf_llama_config_json(cfg.model, torch_dtype, bos, eos)});

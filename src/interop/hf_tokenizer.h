@@ -7,8 +7,10 @@
 // cap of data/pretokenize.h (only runs longer than 256 bytes split differently).
 #pragma once
 
+#include <optional>
 #include <string>
 
+#include "data/ranked_bpe.h"
 #include "data/tokenizer.h"
 
 namespace trillion::interop {
@@ -19,5 +21,20 @@ std::string byte_level_char(unsigned char b);
 std::string byte_level_string(const std::string& bytes);
 
 std::string hf_tokenizer_json(const data::Tokenizer& tokenizer);
+
+// A RankedBpe as tokenizer.json: vocab from its tokens' bytes in the byte-level alphabet, merges
+// from merge_list() (for tiktoken ranks: every split of a token, as Hugging Face converts them),
+// the pre-tokenizer of its regex, specials as added tokens.
+std::string hf_tokenizer_json(const data::RankedBpe& tokenizer);
+
+// The tokenizer.json an export writes for the tokenizer file at `path` (any format trillion
+// reads): a tokenizer.json is copied as it is (decompressed if it is a .gz), the others are
+// converted. `vocab_size`, `bos` and `eos` are set from the tokenizer.
+struct ExportedTokenizer {
+  std::string json;
+  int vocab_size = 0;
+  std::optional<int> bos, eos;
+};
+ExportedTokenizer export_tokenizer_json(const std::string& path);
 
 }  // namespace trillion::interop

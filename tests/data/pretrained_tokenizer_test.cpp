@@ -1,0 +1,286 @@
+// Existing tokenizers behind data::TextTokenizer: GPT-2's published files as a Hugging Face
+// tokenizer.json and as tiktoken ranks give exactly the reference encodings (every one of the
+// 1,996 fixture strings), the GPT-2 and Llama 3 pre-tokenizer regexes cut text where the regex
+// engines do, Hugging Face `tokenizers` and `tiktoken` themselves agree on the fixtures and on
+// generated text (when scripts/setup.sh made .venv-tests), and unsupported files fail clearly.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/philox.h"
+#include "data/byte_level.h"
+#include "data/file_io.h"
+#include "data/ranked_bpe.h"
+#include "data/regex_split.h"
+#include "data/text_tokenizer.h"
+#include "gpt2_fixture.h"
+
+using namespace trillion;
+using namespace trillion::data;
+using trillion::test::gpt2_references;
+using trillion::test::gpt2_work_dir;
+
+namespace {
+std::vector<std::string> pieces(SplitPattern pattern, std::string_view text) {
+  std::vector<std::string> out;
+  split_pieces(pattern, text, [&](std::string_view p) { out.emplace_back(p); });
+  return out;
+}
+
+const TextTokenizer& gpt2_json() {
+  static const auto tokenizer = load_text_tokenizer(trillion::test::write_gpt2_tokenizer_json());
+  return *tokenizer;
+}
+
+void expect_all_references(const TextTokenizer& tokenizer) {
+  int mismatches = 0;
+  for (const auto& [text, ids] : gpt2_references()) {
+    const std::vector<int32_t> got = tokenizer.encode(text);
+    if (got != ids && ++mismatches <= 5) ADD_FAILURE() << "text: " << nlohmann::json(text).dump();
+    if (got == ids) {
+      EXPECT_EQ(tokenizer.decode(got), text);
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// Strings that exercise the regex classes: contractions in both cases, digit runs, Unicode
+// letters, numbers (Nd, Nl, No) and marks, white space of every kind, emoji, special-token text.
+std::vector<std::string> generated_texts(int count) {
+  static const char* kPieces[] = {"Hello",
+                                  " world",
+                                  "'s",
+                                  "'S",
+                                  "'ll",
+                                  "'LL",
+                                  "'Re",
+                                  "'ve",
+                                  " ",
+                                  "  ",
+                                  "\t",
+                                  "\n",
+                                  "\r\n",
+                                  "\n\n",
+                                  "   \n  ",
+                                  "123",
+                                  "4567890",
+                                  "3.14",
+                                  "!!",
+                                  "?!",
+                                  "...",
+                                  "(x)",
+                                  "caf\xc3\xa9",
+                                  "na\xc3\xafve",
+                                  "\xe6\x9d\xb1\xe4\xba\xac",
+                                  "\xd0\x9c\xd0\xbe\xd1\x81",
+                                  "\xf0\x9f\xa4\x96",
+                                  "\xc2\xa0",
+                                  "\xe3\x80\x80",
+                                  "\xc5\xbf",
+                                  "\xd9\xa1\xd9\xa2\xd9\xa3",
+                                  "\xe2\x85\xab",
+                                  "\xc2\xbd",
+                                  "e\xcc\x81",
+                                  "\xe2\x80\x8b",
+                                  "<|endoftext|>",
+                                  " don't",
+                                  "x",
+                                  "_",
+                                  "-",
+                                  "$100",
+                                  "\x0b",
+                                  "\x0c",
+                                  "\r",
+                                  " \t ",
+                                  "A",
+                                  "zz"};
+  constexpr int kCount = sizeof(kPieces) / sizeof(kPieces[0]);
+  Philox rng(7, "test.pretrained_tokenizer.texts");
+  std::vector<std::string> texts;
+  for (int t = 0; t < count; ++t) {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng.below(2 * t, 14));
+    for (int k = 0; k < n; ++k) s += kPieces[rng.below(2 * t + 1 + 1000003ull * k, kCount)];
+    texts.push_back(s);
+  }
+  return texts;
+}
+}  // namespace
+
+TEST(PretrainedTokenizer, Gpt2TokenizerJsonGivesEveryReferenceEncoding) {
+  const TextTokenizer* tokenizer = &gpt2_json();
+  EXPECT_EQ(tokenizer->format(), "hf-tokenizer.json");
+  EXPECT_EQ(tokenizer->vocab_size(), 50257);
+  EXPECT_EQ(tokenizer->document_end_id(), 50256);
+  EXPECT_EQ(tokenizer->encode("Hello world"), (std::vector<int32_t>{15496, 995}));
+  expect_all_references(*tokenizer);
+}
+
+TEST(PretrainedTokenizer, Gpt2TiktokenRanksGiveEveryReferenceEncoding) {
+  const auto tokenizer = load_text_tokenizer(trillion::test::write_gpt2_tiktoken());
+  EXPECT_EQ(tokenizer->format(), "tiktoken");
+  EXPECT_EQ(tokenizer->vocab_size(), 50257);
+  EXPECT_EQ(tokenizer->document_end_id(), 50256);
+  EXPECT_EQ(tokenizer->decode(std::vector<int32_t>{50256}), "<|endoftext|>");
+  expect_all_references(*tokenizer);
+}
+
+TEST(PretrainedTokenizer, SplitPatternsCutTextWhereTheRegexesDo) {
+  using V = std::vector<std::string>;
+  const SplitPattern g = SplitPattern::kGpt2, l = SplitPattern::kLlama3;
+  EXPECT_EQ(pieces(g, "a  \n\n b"), (V{"a", "  \n\n", " b"}));
+  EXPECT_EQ(pieces(l, "a  \n\n b"), (V{"a", "  \n\n", " b"}));
+  EXPECT_EQ(pieces(g, "x!!\n\ny"), (V{"x", "!!", "\n", "\n", "y"}));
+  EXPECT_EQ(pieces(l, "x!!\n\ny"), (V{"x", "!!\n\n", "y"}));
+  EXPECT_EQ(pieces(g, "12345 I'M"), (V{"12345", " I", "'", "M"}));
+  EXPECT_EQ(pieces(l, "12345 I'M"), (V{"123", "45", " I", "'M"}));
+  EXPECT_EQ(pieces(l, "\tfoo end   "), (V{"\tfoo", " end", "   "}));
+  EXPECT_EQ(pieces(g, "\tfoo end   "), (V{"\t", "foo", " end", "   "}));
+  EXPECT_EQ(pieces(l, "!hello"), (V{"!hello"}));
+  EXPECT_EQ(pieces(g, "caf\xc3\xa9 \xe6\x9d\xb1"), (V{"caf\xc3\xa9", " \xe6\x9d\xb1"}));
+  // Bytes that are not UTF-8 are one "other" code point each; pieces still cover the input.
+  EXPECT_EQ(pieces(g, "a\xff\xfe b"), (V{"a", "\xff\xfe", " b"}));
+  EXPECT_EQ(split_pattern_from_regex(split_pattern_regex(l)), l);
+  EXPECT_EQ(split_pattern_from_regex("\\w+"), std::nullopt);
+}
+
+// Any bytes (invalid UTF-8, NULs, lone continuation bytes, special-token text) split into pieces
+// that cover them exactly and encode to ids that decode back to them, with both regexes.
+TEST(PretrainedTokenizer, AnyBytesRoundTrip) {
+  const TextTokenizer* gpt2 = &gpt2_json();
+  Philox rng(3, "test.pretrained_tokenizer.bytes");
+  for (int t = 0; t < 300; ++t) {
+    std::string s;
+    const int n = static_cast<int>(rng.below(3 * t, 80));
+    for (int k = 0; k < n; ++k) {
+      const uint64_t r = rng.below(3 * t + 1 + 7919ull * k, 300);
+      s += r < 256 ? std::string(1, static_cast<char>(r)) : std::string(r < 280 ? " " : "\n");
+    }
+    for (SplitPattern pattern : {SplitPattern::kGpt2, SplitPattern::kLlama3}) {
+      std::string joined;
+      for (const std::string& piece : pieces(pattern, s)) {
+        ASSERT_FALSE(piece.empty());
+        joined += piece;
+      }
+      ASSERT_EQ(joined, s);
+    }
+    ASSERT_EQ(gpt2->decode(gpt2->encode(s)), s) << t;
+  }
+}
+
+TEST(PretrainedTokenizer, UnsupportedFilesFailClearly) {
+  const std::string dir = gpt2_work_dir();
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << text;
+    return dir + "/" + name;
+  };
+  EXPECT_NE(error_of([&] {
+              load_text_tokenizer(write("n.json", R"({"model": {"type": "BPE", "vocab": {},
+                "merges": []}, "normalizer": {"type": "NFC"}, "pre_tokenizer": null})"));
+            }).find("no token for byte 0x00"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_text_tokenizer(write("u.json", R"({"model": {"type": "Unigram"}})"));
+            }).find("model type Unigram is not BPE"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_text_tokenizer(write("t.tiktoken", "IQ== 0\nnot-a-line\n"));
+            }).find("t.tiktoken' line 2 is not"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_text_tokenizer(write("b.tiktoken", "IQ== 0\n"));
+            }).find("no rank for the byte 0x00"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              load_text_tokenizer(write("j.json", "{\"x\": 1}"));
+            }).find("neither a trillion tokenizer"),
+            std::string::npos);
+  // A pre-tokenizer regex this code does not implement is named.
+  nlohmann::json split = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", "\\w+"}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
+  const nlohmann::json bytes_only = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"pre_tokenizer", split}};
+  const std::string path = write("w.json", bytes_only.dump());
+  EXPECT_NE(error_of([&] { load_text_tokenizer(path); }).find("is not one this code implements"),
+            std::string::npos);
+}
+
+// Hugging Face tokenizers and tiktoken themselves (from PyPI, in .venv-tests) encode the fixture
+// strings and generated text; trillion must give the same ids for GPT-2's tokenizer.json, GPT-2's
+// vocabulary under Llama 3's Split regex with ignore_merges (Llama 3's tokenizer.json shape), and
+// GPT-2's tiktoken ranks.
+TEST(PretrainedTokenizer, MatchesHuggingFaceTokenizersAndTiktoken) {
+  const std::string python = std::string(TRILLION_SOURCE_DIR) + "/.venv-tests/bin/python";
+  if (std::system((python + " -c 'import tokenizers, tiktoken' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "Hugging Face tokenizers and tiktoken are not installed in " << python
+                 << " (scripts/setup.sh creates .venv-tests with them)";
+  }
+  nlohmann::json llama3_split = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"},
+         {"pattern", {{"Regex", split_pattern_regex(SplitPattern::kLlama3)}}},
+         {"behavior", "Isolated"},
+         {"invert", false}},
+        {{"type", "ByteLevel"},
+         {"add_prefix_space", false},
+         {"trim_offsets", true},
+         {"use_regex", false}}}}};
+  const std::string gpt2 = trillion::test::write_gpt2_tokenizer_json();
+  const std::string llama3 =
+      trillion::test::write_gpt2_tokenizer_json("gpt2-llama3-split.json", llama3_split, true);
+  const std::string ranks = trillion::test::write_gpt2_tiktoken();
+  std::vector<std::string> texts = generated_texts(400);
+  for (size_t i = 0; i < gpt2_references().size(); i += 4)
+    texts.push_back(gpt2_references()[i].first);
+  nlohmann::json job = {{"texts", texts},
+                        {"hf", {gpt2, llama3}},
+                        {"tiktoken",
+                         {{{"path", ranks},
+                           {"pattern", split_pattern_regex(SplitPattern::kGpt2)},
+                           {"specials", {{"<|endoftext|>", 50256}}}}}}};
+  const std::string job_path = gpt2_work_dir() + "/job.json", out = gpt2_work_dir() + "/ids.json";
+  write_file_atomic(job_path, {job.dump()});
+  ASSERT_EQ(std::system((python + " " + TRILLION_SOURCE_DIR +
+                         "/tests/data/tokenizer_reference.py " + job_path + " " + out)
+                            .c_str()),
+            0);
+  const nlohmann::json ref = nlohmann::json::parse(read_file(out));
+  int compared = 0;
+  for (const std::string& path : {gpt2, llama3, ranks}) {
+    const auto tokenizer = load_text_tokenizer(path);
+    const nlohmann::json& ids = ref.at(path);
+    ASSERT_EQ(ids.size(), texts.size());
+    int mismatches = 0;
+    for (size_t t = 0; t < texts.size(); ++t) {
+      const auto want = ids[t].get<std::vector<int32_t>>();
+      if (tokenizer->encode(texts[t]) != want && ++mismatches <= 3) {
+        ADD_FAILURE() << path << ": " << nlohmann::json(texts[t]).dump();
+      }
+      ++compared;
+    }
+    EXPECT_EQ(mismatches, 0) << path;
+  }
+  EXPECT_EQ(compared, 3 * static_cast<int>(texts.size()));
+}
