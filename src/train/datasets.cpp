@@ -9,6 +9,7 @@
 #include "core/philox.h"
 #include "data/markov.h"
 #include "data/shard.h"
+#include "data/tokenizer.h"
 
 namespace trillion {
 
@@ -22,6 +23,50 @@ std::shared_ptr<data::TokenDataset> random_dataset(const DataConfig& d, int64_t 
       std::move(tokens), d.vocab,
       fmt::format("uniform random tokens ({}, vocab {})", stream, d.vocab),
       std::log(static_cast<double>(d.vocab)));
+}
+// The shards' document-end token: their metadata's "document_end_id", else the <|eos|> of the
+// tokenizer that made them (existing shards end documents with it); -1 when neither is known.
+int32_t shard_document_end(const data::TokenDataset& set) {
+  const auto* shards = dynamic_cast<const data::ShardDataset*>(&set);
+  if (shards == nullptr || shards->shards().empty()) return -1;
+  const data::ShardInfo& info = shards->shards().front();
+  const nlohmann::json& m = info.metadata;
+  if (m.contains("document_end_id")) {
+    if (!m["document_end_id"].is_number_integer() || m["document_end_id"].get<int64_t>() < 0 ||
+        m["document_end_id"].get<int64_t>() >= info.vocab_size) {
+      throw Error(fmt::format("{}: metadata \"document_end_id\" must be a token id below the "
+                              "vocabulary size {}; rewrite the shard or set data.document_end_id",
+                              info.path, info.vocab_size));
+    }
+    return static_cast<int32_t>(m["document_end_id"].get<int64_t>());
+  }
+  if (!info.tokenizer) return -1;
+  try {
+    return data::Tokenizer::load(*info.tokenizer).eos_id();
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: the document-end token is its tokenizer's <|eos|>, but the "
+                            "tokenizer could not be read ({}); set data.document_end_id",
+                            info.path, e.what()));
+  }
+}
+
+int32_t resolve_document_end(const RunConfig& c, const RunDatasets& ds) {
+  const DataConfig& d = c.data;
+  const bool needed = d.document_mask || d.mask_boundary_loss;
+  if (!needed) return -1;
+  int32_t id = d.document_end_id >= 0 ? static_cast<int32_t>(d.document_end_id)
+                                       : shard_document_end(*ds.train);
+  if (id < 0 && d.source == "shards") {
+    throw Error(fmt::format("data.document_mask / data.mask_boundary_loss: the shards in '{}' "
+                            "name no document-end token (no \"document_end_id\" or tokenizer in "
+                            "their metadata); set data.document_end_id",
+                            d.path));
+  }
+  if (id >= c.model.vocab_size) {
+    throw Error(fmt::format("data.document_end_id = {} is outside the model's vocabulary [0, {})",
+                            id, c.model.vocab_size));
+  }
+  return id;
 }
 }  // namespace
 
@@ -57,6 +102,7 @@ RunDatasets open_run_datasets(const RunConfig& c) {
                       set->describe(), set->num_tokens(), T));
     }
   }
+  ds.document_end_id = resolve_document_end(c, ds);
   return ds;
 }
 

@@ -50,6 +50,15 @@ struct DataConfig {
   int64_t tokens = 1 << 20;       // markov/random: training stream length
   int64_t val_tokens = 1 << 16;   // markov/random: validation stream length
   double sharpness = 2.0;         // markov: peakiness of transition rows (see data/markov.h)
+  // Packed sequences (docs/data.md): documents end with the document-end token. document_mask:
+  // attention stays inside each document; restart_positions: RoPE positions restart at every
+  // document; mask_boundary_loss: the prediction made at a document's last token (of the next
+  // document's first token) is left out of the loss. document_end_id: -1 = the shards' metadata
+  // "document_end_id", else their tokenizer's <|eos|> (markov and random data have none).
+  bool document_mask = false;
+  bool restart_positions = false;
+  bool mask_boundary_loss = false;
+  int64_t document_end_id = -1;
 };
 
 // [parallel]: the layout. Data parallelism over `dp` processes (started by `trillion launch -n

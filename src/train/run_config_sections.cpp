@@ -293,7 +293,21 @@ void read_data_section(const toml::table& root, const std::string& source, DataC
   d.read("tokens", dc.tokens);
   d.read("val_tokens", dc.val_tokens);
   d.read("sharpness", dc.sharpness);
+  d.read("document_mask", dc.document_mask);
+  d.read("restart_positions", dc.restart_positions);
+  d.read("mask_boundary_loss", dc.mask_boundary_loss);
+  d.read("document_end_id", dc.document_end_id);
   d.reject_unknown();
+  if (dc.document_end_id < -1 || dc.document_end_id > std::numeric_limits<int32_t>::max()) {
+    throw Error(fmt::format("{}: data.document_end_id = {} must be a token id (or -1: the shards' "
+                            "own)",
+                            source, dc.document_end_id));
+  }
+  if (dc.restart_positions && !dc.document_mask) {
+    throw Error(fmt::format("{}: data.restart_positions = true needs data.document_mask = true "
+                            "(positions restart per document only when attention does)",
+                            source));
+  }
   if (dc.source != "random" && dc.source != "markov" && dc.source != "shards") {
     throw Error(fmt::format("{}: data.source = '{}': expected random, markov or shards", source,
                             dc.source));
