@@ -112,6 +112,16 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
         {"bf16_blocks", precision::bf16_blocks_text(kept)},
         {"bf16_blocks_described", precision::describe_bf16_blocks(kept, mc.n_layers)}};
   }
+  if (config.data.document_mask) {
+    // Rank 0's tiled-attention forward passes (training and validation): the FLOPs of the tiles
+    // computed and of those skipped because they lie wholly before their queries' documents.
+    const AttentionTileFlops tiles = job.backend->attention_tile_flops();
+    summary["documents"] = {{"document_end_id", job.datasets.document_end_id},
+                            {"restart_positions", config.data.restart_positions},
+                            {"mask_boundary_loss", config.data.mask_boundary_loss},
+                            {"attention_computed_flops", tiles.computed_flops},
+                            {"attention_skipped_flops", tiles.skipped_flops}};
+  }
   if (const auto b = job.noise.last()) summary["gradient_noise_scale"] = *b;
   if (auto h = job.datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
   if (auto bpt = job.datasets.validation->bytes_per_token()) {
