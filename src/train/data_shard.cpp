@@ -10,9 +10,9 @@ namespace trillion {
 
 DataShard::DataShard(const RunConfig& c, const RunDatasets& d, int dp_rank, int dp_size,
                      SequenceSplit split, int cp_rank)
-    : train_(d.train, static_cast<int>(c.model.seq_len), c.train.seed),
-      validation_(d.validation, static_cast<int>(c.model.seq_len), c.train.seed,
-                  data::SampleOrder::kSequential),
+    : train_(d.train_sources, d.weights, static_cast<int>(c.model.seq_len), c.train.seed),
+      validation_(d.validation_sources, d.weights, static_cast<int>(c.model.seq_len),
+                  c.train.seed, data::SampleOrder::kSequential),
       micro_batch_(c.train.micro_batch),
       grad_accum_(c.train.grad_accum),
       local_batch_(c.train.micro_batch / dp_size),
@@ -52,7 +52,7 @@ uint64_t DataShard::validation_index(int64_t i) const {
   return static_cast<uint64_t>(i * micro_batch_ + dp_rank_ * local_batch_);
 }
 
-void DataShard::read(const data::DataLoader& loader, uint64_t first, int32_t* tokens,
+void DataShard::read(const data::MixtureLoader& loader, uint64_t first, int32_t* tokens,
                      int32_t* targets) const {
   const bool whole = static_cast<int64_t>(positions_.size()) == seq_len_;
   int32_t* tok = whole ? tokens : full_tokens_.data();
@@ -64,7 +64,7 @@ void DataShard::read(const data::DataLoader& loader, uint64_t first, int32_t* to
   if (!whole) keep_own_rows(tok, tgt, tokens, targets);
 }
 
-void DataShard::starts_of(const data::DataLoader& loader, uint64_t first,
+void DataShard::starts_of(const data::MixtureLoader& loader, uint64_t first,
                           std::vector<int32_t>& starts) const {
   const int64_t n = local_batch_ * seq_len_;
   std::vector<int32_t> tokens(n), targets(n);

@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "data/loader.h"
+#include "data/mixture.h"
 #include "model/sequence_split.h"
 #include "train/datasets.h"
 
@@ -41,9 +42,18 @@ class DataShard {
   // The run continues after step `step` at global sample `next_sample` (a checkpoint's).
   void resume_at(int64_t step, uint64_t next_sample);
   int64_t global_batch() const { return micro_batch_ * grad_accum_; }
+  // The training stream's sources (data.sources; one without): samples of source s read in the
+  // first `steps` steps, and the first source the step `step` would start a second epoch of.
+  const data::MixtureLoader& train_stream() const { return train_; }
+  uint64_t source_samples(int64_t steps, int s) const {
+    return train_.samples_before(first_sample(steps), s);
+  }
+  std::optional<int> exhausted_at(int64_t step) const {
+    return train_.exhausted_in(first_sample(step), global_batch());
+  }
 
  private:
-  data::DataLoader train_, validation_;
+  data::MixtureLoader train_, validation_;
   int64_t micro_batch_, grad_accum_, local_batch_;
   int dp_rank_;
   int64_t base_step_ = 0;
@@ -56,9 +66,9 @@ class DataShard {
   uint64_t validation_index(int64_t i) const;
   // Reads B_local whole sequences from `first` (targets masked as configured) and keeps this cp
   // rank's rows of them.
-  void read(const data::DataLoader& loader, uint64_t first, int32_t* tokens,
+  void read(const data::MixtureLoader& loader, uint64_t first, int32_t* tokens,
             int32_t* targets) const;
-  void starts_of(const data::DataLoader& loader, uint64_t first,
+  void starts_of(const data::MixtureLoader& loader, uint64_t first,
                  std::vector<int32_t>& starts) const;
   // Keeps this cp rank's rows of [B_local, T] tokens and targets read into the scratch.
   void keep_own_rows(const int32_t* tokens_in, const int32_t* targets_in, int32_t* tokens,

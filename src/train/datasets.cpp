@@ -87,19 +87,35 @@ RunDatasets open_run_datasets(const RunConfig& c) {
     data::validate(spec);
     ds.train = data::make_markov_dataset(spec, data::Split::kTrain);
     ds.validation = data::make_markov_dataset(spec, data::Split::kValidation);
-  } else {
+  } else if (d.sources.empty()) {
     ds.train = data::open_shard_dataset(d.path, data::Split::kTrain);
     ds.validation = data::open_shard_dataset(d.path, data::Split::kValidation);
   }
-  data::check_vocab_fits(*ds.train, c.model.vocab_size);
-  data::check_vocab_fits(*ds.validation, c.model.vocab_size);
+  for (const DataSourceConfig& sc : d.sources) {  // a mixture: source 0 stands for the data
+    ds.train_sources.push_back(data::open_shard_dataset(sc.path, data::Split::kTrain));
+    ds.validation_sources.push_back(data::open_shard_dataset(sc.path, data::Split::kValidation));
+    ds.weights.push_back(sc.weight);
+    ds.source_names.push_back(sc.path);
+  }
+  if (d.sources.empty()) {
+    ds.train_sources = {ds.train};
+    ds.validation_sources = {ds.validation};
+    ds.weights = {1.0};
+    ds.source_names = {d.source == "shards" ? d.path : d.source};
+  } else {
+    ds.train = std::const_pointer_cast<data::TokenDataset>(ds.train_sources[0]);
+    ds.validation = std::const_pointer_cast<data::TokenDataset>(ds.validation_sources[0]);
+  }
   const int64_t T = c.model.seq_len;
-  for (const auto& set : {ds.train, ds.validation}) {
-    if (set->num_samples(static_cast<int>(T)) < 1) {
-      throw Error(
-          fmt::format("{} has {} tokens: too few for one sample of model.seq_len = {} "
-                      "(+1) tokens",
-                      set->describe(), set->num_tokens(), T));
+  for (const auto& sources : {ds.train_sources, ds.validation_sources}) {
+    for (const auto& set : sources) {
+      data::check_vocab_fits(*set, c.model.vocab_size);
+      if (set->num_samples(static_cast<int>(T)) < 1) {
+        throw Error(
+            fmt::format("{} has {} tokens: too few for one sample of model.seq_len = {} "
+                        "(+1) tokens",
+                        set->describe(), set->num_tokens(), T));
+      }
     }
   }
   ds.document_end_id = resolve_document_end(c, ds);

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "data/dataset.h"
 #include "train/run_config.h"
@@ -17,6 +19,11 @@ struct RunDatasets {
   // "document_end_id", else their tokenizer's <|eos|>); -1: none (markov and random data: every
   // sequence is one piece of one document).
   int32_t document_end_id = -1;
+  // The sources blended into the training and validation streams (data/mixture.h) and their
+  // weights; one source of weight 1 (train, validation) without data.sources.
+  std::vector<std::shared_ptr<const data::TokenDataset>> train_sources, validation_sources;
+  std::vector<double> weights;
+  std::vector<std::string> source_names;
 };
 
 RunDatasets open_run_datasets(const RunConfig& config);

@@ -41,6 +41,12 @@ struct OptimConfig {
   double decay_fraction = 0.2;  // wsd: fraction of steps in the final decay
 };
 
+// One source of a mixture: a shards directory and its weight (weights need not sum to 1).
+struct DataSourceConfig {
+  std::string path;
+  double weight = 1.0;
+};
+
 struct DataConfig {
   std::string source = "random";  // random | markov | shards
   std::string path;               // shards: directory or file prefix written by `data prepare`
@@ -59,6 +65,11 @@ struct DataConfig {
   bool restart_positions = false;
   bool mask_boundary_loss = false;
   int64_t document_end_id = -1;
+  // Mixtures (source = "shards", no path): shards directories blended by weight, keyed by global
+  // sample index (data/mixture.h). on_exhausted: "wrap" (a source that runs out starts its next
+  // epoch) or "stop" (the run ends before the step that would start one).
+  std::vector<DataSourceConfig> sources;
+  std::string on_exhausted = "wrap";
 };
 
 // [parallel]: the layout. Data parallelism over `dp` processes (started by `trillion launch -n
