@@ -126,6 +126,10 @@ TEST_P(PackedDocuments, EqualOneDocumentPerSequenceInF64) {
   }
   EXPECT_GT(norm, 1e-3);  // the gradients are not trivially zero
   EXPECT_LT(worst, 1e-6) << "largest gradient " << norm;
+  std::printf("[packed vs padded, %s, rope %s] |loss sum diff| %.2e, max |grad diff| %.2e "
+              "(largest gradient %.2e)\n",
+              tiled ? "tiled" : "materialised", restart ? "restarting" : "global",
+              std::abs(p.loss_sum - r.loss_sum), worst, norm);
   if (tiled) {
     // Tiles of 4 over 16 positions, documents [0,5) [5,12) [12,16): the query tile [12,16) skips
     // key tiles [0,4) [4,8) and [8,12) wholly before position 12; the tile [8,12) skips [0,4).
