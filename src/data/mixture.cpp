@@ -96,8 +96,7 @@ void MixtureLoader::sample(uint64_t g, int32_t* tokens, int32_t* targets) const 
   loaders_[d.source].sample(d.index, tokens, targets);
 }
 
-void MixtureLoader::batch(uint64_t first, int batch_size, int32_t* tokens,
-                          int32_t* targets) const {
+void MixtureLoader::batch(uint64_t first, int batch_size, int32_t* tokens, int32_t* targets) const {
   const int64_t T = seq_len();
   for (int b = 0; b < batch_size; ++b) {
     sample(first + b, tokens + b * T, targets + b * T);

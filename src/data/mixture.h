@@ -48,10 +48,10 @@ class MixtureLoader {
 
  private:
   std::vector<DataLoader> loaders_;
-  std::vector<int64_t> quota_;           // samples of each source per block
-  std::vector<int32_t> block_source_;    // [kMixtureBlock] source of each block position
-  std::vector<int32_t> block_index_;     // [kMixtureBlock] its index among the source's in-block
-  std::vector<int32_t> block_prefix_;    // [kMixtureBlock + 1][S] samples of s before position
+  std::vector<int64_t> quota_;         // samples of each source per block
+  std::vector<int32_t> block_source_;  // [kMixtureBlock] source of each block position
+  std::vector<int32_t> block_index_;   // [kMixtureBlock] its index among the source's in-block
+  std::vector<int32_t> block_prefix_;  // [kMixtureBlock + 1][S] samples of s before position
 };
 
 }  // namespace trillion::data

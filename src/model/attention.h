@@ -3,7 +3,8 @@
 // heads (LocalShape: NH/tp query heads, KV/tp key/value heads). The core is tiled
 // (FlashAttention-2: only the log-sum-exp is kept) or materialised (probabilities kept; the
 // reference). Under a document mask (packed sequences) attention and RoPE follow
-// AttentionActivations::documents (backend.h DocumentMask). See model/glossary.h for the letters and the accumulation rule.
+// AttentionActivations::documents (backend.h DocumentMask). See model/glossary.h for the letters
+// and the accumulation rule.
 #pragma once
 
 #include "model/carver.h"

@@ -157,9 +157,9 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
       }
     }
     scratch_ = block_.carve_scratch(c);
-    cos_sin_ = c.take({options_.restart_positions ? ctx_.shape.seq * ctx_.sequence.cp
-                                                  : ctx_.shape.seq,
-                       ctx_.shape.head_dim});
+    cos_sin_ =
+        c.take({options_.restart_positions ? ctx_.shape.seq * ctx_.sequence.cp : ctx_.shape.seq,
+                ctx_.shape.head_dim});
     if (has_head()) logits = head_.carve_logits(c);
     if (ctx_.sequence_parallel() && (has_head() || has_embedding())) tp_full_ = c.take({N, C});
   };

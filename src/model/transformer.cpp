@@ -26,8 +26,8 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
       params_(build_parameter_table(config_), {}, config_.dtype, backend, tracker, storage) {
   const int last = plan::head_unit(config_.spec());
   stage_ = std::make_unique<StageModel>(config_, ctx_, params_, StageRange{0, last},
-                                        StageOptions{1, split_backward, restart_positions},
-                                        backend, tracker);
+                                        StageOptions{1, split_backward, restart_positions}, backend,
+                                        tracker);
 }
 
 double Transformer::forward(const int32_t* tokens, const int32_t* targets) {

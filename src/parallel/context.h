@@ -12,12 +12,13 @@
 // Pairs whose keys all come after their queries are skipped (never computed, counted as
 // skipped); under a document mask (packed sequences) so are pairs whose keys all lie before the
 // documents of their queries in every batch row. The K/V blocks still go all the way round (the
-// bytes do not depend on the documents); zigzag keeps one early and one late span per rank. GQA: K/V blocks hold the rank's KV heads, shared by NH/KV query heads each.
-// Counters, per pass (forward, backward): visible (query, key) pairs per rank give the causal
-// attention FLOPs (4 HD per pair and head forward: Q K^T and P V), the measure of load balance;
-// computed and skipped span pairs. Backward visits the same pairs as forward.
-// Buffers (workspace, per rank): 2 K/V blocks (current + receiving) and 3 dK/dV blocks (this
-// step's, the one being sent, the one arriving), each B * T/cp * 2 KV HD elements.
+// bytes do not depend on the documents); zigzag keeps one early and one late span per rank. GQA:
+// K/V blocks hold the rank's KV heads, shared by NH/KV query heads each. Counters, per pass
+// (forward, backward): visible (query, key) pairs per rank give the causal attention FLOPs (4 HD
+// per pair and head forward: Q K^T and P V), the measure of load balance; computed and skipped span
+// pairs. Backward visits the same pairs as forward. Buffers (workspace, per rank): 2 K/V blocks
+// (current + receiving) and 3 dK/dV blocks (this step's, the one being sent, the one arriving),
+// each B * T/cp * 2 KV HD elements.
 #pragma once
 
 #include <cstdint>

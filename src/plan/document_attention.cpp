@@ -19,9 +19,10 @@ void check(const DocumentLengths& d, int64_t seq_len) {
   }
   for (size_t i = 0; i < d.length.size(); ++i) {
     if (d.length[i] < 1 || !(d.weight[i] > 0) || !std::isfinite(d.weight[i])) {
-      throw Error(fmt::format("document length {} with weight {}: lengths must be >= 1 token and "
-                              "weights finite and > 0",
-                              d.length[i], d.weight[i]));
+      throw Error(
+          fmt::format("document length {} with weight {}: lengths must be >= 1 token and "
+                      "weights finite and > 0",
+                      d.length[i], d.weight[i]));
     }
   }
   if (seq_len < 1 || seq_len > kMaxSeqLen) {

@@ -11,8 +11,8 @@ namespace trillion {
 DataShard::DataShard(const RunConfig& c, const RunDatasets& d, int dp_rank, int dp_size,
                      SequenceSplit split, int cp_rank)
     : train_(d.train_sources, d.weights, static_cast<int>(c.model.seq_len), c.train.seed),
-      validation_(d.validation_sources, d.weights, static_cast<int>(c.model.seq_len),
-                  c.train.seed, data::SampleOrder::kSequential),
+      validation_(d.validation_sources, d.weights, static_cast<int>(c.model.seq_len), c.train.seed,
+                  data::SampleOrder::kSequential),
       micro_batch_(c.train.micro_batch),
       grad_accum_(c.train.grad_accum),
       local_batch_(c.train.micro_batch / dp_size),

@@ -34,9 +34,10 @@ int32_t shard_document_end(const data::TokenDataset& set) {
   if (m.contains("document_end_id")) {
     if (!m["document_end_id"].is_number_integer() || m["document_end_id"].get<int64_t>() < 0 ||
         m["document_end_id"].get<int64_t>() >= info.vocab_size) {
-      throw Error(fmt::format("{}: metadata \"document_end_id\" must be a token id below the "
-                              "vocabulary size {}; rewrite the shard or set data.document_end_id",
-                              info.path, info.vocab_size));
+      throw Error(
+          fmt::format("{}: metadata \"document_end_id\" must be a token id below the "
+                      "vocabulary size {}; rewrite the shard or set data.document_end_id",
+                      info.path, info.vocab_size));
     }
     return static_cast<int32_t>(m["document_end_id"].get<int64_t>());
   }
@@ -44,9 +45,10 @@ int32_t shard_document_end(const data::TokenDataset& set) {
   try {
     return data::Tokenizer::load(*info.tokenizer).eos_id();
   } catch (const Error& e) {
-    throw Error(fmt::format("{}: the document-end token is its tokenizer's <|eos|>, but the "
-                            "tokenizer could not be read ({}); set data.document_end_id",
-                            info.path, e.what()));
+    throw Error(
+        fmt::format("{}: the document-end token is its tokenizer's <|eos|>, but the "
+                    "tokenizer could not be read ({}); set data.document_end_id",
+                    info.path, e.what()));
   }
 }
 
@@ -55,12 +57,13 @@ int32_t resolve_document_end(const RunConfig& c, const RunDatasets& ds) {
   const bool needed = d.document_mask || d.mask_boundary_loss;
   if (!needed) return -1;
   int32_t id = d.document_end_id >= 0 ? static_cast<int32_t>(d.document_end_id)
-                                       : shard_document_end(*ds.train);
+                                      : shard_document_end(*ds.train);
   if (id < 0 && d.source == "shards") {
-    throw Error(fmt::format("data.document_mask / data.mask_boundary_loss: the shards in '{}' "
-                            "name no document-end token (no \"document_end_id\" or tokenizer in "
-                            "their metadata); set data.document_end_id",
-                            d.path));
+    throw Error(
+        fmt::format("data.document_mask / data.mask_boundary_loss: the shards in '{}' "
+                    "name no document-end token (no \"document_end_id\" or tokenizer in "
+                    "their metadata); set data.document_end_id",
+                    d.path));
   }
   if (id >= c.model.vocab_size) {
     throw Error(fmt::format("data.document_end_id = {} is outside the model's vocabulary [0, {})",

@@ -292,8 +292,9 @@ void read_optim_section(const toml::table& root, const std::string& source, Opti
 void read_data_sources(const toml::node* node, const std::string& source, DataConfig& dc) {
   if (node == nullptr) return;
   const toml::array* list = node->as_array();
-  const std::string usage = "data.sources must be an array of tables like "
-                            "[{ path = \"DIR\", weight = 0.7 }, { path = \"DIR2\", weight = 0.3 }]";
+  const std::string usage =
+      "data.sources must be an array of tables like "
+      "[{ path = \"DIR\", weight = 0.7 }, { path = \"DIR2\", weight = 0.3 }]";
   if (list == nullptr || list->empty()) throw Error(fmt::format("{}: {}", source, usage));
   for (size_t i = 0; i < list->size(); ++i) {
     const toml::table* t = list->get(i)->as_table();
@@ -305,9 +306,10 @@ void read_data_sources(const toml::node* node, const std::string& source, DataCo
       } else if (key.str() == "weight" && (value.is_floating_point() || value.is_integer())) {
         sc.weight = *value.value<double>();
       } else {
-        throw Error(fmt::format("{}: data.sources[{}].{}: only path (a string) and weight (a "
-                                "number) are known; {}",
-                                source, i, key.str(), usage));
+        throw Error(
+            fmt::format("{}: data.sources[{}].{}: only path (a string) and weight (a "
+                        "number) are known; {}",
+                        source, i, key.str(), usage));
       }
     }
     if (sc.path.empty()) {
@@ -319,8 +321,8 @@ void read_data_sources(const toml::node* node, const std::string& source, DataCo
     }
     for (const char ch : sc.path) {
       if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
-        throw Error(fmt::format("{}: data.sources[{}].path contains a control character", source,
-                                i));
+        throw Error(
+            fmt::format("{}: data.sources[{}].path contains a control character", source, i));
       }
     }
     dc.sources.push_back(sc);
@@ -346,19 +348,22 @@ void read_data_section(const toml::table& root, const std::string& source, DataC
   read_data_sources(d.node("sources"), source, dc);
   d.reject_unknown();
   if (dc.on_exhausted != "wrap" && dc.on_exhausted != "stop") {
-    throw Error(fmt::format("{}: data.on_exhausted = '{}': expected wrap (a source that runs out "
-                            "starts its next epoch) or stop (the run ends before it would)",
-                            source, dc.on_exhausted));
+    throw Error(
+        fmt::format("{}: data.on_exhausted = '{}': expected wrap (a source that runs out "
+                    "starts its next epoch) or stop (the run ends before it would)",
+                    source, dc.on_exhausted));
   }
   if (dc.document_end_id < -1 || dc.document_end_id > std::numeric_limits<int32_t>::max()) {
-    throw Error(fmt::format("{}: data.document_end_id = {} must be a token id (or -1: the shards' "
-                            "own)",
-                            source, dc.document_end_id));
+    throw Error(
+        fmt::format("{}: data.document_end_id = {} must be a token id (or -1: the shards' "
+                    "own)",
+                    source, dc.document_end_id));
   }
   if (dc.restart_positions && !dc.document_mask) {
-    throw Error(fmt::format("{}: data.restart_positions = true needs data.document_mask = true "
-                            "(positions restart per document only when attention does)",
-                            source));
+    throw Error(
+        fmt::format("{}: data.restart_positions = true needs data.document_mask = true "
+                    "(positions restart per document only when attention does)",
+                    source));
   }
   if (dc.source != "random" && dc.source != "markov" && dc.source != "shards") {
     throw Error(fmt::format("{}: data.source = '{}': expected random, markov or shards", source,
@@ -386,9 +391,10 @@ void read_data_section(const toml::table& root, const std::string& source, DataC
     }
   }
   if (!dc.sources.empty() && (dc.source != "shards" || !dc.path.empty())) {
-    throw Error(fmt::format("{}: data.sources blends shards directories: set data.source = "
-                            "'shards' and leave data.path out (each source has its own path)",
-                            source));
+    throw Error(
+        fmt::format("{}: data.sources blends shards directories: set data.source = "
+                    "'shards' and leave data.path out (each source has its own path)",
+                    source));
   }
   if (dc.source == "shards" && dc.path.empty() && dc.sources.empty()) {
     throw Error(

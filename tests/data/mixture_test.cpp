@@ -2,10 +2,11 @@
 // weights after any few hundred samples; one source of weight 1 is its DataLoader exactly; each
 // source's samples are drawn in order (k = 0, 1, 2, ...), so an epoch of a source reads every
 // one of its samples once; the stream is a pure function of the global index.
+#include "data/mixture.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "data/mixture.h"
 
 using namespace trillion::data;
 
@@ -56,6 +57,5 @@ TEST(Mixture, OneSourceIsItsLoader) {
 }
 
 TEST(Mixture, BadWeightsAreRefused) {
-  EXPECT_THROW(MixtureLoader({stream(100, 0), stream(100, 1)}, {0.5, 0.0}, 8, 1),
-               trillion::Error);
+  EXPECT_THROW(MixtureLoader({stream(100, 0), stream(100, 1)}, {0.5, 0.0}, 8, 1), trillion::Error);
 }

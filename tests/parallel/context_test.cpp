@@ -292,7 +292,9 @@ TEST(MpiContextAttention, DocumentMaskedZigzagRingEqualsOneProcess) {
   for (int64_t b = 0; b < kB; ++b) {
     for (int64_t t = 0; t < Tl; ++t) {
       const int64_t from = b * kT + pos[t], to = b * Tl + t;
-      for (int64_t c = 0; c < Q; ++c) expect_close(lo[to * Q + c], out[from * Q + c], 1e-12, "out", c);
+      for (int64_t c = 0; c < Q; ++c) {
+        expect_close(lo[to * Q + c], out[from * Q + c], 1e-12, "out", c);
+      }
       for (int64_t c = 0; c < QKV; ++c) {
         expect_close(ldq[to * QKV + c], dqkv[from * QKV + c], 1e-11, "dqkv", c);
       }

@@ -41,7 +41,8 @@ TEST_P(DocumentMaskRun, TrainsTheOneProcessMaskedRun) {
   const Layout l = GetParam();
   const std::string ref = shared_run(kEnv + flags());
   const std::string run = fresh_dir("h37_documents_" + l.name);
-  const auto r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + run + " " + l.set);
+  const auto r =
+      run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + run + " " + l.set);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;

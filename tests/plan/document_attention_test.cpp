@@ -2,12 +2,13 @@
 // token see only themselves (T pairs); documents far longer than the window give causal
 // attention; a mixed distribution matches, within 1.5%, the visible pairs counted by the
 // loader's document starts (the engine's mask) over 400 windows of a sampled stream.
+#include "plan/document_attention.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/loader.h"
-#include "plan/document_attention.h"
 
 using namespace trillion;
 
@@ -46,7 +47,8 @@ TEST(DocumentAttention, MatchesTheEngineMaskOnASampledStream) {
   const double measured = pairs / static_cast<double>(windows);
   const double predicted = plan::document_visible_pairs(lengths, T);
   EXPECT_NEAR(measured / predicted, 1.0, 0.015) << measured << " vs " << predicted;
-  std::printf("[documents 8/40/200 at 0.5/0.3/0.2, T = 128] visible pairs per window: predicted "
-              "%.1f, counted %.1f; %.3f of causal\n",
-              predicted, measured, plan::document_attention_fraction(lengths, T));
+  std::printf(
+      "[documents 8/40/200 at 0.5/0.3/0.2, T = 128] visible pairs per window: predicted "
+      "%.1f, counted %.1f; %.3f of causal\n",
+      predicted, measured, plan::document_attention_fraction(lengths, T));
 }

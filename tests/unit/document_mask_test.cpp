@@ -126,15 +126,16 @@ TEST_P(PackedDocuments, EqualOneDocumentPerSequenceInF64) {
   }
   EXPECT_GT(norm, 1e-3);  // the gradients are not trivially zero
   EXPECT_LT(worst, 1e-6) << "largest gradient " << norm;
-  std::printf("[packed vs padded, %s, rope %s] |loss sum diff| %.2e, max |grad diff| %.2e "
-              "(largest gradient %.2e)\n",
-              tiled ? "tiled" : "materialised", restart ? "restarting" : "global",
-              std::abs(p.loss_sum - r.loss_sum), worst, norm);
+  std::printf(
+      "[packed vs padded, %s, rope %s] |loss sum diff| %.2e, max |grad diff| %.2e "
+      "(largest gradient %.2e)\n",
+      tiled ? "tiled" : "materialised", restart ? "restarting" : "global",
+      std::abs(p.loss_sum - r.loss_sum), worst, norm);
   if (tiled) {
     // Tiles of 4 over 16 positions, documents [0,5) [5,12) [12,16): the query tile [12,16) skips
     // key tiles [0,4) [4,8) and [8,12) wholly before position 12; the tile [8,12) skips [0,4).
     // Per layer and head: 4 skipped 4x4 tiles of 4 HD FLOPs per score.
-    const double per_tile = 4.0 * 4 * 4 * 4;  // 4 HD x 16 scores, HD = 4
+    const double per_tile = 4.0 * 4 * 4 * 4;                        // 4 HD x 16 scores, HD = 4
     EXPECT_DOUBLE_EQ(p.tiles.skipped_flops, 2 * 4 * 4 * per_tile);  // 2 layers x 4 heads
     // Causal tiles on or below the diagonal: 10 of them, 6 computed.
     EXPECT_DOUBLE_EQ(p.tiles.computed_flops, 2 * 4 * 6 * per_tile);

@@ -1,8 +1,9 @@
 // Materialised causal grouped-query attention on the CPU: the full T x T probability matrix per
 // (batch, head) is kept for backward. This is the reference the tiled (FlashAttention) kernel is
 // tested against. Under a document mask (AttentionShape::documents) a row's probabilities are zero
-// before its document's first key, so backward needs no mask of its own. Heads h of kv group g = h / (NH / KV) share K_g and V_g.
-// Layout of qkv[N, QKV] rows: [q heads 0..NH-1 | k heads 0..KV-1 | v heads 0..KV-1], HD each.
+// before its document's first key, so backward needs no mask of its own. Heads h of kv group g = h
+// / (NH / KV) share K_g and V_g. Layout of qkv[N, QKV] rows: [q heads 0..NH-1 | k heads 0..KV-1 | v
+// heads 0..KV-1], HD each.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
