@@ -9,6 +9,8 @@
 #include <fstream>
 
 #include "cli_util.h"
+#include "core/error.h"
+#include "train/run_config.h"
 
 namespace trillion {
 namespace {
@@ -89,6 +91,44 @@ TEST(DataMixture, StopsBeforeASourceStartsItsSecondEpoch) {
   EXPECT_FALSE(summary["completed"].get<bool>());
   EXPECT_EQ(summary["data_sources"][1]["epochs"].get<double>(), 1.0);  // all of it, once
   EXPECT_LT(summary["steps"].get<int>(), 100);
+}
+
+// The error parse_run_config gives for `data` as the [data] section of "c.toml" ("" if none).
+std::string data_error(const std::string& data) {
+  try {
+    parse_run_config(
+        "[model]\nvocab_size = 64\nd_model = 32\nn_layers = 2\nn_heads = 4\n"
+        "ffn_hidden = 64\nseq_len = 32\n[data]\n" +
+            data,
+        "c.toml", {});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(DataMixture, BadKeysAreRefusedByName) {
+  const std::string source = "source = \"shards\"\n";
+  EXPECT_EQ(data_error(source + "[[data.sources]]\npath = \"a\"\nweight = 0\n"),
+            "c.toml: data.sources[0].weight = 0 must be a number > 0");
+  EXPECT_NE(
+      data_error(source + "[[data.sources]]\nweight = 1\n").find("data.sources[0] needs a path"),
+      std::string::npos);
+  EXPECT_NE(data_error(source + "[[data.sources]]\npath = \"a\"\nsize = 3\n")
+                .find("data.sources[0].size: only path (a string) and weight"),
+            std::string::npos);
+  EXPECT_NE(data_error(source + "path = \"b\"\n[[data.sources]]\npath = \"a\"\n")
+                .find("leave data.path out"),
+            std::string::npos);
+  EXPECT_NE(data_error("on_exhausted = \"loop\"\n").find("data.on_exhausted = 'loop'"),
+            std::string::npos);
+  EXPECT_NE(data_error("restart_positions = true\n").find("needs data.document_mask = true"),
+            std::string::npos);
+  EXPECT_NE(data_error("document_end_id = -2\n").find("data.document_end_id = -2"),
+            std::string::npos);
+  EXPECT_EQ(data_error(source + "[[data.sources]]\npath = \"a\"\n[[data.sources]]\npath = "
+                                "\"b\"\nweight = 2\n"),
+            "");
 }
 
 }  // namespace
