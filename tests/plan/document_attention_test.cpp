@@ -1,11 +1,13 @@
 // plan/document_attention.h: the expected attention work of packed documents. Documents of one
 // token see only themselves (T pairs); documents far longer than the window give causal
 // attention; a mixed distribution matches, within 1.5%, the visible pairs counted by the
-// loader's document starts (the engine's mask) over 400 windows of a sampled stream.
+// loader's document starts (the engine's mask) over 400 windows of a sampled stream; `trillion
+// plan --document-lengths` prints the fraction for a catalog model and refuses a malformed list.
 #include "plan/document_attention.h"
 
 #include <gtest/gtest.h>
 
+#include "../train/cli_util.h"
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/loader.h"
@@ -51,4 +53,18 @@ TEST(DocumentAttention, MatchesTheEngineMaskOnASampledStream) {
       "[documents 8/40/200 at 0.5/0.3/0.2, T = 128] visible pairs per window: predicted "
       "%.1f, counted %.1f; %.3f of causal\n",
       predicted, measured, plan::document_attention_fraction(lengths, T));
+}
+
+TEST(DocumentAttention, PlanPrintsTheFractionForAModel) {
+  const auto r =
+      trillion::testing::run_trillion("plan --model llama3-8b --seq 128 --document-lengths 1:1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("128.0 visible (query, key) pairs per sequence and head, 0.0155 of "
+                          "causal"),  // 128 / (128 * 129 / 2)
+            std::string::npos)
+      << r.output;
+  const auto bad =
+      trillion::testing::run_trillion("plan --model llama3-8b --document-lengths 8:0.5,40");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("'40' is not LENGTH:WEIGHT"), std::string::npos) << bad.output;
 }
