@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/philox.h"
@@ -42,14 +43,24 @@ int32_t shard_document_end(const data::TokenDataset& set) {
     return static_cast<int32_t>(m["document_end_id"].get<int64_t>());
   }
   if (!info.tokenizer) return -1;
-  try {
-    return data::Tokenizer::load(*info.tokenizer).eos_id();
-  } catch (const Error& e) {
-    throw Error(
-        fmt::format("{}: the document-end token is its tokenizer's <|eos|>, but the "
-                    "tokenizer could not be read ({}); set data.document_end_id",
-                    info.path, e.what()));
+  // The metadata names the tokenizer as `data prepare` was given it (maybe relative to where it
+  // ran): try that, then beside the shard.
+  namespace fs = std::filesystem;
+  const fs::path named(*info.tokenizer);
+  for (const fs::path& p : {named, fs::path(info.path).parent_path() / named.filename()}) {
+    std::error_code ec;
+    if (fs::is_regular_file(p, ec)) return data::Tokenizer::load(p.string()).eos_id();
   }
+  // Shards written by `data prepare` before "document_end_id" was recorded were made by
+  // trillion's BPE tokenizer, whose specials are the last three ids (<|bos|>, <|eos|>, <|pad|>).
+  if (m.contains("created_by") && m["created_by"] == "trillion data prepare" &&
+      info.vocab_size >= 3) {
+    return static_cast<int32_t>(info.vocab_size - 2);
+  }
+  throw Error(
+      fmt::format("{}: its tokenizer '{}' cannot be found to learn its <|eos|>; set "
+                  "data.document_end_id",
+                  info.path, *info.tokenizer));
 }
 
 int32_t resolve_document_end(const RunConfig& c, const RunDatasets& ds) {
