@@ -3,13 +3,15 @@
 // its weight's share, and summary.json reports its epochs; the run at dp 2 trains the same stream
 // (losses and weights within 1e-5), and a run killed at step 17 and resumed from its step-10
 // checkpoint ends bitwise equal to the uninterrupted run. With data.on_exhausted = "stop" a run
-// whose small source would start its second epoch stops before that step.
+// whose small source would start its second epoch stops before that step. Also: the document-end
+// token of prepared shards (their tokenizer's <|eos|>) and the [data] keys' errors.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "cli_util.h"
 #include "core/error.h"
+#include "data/shard.h"
 #include "train/run_config.h"
 
 namespace trillion {
@@ -91,6 +93,39 @@ TEST(DataMixture, StopsBeforeASourceStartsItsSecondEpoch) {
   EXPECT_FALSE(summary["completed"].get<bool>());
   EXPECT_EQ(summary["data_sources"][1]["epochs"].get<double>(), 1.0);  // all of it, once
   EXPECT_LT(summary["steps"].get<int>(), 100);
+}
+
+// Shards of `data prepare` without "document_end_id" end documents with their tokenizer's
+// <|eos|>: read from the tokenizer file, and V - 2 (trillion BPE's) once that file is gone.
+TEST(DataMixture, DocumentEndComesFromTheShardsTokenizer) {
+  const std::string dir = fresh_dir("h37_document_end");
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream text(dir + "/corpus.txt");
+    for (int d = 0; d < 40; ++d) {
+      for (int w = 0; w < 30 + d % 7; ++w) text << "word" << (w * 7 + d) % 23 << ' ';
+      text << "\n\n";
+    }
+  }
+  auto r =
+      run_trillion("tokenizer train --vocab 300 --out " + dir + "/tok.json " + dir + "/corpus.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_trillion("data prepare --tokenizer " + dir + "/tok.json --out " + dir + "/d " + dir +
+                   "/corpus.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string train = one_thread_per_rank() + "train " + testing::config_path("tiny.toml") +
+                            " --quiet --set train.steps=1 --set model.vocab_size=300"
+                            " --set data.source=shards --set data.path=" +
+                            dir + "/d --set data.document_mask=true --run-dir ";
+  // The tokenizer learned fewer merges than asked on this small text: V is the shard's.
+  const int64_t vocab = data::read_shard_info(dir + "/d/train.bin").vocab_size;
+  for (const char* run : {"with_file", "without_file"}) {
+    if (std::string(run) == "without_file") std::filesystem::remove(dir + "/tok.json");
+    r = run_trillion(train + dir + "/" + run);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto summary = read_json(dir + "/" + run + "/summary.json");
+    EXPECT_EQ(summary["documents"]["document_end_id"].get<int64_t>(), vocab - 2) << run;
+  }
 }
 
 // The error parse_run_config gives for `data` as the [data] section of "c.toml" ("" if none).
