@@ -18,8 +18,28 @@
 
 namespace trillion {
 
+// Document masking inside packed sequences (data.document_mask): start[b * stride + p] is the
+// global position where the document holding global position p of sequence b begins (stride =
+// the whole sequence's length, whatever rows this rank holds). Key k is visible to query q iff
+// start[q] <= k <= q: attention is causal and block-diagonal. start == nullptr: plain causal.
+// rope[n] (optional, one per row of this rank's [B*T] rows) is the RoPE table row of row n
+// (data.restart_positions: p - start[p]); nullptr: the row's own position.
+struct DocumentMask {
+  const int32_t* start = nullptr;
+  int64_t stride = 0;
+  const int32_t* rope = nullptr;
+  bool on() const { return start != nullptr; }
+  // First visible key position of the query at global position p of sequence b.
+  int64_t first_key(int64_t b, int64_t p) const { return on() ? start[b * stride + p] : 0; }
+};
+
+// A target the loss ignores (a prediction across a document boundary, or padding): its loss is 0
+// and its logits' gradient is 0. The cross-entropy ops accept it in place of a vocabulary id.
+constexpr int32_t kIgnoredTarget = -1;
+
 struct AttentionShape {
   int64_t B = 0, T = 0, NH = 0, KV = 0, HD = 0;
+  DocumentMask documents{};  // none by default: causal attention
   int64_t qkv_width() const { return (NH + 2 * KV) * HD; }
 };
 
@@ -60,8 +80,12 @@ struct AdamWParams {
 //   rope_forward   in place on the query and key heads of qkv[N, QKV] (rows are (b, t),
 //                  position t): rotates the pairs (i, i + HD/2) by angle t * theta^(-2i/HD)
 //                  ("rotate half" convention). cos_sin is [T, HD] holding cos in the first HD/2
-//                  columns and sin in the last HD/2.
+//                  columns and sin in the last HD/2. With s.documents.rope, row n uses table
+//                  row rope[n] instead (cos_sin then covers every row rope names).
 //   rope_backward  the transpose rotation, in place on dqkv.
+//   Every attention op below honours s.documents (DocumentMask): a key outside the query's
+//   document is masked like a future key; the tiled kernels skip key tiles wholly before the
+//   document of the tile's first query, exactly as they skip tiles above the diagonal.
 //   attention_forward    causal grouped-query attention, materialised: probs[B, NH, T, T] (saved
 //                        for backward), out[N, NH*HD] from qkv[N, QKV]. Scale 1/sqrt(HD).
 //   attention_backward   dqkv[N, QKV] = gradient of the attention core (written).
@@ -103,11 +127,19 @@ struct AdamWParams {
 //   adamw_update  AdamW with decoupled weight decay (Loshchilov & Hutter 1711.05101), one tensor.
 //   fill, copy (converts dtype if they differ), add (y += x), scale (x *= alpha),
 //   sum_squares (in double, deterministic).
+// What the tiled attention kernels' forward passes computed since the backend was made: 4 HD
+// FLOPs per score element (Q K^T and P V) of every computed tile, and of every tile skipped
+// because it lies wholly before its queries' documents (tiles above the diagonal are not counted).
+struct AttentionTileFlops {
+  double computed_flops = 0, skipped_flops = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
   virtual int threads() const = 0;
+  virtual AttentionTileFlops attention_tile_flops() const { return {}; }
 
 #define TRILLION_BACKEND_DECLARE_PURE(ret, name, group, params, args) virtual ret name params = 0;
   TRILLION_BACKEND_OPS(TRILLION_BACKEND_DECLARE_PURE)

@@ -13,6 +13,7 @@
 #include "cli/plan_model_file.h"
 #include "core/error.h"
 #include "optim/outer_quantize.h"
+#include "plan/document_attention.h"
 #include "plan/model_file.h"
 #include "plan/plan_file.h"
 #include "plan/published_runs.h"
@@ -35,6 +36,32 @@ std::string with_engine_line(std::string text, const plan::Layout& l) {
   const std::string line = "Engine    " + engine_recipe(l).note + "\n";
   const size_t at = text.find("\nStages    ");
   return at == std::string::npos ? text + line : text.insert(at + 1, line);
+}
+
+// --document-lengths 8:0.5,40:0.3,200:0.2: lengths (tokens) and their weights.
+plan::DocumentLengths parse_document_lengths(const std::string& text) {
+  plan::DocumentLengths d;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t end = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, end - at);
+    const size_t colon = item.find(':');
+    try {
+      size_t used = 0;
+      if (colon == std::string::npos) throw std::invalid_argument(item);
+      d.length.push_back(std::stoll(item.substr(0, colon), &used));
+      if (used != colon) throw std::invalid_argument(item);
+      d.weight.push_back(std::stod(item.substr(colon + 1), &used));
+      if (used != item.size() - colon - 1) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw Error(
+          fmt::format("--document-lengths: '{}' is not LENGTH:WEIGHT (e.g. "
+                      "8:0.5,40:0.3,200:0.2)",
+                      item));
+    }
+    at = end + 1;
+  }
+  return d;
 }
 
 }  // namespace
@@ -130,7 +157,28 @@ int plan_command(int argc, char** argv) {
                  "checkpoint interval (seconds of training between checkpoints) and exit")
       ->delimiter(',')
       ->expected(4);
+  std::string document_lengths;
+  app.add_option("--document-lengths", document_lengths,
+                 "LENGTH:WEIGHT,...: print the attention FLOPs of --model's packed sequences of "
+                 "--seq tokens under a document mask, for documents of these lengths, and exit");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (!document_lengths.empty()) {
+    if (model_name.empty()) throw Error("--document-lengths needs --model");
+    const plan::ModelSpec m = plan::resolve_model(model_name);
+    const int64_t T = seq > 0 ? seq : m.default_seq;
+    const plan::DocumentLengths d = parse_document_lengths(document_lengths);
+    const double fraction = plan::document_attention_fraction(d, T);
+    const double causal =
+        plan::attention_flops_per_token_layer(m, T, plan::AttentionFlops::kCausal);
+    const double model = plan::model_flops_per_token(m, T, plan::AttentionFlops::kCausal);
+    std::cout << fmt::format(
+        "document mask, {} at T = {}: {:.1f} visible (query, key) pairs per sequence and head, "
+        "{:.4f} of causal; attention {:.4g} FLOPs per token and layer (causal {:.4g}); model "
+        "FLOPs per token {:.4g} (causal {:.4g})\n",
+        m.name, T, plan::document_visible_pairs(d, T), fraction, causal * fraction, causal,
+        model - static_cast<double>(m.n_layers) * causal * (1 - fraction), model);
+    return 0;
+  }
   if (!goodput_at.empty()) {
     const plan::IntervalGoodput g =
         plan::goodput_at_interval(goodput_at[0], goodput_at[1], goodput_at[2], goodput_at[3]);

@@ -79,4 +79,18 @@ void DataLoader::batch(uint64_t first_global_index, int batch_size, int32_t* tok
   }
 }
 
+void document_starts(const int32_t* tokens, int64_t T, int32_t end_id, int32_t* starts) {
+  int32_t start = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    starts[t] = start;
+    if (tokens[t] == end_id) start = static_cast<int32_t>(t + 1);
+  }
+}
+
+void mask_boundary_targets(const int32_t* tokens, int64_t n, int32_t end_id, int32_t* targets) {
+  for (int64_t t = 0; t < n; ++t) {
+    if (tokens[t] == end_id) targets[t] = kNoTarget;
+  }
+}
+
 }  // namespace trillion::data

@@ -60,4 +60,14 @@ class DataLoader {
   SamplePermutation permutation_;
 };
 
+// Packed sequences (data.document_mask): documents end with the document-end token `end_id`, so
+// the document holding position t of a window begins right after the last end token before t
+// (at 0 for a document begun before the window). starts[t] = that position, t < T.
+void document_starts(const int32_t* tokens, int64_t T, int32_t end_id, int32_t* starts);
+// A target the loss ignores (the model's kIgnoredTarget, backend.h).
+constexpr int32_t kNoTarget = -1;
+// data.mask_boundary_loss: targets[t] := kNoTarget wherever tokens[t] is a document end (the
+// prediction of the next document's first token from the end of this one), t < n.
+void mask_boundary_targets(const int32_t* tokens, int64_t n, int32_t end_id, int32_t* targets);
+
 }  // namespace trillion::data

@@ -27,10 +27,17 @@ Tensor Attention::carve_scratch(Carver& c) const {
   return c.take({ctx_.shape.tokens(), ctx_.shape.attention_width()});
 }
 
+namespace {
+AttentionShape masked(AttentionShape s, const DocumentMask& documents) {
+  s.documents = documents;
+  return s;
+}
+}  // namespace
+
 void Attention::recompute_core(const AttentionActivations& a) {
-  const AttentionShape s = ctx_.shape.attention();
+  const AttentionShape s = masked(ctx_.shape.attention(), a.documents);
   if (ctx_.context_attention != nullptr) {
-    ctx_.context_attention->forward(a.heads, a.state, a.qkv);
+    ctx_.context_attention->forward(a.heads, a.state, a.qkv, a.documents);
   } else if (tiled_) {
     be_.flash_attention_forward(a.heads, a.state, a.qkv, s, blocks_);
   } else {
@@ -41,7 +48,7 @@ void Attention::recompute_core(const AttentionActivations& a) {
 void Attention::forward(Tensor out, const Tensor& x, const AttentionWeights& w,
                         const AttentionActivations& a, const Tensor& cos_sin) {
   linear_gemm(ctx_, w.layer, be_, GemmPass::forward, a.qkv, false, true, x, w.wqkv, 1.0, 0.0);
-  be_.rope_forward(a.qkv, cos_sin, ctx_.shape.attention());
+  be_.rope_forward(a.qkv, cos_sin, masked(ctx_.shape.attention(), a.documents));
   recompute_core(a);
   linear_gemm(ctx_, w.layer, be_, GemmPass::forward, out, false, true, a.heads, w.wo, 1.0, 1.0);
 }
@@ -49,10 +56,10 @@ void Attention::forward(Tensor out, const Tensor& x, const AttentionWeights& w,
 void Attention::backward_input(Tensor dx, const Tensor& dout, const AttentionWeights& w,
                                const AttentionActivations& a, const AttentionStash& g,
                                const Tensor& d_heads, const Tensor& cos_sin) {
-  const AttentionShape s = ctx_.shape.attention();
+  const AttentionShape s = masked(ctx_.shape.attention(), a.documents);
   linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, d_heads, false, false, dout, w.wo, 1.0, 0.0);
   if (ctx_.context_attention != nullptr) {
-    ctx_.context_attention->backward(g.d_qkv, d_heads, a.heads, a.qkv, a.state);
+    ctx_.context_attention->backward(g.d_qkv, d_heads, a.heads, a.qkv, a.state, a.documents);
   } else if (tiled_) {
     be_.flash_attention_backward(g.d_qkv, d_heads, a.heads, a.qkv, a.state, s, blocks_);
   } else {

@@ -2,7 +2,9 @@
 // add. out += Wo · attention(rope(Wqkv · x)), causal grouped-query attention over this rank's
 // heads (LocalShape: NH/tp query heads, KV/tp key/value heads). The core is tiled
 // (FlashAttention-2: only the log-sum-exp is kept) or materialised (probabilities kept; the
-// reference). See model/glossary.h for the letters and the accumulation rule.
+// reference). Under a document mask (packed sequences) attention and RoPE follow
+// AttentionActivations::documents (backend.h DocumentMask). See model/glossary.h for the letters
+// and the accumulation rule.
 #pragma once
 
 #include "model/carver.h"
@@ -17,9 +19,11 @@ namespace trillion {
 class ContextAttention {
  public:
   virtual ~ContextAttention() = default;
-  virtual void forward(Tensor out, Tensor lse, const Tensor& qkv) = 0;
+  // documents: the micro-batch's document mask over the whole sequence (none: causal).
+  virtual void forward(Tensor out, Tensor lse, const Tensor& qkv,
+                       const DocumentMask& documents) = 0;
   virtual void backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
-                        const Tensor& lse) = 0;
+                        const Tensor& lse, const DocumentMask& documents) = 0;
 };
 
 struct AttentionWeights {  // parameters or their gradients (same layout)
@@ -34,6 +38,9 @@ struct AttentionActivations {  // saved by forward for backward
   Tensor qkv;                  // [N, QKV] after RoPE
   Tensor state;                // tiled: lse [B, NH, T]; materialised: probs [B, NH, T, T]
   Tensor heads;                // [N, NH*HD] attention output before Wo
+  // The micro-batch's document mask (data.document_mask; set by the stage for its slot, read by
+  // forward, recompute and backward alike). None: causal attention over the whole sequence.
+  DocumentMask documents{};
 };
 
 struct AttentionStash {  // kept from backward_input for backward_weight

@@ -46,10 +46,10 @@ void LmHead::forward(const Tensor& x, const LmHeadWeights& w, const LmHeadActiva
       be_.cross_entropy_forward(a.losses.rows(r0, r1), a.lse.rows(r0, r1), logits, targets + r0);
     }
   }
-  if (vocab_parallel) reduce_vocab_shards(a);
+  if (vocab_parallel) reduce_vocab_shards(a, targets);
 }
 
-void LmHead::reduce_vocab_shards(const LmHeadActivations& a) {
+void LmHead::reduce_vocab_shards(const LmHeadActivations& a, const int32_t* targets) {
   // lse = M + log sum_r s_r exp(m_r - M), M = max_r m_r; loss = lse - the target's logit (held by
   // one shard, 0 on the others).
   const int64_t N = static_cast<int64_t>(stats_.size() / 3);
@@ -63,7 +63,7 @@ void LmHead::reduce_vocab_shards(const LmHeadActivations& a) {
   ctx_.tp->all_reduce(Tensor(sums.data(), DType::f64, {2 * N}));
   for (int64_t n = 0; n < N; ++n) {
     lse[n] = max[n] + std::log(sums[2 * n]);
-    losses[n] = lse[n] - sums[2 * n + 1];
+    losses[n] = targets[n] == kIgnoredTarget ? 0.0 : lse[n] - sums[2 * n + 1];
   }
   be_.copy(a.lse, Tensor(lse.data(), DType::f64, {N}));
   be_.copy(a.losses, Tensor(losses.data(), DType::f64, {N}));

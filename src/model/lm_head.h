@@ -73,7 +73,7 @@ class LmHead {
     return ctx_.sequence_parallel() ? a.normed_full : a.normed;
   }
   // Under tp: lse[N] and losses[N] from every rank's shard statistics (stats_).
-  void reduce_vocab_shards(const LmHeadActivations& a);
+  void reduce_vocab_shards(const LmHeadActivations& a, const int32_t* targets);
   // dlogits of one row block from its recomputed logits.
   void logits_backward(Tensor dlogits, const Tensor& lse, const int32_t* targets,
                        double grad_scale);

@@ -157,7 +157,9 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
       }
     }
     scratch_ = block_.carve_scratch(c);
-    cos_sin_ = c.take({ctx_.shape.seq, ctx_.shape.head_dim});
+    cos_sin_ =
+        c.take({options_.restart_positions ? ctx_.shape.seq * ctx_.sequence.cp : ctx_.shape.seq,
+                ctx_.shape.head_dim});
     if (has_head()) logits = head_.carve_logits(c);
     if (ctx_.sequence_parallel() && (has_head() || has_embedding())) tp_full_ = c.take({N, C});
   };
@@ -170,9 +172,14 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
 
   // RoPE table: angle(t, i) = p(t) * theta^(-2i/HD), computed in double, at the global position
   // p(t) of local row t (context parallelism holds chunks of the sequence, sequence_split.h).
-  const int64_t T = ctx_.shape.seq, HD = ctx_.shape.head_dim, half = HD / 2;
-  const std::vector<int64_t> positions =
-      ctx_.sequence.positions(T * ctx_.sequence.cp, ctx_.cp_rank);
+  // Under restart_positions, table row t is position t itself (rows are picked per document).
+  const int64_t T = cos_sin_.size(0), HD = ctx_.shape.head_dim, half = HD / 2;
+  std::vector<int64_t> positions(T);
+  if (options_.restart_positions) {
+    for (int64_t t = 0; t < T; ++t) positions[t] = t;
+  } else {
+    positions = ctx_.sequence.positions(T * ctx_.sequence.cp, ctx_.cp_rank);
+  }
   std::vector<double> cs(T * HD);
   for (int64_t t = 0; t < T; ++t) {
     const double pos = static_cast<double>(positions[t]);
@@ -285,6 +292,29 @@ void StageModel::set_tokens(int slot, const int32_t* tokens) {
 
 void StageModel::set_targets(int slot, const int32_t* targets) {
   slot_at(slot).targets.assign(targets, targets + ctx_.shape.tokens());
+}
+
+void StageModel::set_documents(int slot, const int32_t* starts) {
+  Slot& s = slot_at(slot);
+  DocumentMask mask;
+  if (starts != nullptr) {
+    const int64_t B = ctx_.shape.batch, T = ctx_.shape.seq, whole = T * ctx_.sequence.cp;
+    s.document_starts.assign(starts, starts + B * whole);
+    mask.start = s.document_starts.data();
+    mask.stride = whole;
+    if (options_.restart_positions) {
+      const std::vector<int64_t> positions = ctx_.sequence.positions(whole, ctx_.cp_rank);
+      s.rope_rows.resize(B * T);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t t = 0; t < T; ++t) {
+          const int64_t p = positions[t];
+          s.rope_rows[b * T + t] = static_cast<int32_t>(p - mask.start[b * whole + p]);
+        }
+      }
+      mask.rope = s.rope_rows.data();
+    }
+  }
+  for (BlockActivations& layer : s.layers) layer.attn.documents = mask;
 }
 
 void StageModel::name_site(const Slot& s, size_t i) const {

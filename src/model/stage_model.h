@@ -51,6 +51,9 @@ struct StageOptions {
   // Keep what backward_weight needs per slot and layer, so backward_input and backward_weight
   // can run as separate passes (zero-bubble schedules defer W).
   bool split_backward = false;
+  // Document masking (data.restart_positions): RoPE positions restart at every document, so the
+  // RoPE table covers the whole sequence's positions.
+  bool restart_positions = false;
 };
 
 class StageModel {
@@ -72,6 +75,11 @@ class StageModel {
 
   void set_tokens(int slot, const int32_t* tokens);    // [N]; read by the embedding
   void set_targets(int slot, const int32_t* targets);  // [N]; read by the loss
+  // Document masking: starts[B * T_whole] (T_whole = the whole sequence, every cp rank's rows)
+  // gives, at each global position of each sequence, where its document begins
+  // (backend.h DocumentMask); every layer's attention of the slot follows it until the next
+  // call. nullptr: causal attention over the whole sequence.
+  void set_documents(int slot, const int32_t* starts);
   // The step's micro-batch `slot` holds (set before its forward): with the layer, it keys the
   // precision recipe's stochastic rounding (model/linear_gemm.h), so every layout draws alike.
   void set_microbatch(int slot, int64_t microbatch) { slot_at(slot).microbatch = microbatch; }
@@ -107,6 +115,8 @@ class StageModel {
     Tensor d_normed;                // [N, C] (shared unless split_backward)
     std::vector<BlockStash> stash;  // one per layer with split_backward, else shared
     std::vector<int32_t> tokens, targets;
+    std::vector<int32_t> document_starts;  // [B, T_whole] (document masking)
+    std::vector<int32_t> rope_rows;        // [N] RoPE table row of each row (restart_positions)
     double grad_scale = 0;
     int64_t microbatch = 0;
   };
@@ -155,7 +165,7 @@ class StageModel {
   MoeStepStats moe_stats_;
   void count_routing(int slot, size_t i);
   BlockScratch scratch_;
-  Tensor cos_sin_;  // [T, HD]
+  Tensor cos_sin_;  // [T, HD] (restart_positions: [T_whole, HD], one row per position)
   Tensor tp_full_;  // [N, C] SP only: the embedding's and the head's gathered / partial rows
   int recomputed_slot_ = -1;
   int64_t recomputed_layer_ = -1;

@@ -17,7 +17,8 @@ TensorTable build_parameter_table(const ModelConfig& c) {
 }
 
 Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Backend& backend,
-                         MemoryTracker& tracker, bool split_backward, ModelStorage storage)
+                         MemoryTracker& tracker, bool split_backward, ModelStorage storage,
+                         bool restart_positions)
     : config_(validated(config)),
       batch_(batch),
       be_(backend),
@@ -25,7 +26,8 @@ Transformer::Transformer(const ModelConfig& config, const BatchShape& batch, Bac
       params_(build_parameter_table(config_), {}, config_.dtype, backend, tracker, storage) {
   const int last = plan::head_unit(config_.spec());
   stage_ = std::make_unique<StageModel>(config_, ctx_, params_, StageRange{0, last},
-                                        StageOptions{1, split_backward}, backend, tracker);
+                                        StageOptions{1, split_backward, restart_positions}, backend,
+                                        tracker);
 }
 
 double Transformer::forward(const int32_t* tokens, const int32_t* targets) {

@@ -30,8 +30,11 @@ class Transformer {
   // Allocates everything up front (so the memory report is the whole story): parameters,
   // gradients, activations for `batch`, and workspace. `split_backward` keeps one stash per
   // layer so backward_input() and backward_weight() can run as separate passes.
+  // restart_positions: RoPE positions restart at every document of set_documents
+  // (data.restart_positions).
   Transformer(const ModelConfig& config, const BatchShape& batch, Backend& backend,
-              MemoryTracker& tracker, bool split_backward = false, ModelStorage storage = {});
+              MemoryTracker& tracker, bool split_backward = false, ModelStorage storage = {},
+              bool restart_positions = false);
 
   // Layout-independent init (ParameterSet::init): normal(init_std) for matrices,
   // init_std / sqrt(2L) for the residual output projections (wo, w_down), ones for norms.
@@ -45,6 +48,8 @@ class Transformer {
   void backward_input(double grad_scale) { stage_->backward_input(0, grad_scale); }
   void backward_weight() { stage_->backward_weight(0); }
   void zero_grad() { params_.zero_grad(); }
+  // Packed documents: starts[B*T] (StageModel::set_documents); nullptr: causal attention.
+  void set_documents(const int32_t* starts) { stage_->set_documents(0, starts); }
 
   int num_units() const { return params_.num_units(); }
   const UnitRange& unit_range(int unit) const { return params_.unit_range(unit); }

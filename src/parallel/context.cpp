@@ -19,6 +19,33 @@ int64_t visible_pairs(const AttentionSpan& q, const AttentionSpan& k) {
   return n;
 }
 
+int64_t visible_pairs(const AttentionSpan& q, const AttentionSpan& k, const DocumentMask& documents,
+                      int64_t batch) {
+  if (!documents.on()) return batch * visible_pairs(q, k);
+  int64_t n = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t i = 0; i < q.len; ++i) {
+      const int64_t p = q.position + i;
+      const int64_t lo = std::max(documents.first_key(b, p), k.position);
+      const int64_t hi = std::min(p, k.position + k.len - 1);
+      n += std::max<int64_t>(hi - lo + 1, 0);
+    }
+  }
+  return n;
+}
+
+namespace {
+// Whether a key of span k is visible to a query of span q in some batch row.
+bool any_visible(const AttentionSpan& q, const AttentionSpan& k, const DocumentMask& documents,
+                 int64_t batch) {
+  if (k.position > q.position + q.len - 1) return false;
+  for (int64_t b = 0; b < batch; ++b) {
+    if (k.position + k.len - 1 >= documents.first_key(b, q.position)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
                              SequenceSplit split, const LocalShape& shape, int64_t seq_len,
                              DType dtype, AttentionBlocks blocks)
@@ -39,22 +66,28 @@ RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Com
 }
 
 template <typename F>
-void RingAttention::for_pairs(int source, RingPassCounts& counts, F&& f) {
+void RingAttention::for_pairs(int source, const DocumentMask& documents, RingPassCounts& counts,
+                              F&& f) {
   for (const AttentionSpan& q : split_.spans(seq_len_, ring_.rank())) {
     for (const AttentionSpan& k : split_.spans(seq_len_, source)) {
-      if (k.position > q.position + q.len - 1) {  // every key after every query
+      if (!any_visible(q, k, documents, shape_.B)) {  // every key after or before every query
         ++counts.blocks_skipped;
         continue;
       }
       f(q, k);
-      counts.visible_pairs += visible_pairs(q, k);
+      const int64_t pairs = visible_pairs(q, k, documents, shape_.B);
+      counts.visible_pairs_batch += pairs;
+      counts.visible_pairs += pairs / shape_.B;
       ++counts.blocks_computed;
       ring_.progress();
     }
   }
 }
 
-void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv) {
+void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv,
+                            const DocumentMask& documents) {
+  AttentionShape shape = shape_;
+  shape.documents = documents;
   const int cp = ring_.size();
   be_.fill(out, 0.0);
   be_.fill(lse, -std::numeric_limits<double>::infinity());
@@ -65,9 +98,9 @@ void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv) {
     const Tensor& cur = kv_[step % 2];
     if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
     Timer t;
-    for_pairs(ring_.source_after(step), counters_.forward,
+    for_pairs(ring_.source_after(step), documents, counters_.forward,
               [&](const AttentionSpan& q, const AttentionSpan& k) {
-                be_.flash_attention_block_forward(out, lse, qkv, cur, shape_, q, k, blocks_);
+                be_.flash_attention_block_forward(out, lse, qkv, cur, shape, q, k, blocks_);
               });
     counters_.compute_seconds += t.seconds();
     counters_.wait_seconds += ring_.wait();
@@ -77,7 +110,9 @@ void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv) {
 }
 
 void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
-                             const Tensor& lse) {
+                             const Tensor& lse, const DocumentMask& documents) {
+  AttentionShape shape = shape_;
+  shape.documents = documents;
   const int cp = ring_.size();
   be_.fill(dqkv, 0.0);
   be_.copy(kv_[0], kv_of(qkv));
@@ -92,9 +127,9 @@ void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
     if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
     be_.fill(mine, 0.0);
     Timer t;
-    for_pairs(ring_.source_after(step), counters_.backward,
+    for_pairs(ring_.source_after(step), documents, counters_.backward,
               [&](const AttentionSpan& q, const AttentionSpan& k) {
-                be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape_, q,
+                be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape, q,
                                                    k, blocks_);
               });
     counters_.compute_seconds += t.seconds();
@@ -127,8 +162,8 @@ uint64_t RingAttention::block_bytes() const {
 }
 
 double RingAttention::forward_flops() const {
-  return 4.0 * static_cast<double>(shape_.B * shape_.NH * shape_.HD) *
-         static_cast<double>(counters_.forward.visible_pairs);
+  return 4.0 * static_cast<double>(shape_.NH * shape_.HD) *
+         static_cast<double>(counters_.forward.visible_pairs_batch);
 }
 
 Tensor RingAttention::kv_of(const Tensor& qkv) const {

@@ -10,12 +10,15 @@
 //             each block's dK/dV accumulator travels with it, gaining each rank's contribution,
 //             and after cp hops lands on the rank that owns the block.
 // Pairs whose keys all come after their queries are skipped (never computed, counted as
-// skipped). GQA: K/V blocks hold the rank's KV heads, shared by NH/KV query heads each.
-// Counters, per pass (forward, backward): visible (query, key) pairs per rank give the causal
-// attention FLOPs (4 HD per pair and head forward: Q K^T and P V), the measure of load balance;
-// computed and skipped span pairs. Backward visits the same pairs as forward.
-// Buffers (workspace, per rank): 2 K/V blocks (current + receiving) and 3 dK/dV blocks (this
-// step's, the one being sent, the one arriving), each B * T/cp * 2 KV HD elements.
+// skipped); under a document mask (packed sequences) so are pairs whose keys all lie before the
+// documents of their queries in every batch row. The K/V blocks still go all the way round (the
+// bytes do not depend on the documents); zigzag keeps one early and one late span per rank. GQA:
+// K/V blocks hold the rank's KV heads, shared by NH/KV query heads each. Counters, per pass
+// (forward, backward): visible (query, key) pairs per rank give the causal attention FLOPs (4 HD
+// per pair and head forward: Q K^T and P V), the measure of load balance; computed and skipped span
+// pairs. Backward visits the same pairs as forward. Buffers (workspace, per rank): 2 K/V blocks
+// (current + receiving) and 3 dK/dV blocks (this step's, the one being sent, the one arriving),
+// each B * T/cp * 2 KV HD elements.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +33,13 @@ namespace trillion::parallel {
 
 // What one pass (forward or backward) did, summed over its calls.
 struct RingPassCounts {
-  int64_t visible_pairs = 0;    // (query, key) pairs attended, per batch row and head
-  int64_t blocks_computed = 0;  // (query span, key span) kernel calls
-  int64_t blocks_skipped = 0;   // fully masked span pairs (every key after every query)
+  int64_t visible_pairs = 0;        // (query, key) pairs attended, per batch row and head
+                                    // (under a document mask: their mean over the batch rows,
+                                    // rounded down)
+  int64_t visible_pairs_batch = 0;  // the same summed over the batch rows, per head
+  int64_t blocks_computed = 0;      // (query span, key span) kernel calls
+  int64_t blocks_skipped = 0;  // fully masked span pairs (every key after every query, or, under
+                               // a document mask, before every query's document in every row)
   int64_t calls = 0;
 };
 
@@ -44,6 +51,9 @@ struct RingCounters {
 
 // Causal (query, key) pairs of a query span against a key span: keys at or before each query.
 int64_t visible_pairs(const AttentionSpan& q, const AttentionSpan& k);
+// The same inside documents: keys k with start[q] <= k <= q, summed over the B batch rows.
+int64_t visible_pairs(const AttentionSpan& q, const AttentionSpan& k, const DocumentMask& documents,
+                      int64_t batch);
 
 class RingAttention final : public ContextAttention {
  public:
@@ -52,9 +62,10 @@ class RingAttention final : public ContextAttention {
                 SequenceSplit split, const LocalShape& shape, int64_t seq_len, DType dtype,
                 AttentionBlocks blocks);
 
-  void forward(Tensor out, Tensor lse, const Tensor& qkv) override;
+  void forward(Tensor out, Tensor lse, const Tensor& qkv,
+               const DocumentMask& documents = {}) override;
   void backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
-                const Tensor& lse) override;
+                const Tensor& lse, const DocumentMask& documents = {}) override;
 
   const RingCounters& counters() const { return counters_; }
   // For measurement (bench attention --cp): wait for every hop right after starting it, so no
@@ -74,7 +85,7 @@ class RingAttention final : public ContextAttention {
   // Every (query span, key span) pair of this rank's queries against `source`'s keys with a
   // visible key, counted into `counts` (the others as skipped).
   template <typename F>
-  void for_pairs(int source, RingPassCounts& counts, F&& f);
+  void for_pairs(int source, const DocumentMask& documents, RingPassCounts& counts, F&& f);
 
   Backend& be_;
   CpRing ring_;

@@ -208,7 +208,19 @@ std::string to_toml(const RunConfig& c) {
                    {"seed", static_cast<int64_t>(d.seed)},
                    {"tokens", d.tokens},
                    {"val_tokens", d.val_tokens},
-                   {"sharpness", d.sharpness}};
+                   {"sharpness", d.sharpness},
+                   {"document_mask", d.document_mask},
+                   {"restart_positions", d.restart_positions},
+                   {"mask_boundary_loss", d.mask_boundary_loss},
+                   {"document_end_id", d.document_end_id},
+                   {"on_exhausted", d.on_exhausted}};
+  if (!d.sources.empty()) {
+    toml::array sources;
+    for (const DataSourceConfig& sc : d.sources) {
+      sources.push_back(toml::table{{"path", sc.path}, {"weight", sc.weight}});
+    }
+    data.insert("sources", sources);
+  }
   const ParallelConfig& p = c.parallel;
   toml::table parallel{{"dp", p.dp},
                        {"tp", p.tp},

@@ -41,6 +41,12 @@ struct OptimConfig {
   double decay_fraction = 0.2;  // wsd: fraction of steps in the final decay
 };
 
+// One source of a mixture: a shards directory and its weight (weights need not sum to 1).
+struct DataSourceConfig {
+  std::string path;
+  double weight = 1.0;
+};
+
 struct DataConfig {
   std::string source = "random";  // random | markov | shards
   std::string path;               // shards: directory or file prefix written by `data prepare`
@@ -50,6 +56,20 @@ struct DataConfig {
   int64_t tokens = 1 << 20;       // markov/random: training stream length
   int64_t val_tokens = 1 << 16;   // markov/random: validation stream length
   double sharpness = 2.0;         // markov: peakiness of transition rows (see data/markov.h)
+  // Packed sequences (docs/data.md): documents end with the document-end token. document_mask:
+  // attention stays inside each document; restart_positions: RoPE positions restart at every
+  // document; mask_boundary_loss: the prediction made at a document's last token (of the next
+  // document's first token) is left out of the loss. document_end_id: -1 = the shards' metadata
+  // "document_end_id", else their tokenizer's <|eos|> (markov and random data have none).
+  bool document_mask = false;
+  bool restart_positions = false;
+  bool mask_boundary_loss = false;
+  int64_t document_end_id = -1;
+  // Mixtures (source = "shards", no path): shards directories blended by weight, keyed by global
+  // sample index (data/mixture.h). on_exhausted: "wrap" (a source that runs out starts its next
+  // epoch) or "stop" (the run ends before the step that would start one).
+  std::vector<DataSourceConfig> sources;
+  std::string on_exhausted = "wrap";
 };
 
 // [parallel]: the layout. Data parallelism over `dp` processes (started by `trillion launch -n

@@ -47,6 +47,12 @@ class SectionReader {
                             type_name<T>()));
   }
 
+  // A key whose value is not a scalar (an array of tables): marks it known, returns its node.
+  const toml::node* node(const char* key) {
+    used_.insert(key);
+    return table_ == nullptr ? nullptr : table_->get(key);
+  }
+
   void reject_unknown() const {
     if (table_ == nullptr) return;
     for (const auto& [key, node] : *table_) {
@@ -282,6 +288,47 @@ void read_optim_section(const toml::table& root, const std::string& source, Opti
   }
 }
 
+// data.sources = [{ path = "DIR", weight = W }, ...]: shards directories blended by weight.
+void read_data_sources(const toml::node* node, const std::string& source, DataConfig& dc) {
+  if (node == nullptr) return;
+  const toml::array* list = node->as_array();
+  const std::string usage =
+      "data.sources must be an array of tables like "
+      "[{ path = \"DIR\", weight = 0.7 }, { path = \"DIR2\", weight = 0.3 }]";
+  if (list == nullptr || list->empty()) throw Error(fmt::format("{}: {}", source, usage));
+  for (size_t i = 0; i < list->size(); ++i) {
+    const toml::table* t = list->get(i)->as_table();
+    if (t == nullptr) throw Error(fmt::format("{}: data.sources[{}]: {}", source, i, usage));
+    DataSourceConfig sc;
+    for (const auto& [key, value] : *t) {
+      if (key.str() == "path" && value.is_string()) {
+        sc.path = *value.value<std::string>();
+      } else if (key.str() == "weight" && (value.is_floating_point() || value.is_integer())) {
+        sc.weight = *value.value<double>();
+      } else {
+        throw Error(
+            fmt::format("{}: data.sources[{}].{}: only path (a string) and weight (a "
+                        "number) are known; {}",
+                        source, i, key.str(), usage));
+      }
+    }
+    if (sc.path.empty()) {
+      throw Error(fmt::format("{}: data.sources[{}] needs a path; {}", source, i, usage));
+    }
+    if (!(sc.weight > 0) || !std::isfinite(sc.weight)) {
+      throw Error(fmt::format("{}: data.sources[{}].weight = {} must be a number > 0", source, i,
+                              sc.weight));
+    }
+    for (const char ch : sc.path) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
+        throw Error(
+            fmt::format("{}: data.sources[{}].path contains a control character", source, i));
+      }
+    }
+    dc.sources.push_back(sc);
+  }
+}
+
 // data.vocab = 0 (model.vocab_size) is resolved with the rules between sections.
 void read_data_section(const toml::table& root, const std::string& source, DataConfig& dc) {
   SectionReader d = section(root, "data", source);
@@ -293,7 +340,31 @@ void read_data_section(const toml::table& root, const std::string& source, DataC
   d.read("tokens", dc.tokens);
   d.read("val_tokens", dc.val_tokens);
   d.read("sharpness", dc.sharpness);
+  d.read("document_mask", dc.document_mask);
+  d.read("restart_positions", dc.restart_positions);
+  d.read("mask_boundary_loss", dc.mask_boundary_loss);
+  d.read("document_end_id", dc.document_end_id);
+  d.read("on_exhausted", dc.on_exhausted);
+  read_data_sources(d.node("sources"), source, dc);
   d.reject_unknown();
+  if (dc.on_exhausted != "wrap" && dc.on_exhausted != "stop") {
+    throw Error(
+        fmt::format("{}: data.on_exhausted = '{}': expected wrap (a source that runs out "
+                    "starts its next epoch) or stop (the run ends before it would)",
+                    source, dc.on_exhausted));
+  }
+  if (dc.document_end_id < -1 || dc.document_end_id > std::numeric_limits<int32_t>::max()) {
+    throw Error(
+        fmt::format("{}: data.document_end_id = {} must be a token id (or -1: the shards' "
+                    "own)",
+                    source, dc.document_end_id));
+  }
+  if (dc.restart_positions && !dc.document_mask) {
+    throw Error(
+        fmt::format("{}: data.restart_positions = true needs data.document_mask = true "
+                    "(positions restart per document only when attention does)",
+                    source));
+  }
   if (dc.source != "random" && dc.source != "markov" && dc.source != "shards") {
     throw Error(fmt::format("{}: data.source = '{}': expected random, markov or shards", source,
                             dc.source));
@@ -319,7 +390,13 @@ void read_data_section(const toml::table& root, const std::string& source, DataC
                       source, static_cast<unsigned char>(ch)));
     }
   }
-  if (dc.source == "shards" && dc.path.empty()) {
+  if (!dc.sources.empty() && (dc.source != "shards" || !dc.path.empty())) {
+    throw Error(
+        fmt::format("{}: data.sources blends shards directories: set data.source = "
+                    "'shards' and leave data.path out (each source has its own path)",
+                    source));
+  }
+  if (dc.source == "shards" && dc.path.empty() && dc.sources.empty()) {
     throw Error(
         fmt::format("{}: data.source = 'shards' needs data.path (the output of 'trillion "
                     "data prepare')",

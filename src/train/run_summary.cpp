@@ -62,6 +62,22 @@ nlohmann::json pipeline_timeline_json(TrainingJob& job, int64_t steps_run) {
   return pipeline;
 }
 
+nlohmann::json data_sources_json(const TrainingJob& job, int64_t steps) {
+  const DataConfig& d = job.config.data;
+  if (d.sources.empty()) return nullptr;
+  const int64_t T = job.config.model.seq_len;
+  nlohmann::json list = nlohmann::json::array();
+  for (size_t s = 0; s < d.sources.size(); ++s) {
+    const uint64_t samples = job.shard.source_samples(steps, static_cast<int>(s));
+    const int64_t per_epoch = job.shard.train_stream().source(static_cast<int>(s)).num_samples();
+    list.push_back({{"path", d.sources[s].path},
+                    {"weight", d.sources[s].weight},
+                    {"tokens", samples * static_cast<uint64_t>(T)},
+                    {"epochs", static_cast<double>(samples) / static_cast<double>(per_epoch)}});
+  }
+  return list;
+}
+
 nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
                             const nlohmann::json& per_rank, const nlohmann::json& checkpoints,
                             const nlohmann::json& context_balance, const nlohmann::json& pipeline) {
@@ -118,6 +134,17 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
         {"bf16_blocks", precision::bf16_blocks_text(kept)},
         {"bf16_blocks_described", precision::describe_bf16_blocks(kept, mc.n_layers)}};
   }
+  if (config.data.document_mask) {
+    // Rank 0's tiled-attention forward passes (training and validation): the FLOPs of the tiles
+    // computed and of those skipped because they lie wholly before their queries' documents.
+    const AttentionTileFlops tiles = job.backend->attention_tile_flops();
+    summary["documents"] = {{"document_end_id", job.datasets.document_end_id},
+                            {"restart_positions", config.data.restart_positions},
+                            {"mask_boundary_loss", config.data.mask_boundary_loss},
+                            {"attention_computed_flops", tiles.computed_flops},
+                            {"attention_skipped_flops", tiles.skipped_flops}};
+  }
+  if (!config.data.sources.empty()) summary["data_sources"] = data_sources_json(job, totals.steps);
   if (const auto b = job.noise.last()) summary["gradient_noise_scale"] = *b;
   if (auto h = job.datasets.train->entropy_rate()) summary["entropy_rate"] = *h;
   if (auto bpt = job.datasets.validation->bytes_per_token()) {

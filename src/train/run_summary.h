@@ -32,6 +32,11 @@ nlohmann::json context_balance_json(TrainingJob& job);
 // and its summary (null with one stage or no step run).
 nlohmann::json pipeline_timeline_json(TrainingJob& job, int64_t steps_run);
 
+// A mixture's sources (data.sources) after `steps` steps: per source its path, weight, training
+// tokens read so far and epochs of it (tokens over its tokens in whole samples); null without
+// data.sources. Pure (no communication): every rank computes the same from the sample index.
+nlohmann::json data_sources_json(const TrainingJob& job, int64_t steps);
+
 nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
                             const nlohmann::json& per_rank, const nlohmann::json& checkpoints,
                             const nlohmann::json& context_balance, const nlohmann::json& pipeline);

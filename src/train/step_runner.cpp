@@ -146,9 +146,9 @@ void StepRunner::build_stage_models(const RankStages& stages) {
   stages_.resize(schedule_.num_chunks);
   for (int c = 0; c < schedule_.num_chunks; ++c) {
     const plan::StageUnits& u = stages.of_chunk(c);
-    stages_[c] = std::make_unique<StageModel>(config_.model, ctx_, *params_,
-                                              StageRange{u.first_unit, u.last_unit},
-                                              StageOptions{slots[c], split[c] != 0}, be_, tracker_);
+    stages_[c] = std::make_unique<StageModel>(
+        config_.model, ctx_, *params_, StageRange{u.first_unit, u.last_unit},
+        StageOptions{slots[c], split[c] != 0, config_.data.restart_positions}, be_, tracker_);
   }
 }
 
@@ -327,10 +327,15 @@ double StepRunner::forward_backward(int64_t step_index, const BatchSource& batch
   parallel_->begin_step();
   if (expert_parallel_) expert_parallel_->begin_step();
   if (precision_) precision_->begin_step(step_index);
-  const std::vector<double> sums =
-      executor_->run([&](int64_t micro, int32_t* tokens,
-                         int32_t* targets) { batches(step_index, micro, tokens, targets); },
-                     grad_scale);
+  const std::vector<double> sums = executor_->run(
+      [&](int64_t micro, int32_t* tokens, int32_t* targets) {
+        batches(step_index, micro, tokens, targets);
+      },
+      grad_scale,
+      documents_ ? parallel::DocumentSource([&](int64_t micro, std::vector<int32_t>& starts) {
+        documents_(step_index, micro, starts);
+      })
+                 : parallel::DocumentSource{});
   const double N = static_cast<double>(ctx_.shape.tokens());
   double loss = 0;
   for (double sum : sums) loss += sum / N / static_cast<double>(accum);
@@ -578,7 +583,8 @@ void StepRunner::load_state_from(const GlobalReader& read, const Buffer& state) 
   if (expert_parallel_) expert_parallel_->load_state(local, state);
 }
 
-double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets) {
+double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets,
+                            const std::vector<int32_t>* starts) {
   const int64_t n = ctx_.shape.tokens();
   if (precision_) precision_->refresh_weights();  // the master may have moved since the step
   const std::vector<double> sums = eval_executor_->run(
@@ -586,7 +592,10 @@ double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets) {
         std::copy(tokens, tokens + n, tok);
         std::copy(targets, targets + n, tgt);
       },
-      1.0);
+      1.0,
+      starts != nullptr
+          ? parallel::DocumentSource([&](int64_t, std::vector<int32_t>& out) { out = *starts; })
+          : parallel::DocumentSource{});
   double sum = sums[0];
   if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum, DType::f64, {1}));
   return sum / static_cast<double>(n);

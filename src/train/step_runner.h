@@ -94,6 +94,11 @@ struct RankGroups {
 using BatchSource =
     std::function<void(int64_t step, int64_t micro, int32_t* tokens, int32_t* targets)>;
 
+// Document masking (data.document_mask): fills the document starts ([B_local, T], the whole
+// sequence; StageModel::set_documents) of this rank's part of micro-batch `micro` of `step`.
+using DocumentBatchSource =
+    std::function<void(int64_t step, int64_t micro, std::vector<int32_t>& starts)>;
+
 class StepRunner {
  public:
   // Groups of sizes config.parallel.dp and .pp. Throws Error naming the values for a layout this
@@ -106,8 +111,13 @@ class StepRunner {
       : StepRunner(config, backend, tracker, RankGroups{dp, nullptr}) {}
 
   StepStats step(int64_t step_index, const BatchSource& batches, const UpdateGate& gate = {});
-  // Mean loss of one micro-batch, forward only (validation). Collective over the pp group.
-  double evaluate(const int32_t* tokens, const int32_t* targets);
+  // Document masking: every later step's micro-batches attend within the documents `source`
+  // gives (empty: causal attention over whole sequences).
+  void set_document_source(DocumentBatchSource source) { documents_ = std::move(source); }
+  // Sum of one micro-batch's per-position losses over its token count, forward only
+  // (validation); starts: its document starts under document masking. Collective over pp.
+  double evaluate(const int32_t* tokens, const int32_t* targets,
+                  const std::vector<int32_t>* starts = nullptr);
   // Initial parameters, identical for every layout.
   void init_parameters(uint64_t seed) { parallel_->init_parameters(seed); }
 
@@ -212,6 +222,7 @@ class StepRunner {
   void to_global(const Buffer& local, const Buffer& global);
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule lr_schedule_;
+  DocumentBatchSource documents_;
 };
 
 }  // namespace trillion

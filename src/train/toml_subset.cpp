@@ -61,8 +61,11 @@ void check_toml_line(std::string_view l, const std::string& where) {
   if (k >= l.size() || l[k] != '=') return;  // not key = value: toml++ reports it
   const size_t v = l.find_first_not_of(" \t", k + 1);
   if (v != std::string_view::npos && (l[v] == '[' || l[v] == '{')) {
-    throw Error(fmt::format("{}: '{}': arrays and inline tables are not run-config values", where,
-                            printable(l)));
+    throw Error(
+        fmt::format("{}: '{}': arrays and inline tables are not run-config values (a "
+                    "data mixture is written as [[data.sources]] tables, each with path "
+                    "and weight lines)",
+                    where, printable(l)));
   }
 }
 

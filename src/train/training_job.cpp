@@ -62,13 +62,14 @@ comm::DeviceMesh mesh_of(comm::Communicator& world, const RunConfig& config) {
 }
 
 // Mean validation loss over `batches` global micro-batches; this rank reads its part of each.
-double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches) {
+double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches, bool documents) {
   const int64_t n = shard.local_batch() * runner.context().shape.seq;
-  std::vector<int32_t> tokens(n), targets(n);
+  std::vector<int32_t> tokens(n), targets(n), starts;
   double total = 0;
   for (int64_t i = 0; i < batches; ++i) {
     shard.validation_batch(i, tokens.data(), targets.data());
-    total += runner.evaluate(tokens.data(), targets.data());
+    if (documents) shard.validation_documents(i, starts);
+    total += runner.evaluate(tokens.data(), targets.data(), documents ? &starts : nullptr);
   }
   return runner.data_parallel().mean_across_ranks(total / static_cast<double>(batches));
 }
@@ -140,6 +141,11 @@ TrainingJob::TrainingJob(const RunConfig& config, const TrainOptions& options)
 }
 
 void TrainingJob::start_at_resumed_step() {
+  if (config.data.document_mask) {
+    runner.set_document_source([this](int64_t step, int64_t micro, std::vector<int32_t>& starts) {
+      shard.train_documents(step, micro, starts);
+    });
+  }
   // The data goes on at the checkpoint's next sample, whatever the global batch is now.
   shard.resume_at(resumed.step, resumed.next_sample);
   if (options.stop_after_step > 0 && start_step >= options.stop_after_step) {
@@ -220,7 +226,9 @@ void TrainingJob::report_start() {
 }
 
 double TrainingJob::validate() {
-  auto island = [&] { return evaluate(runner, shard, config.train.eval_batches); };
+  auto island = [&] {
+    return evaluate(runner, shard, config.train.eval_batches, config.data.document_mask);
+  };
   return diloco ? diloco->evaluate_global(island) : island();
 }
 

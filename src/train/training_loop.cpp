@@ -92,6 +92,7 @@ void TrainingLoop::run() {
   drill_.at_start();  // --fail-at 0:R / --hang-at 0:R: a failure during start-up
   job_.heartbeat.beat(step_);
   while (step_ < job_.config.train.steps) {
+    if (data_runs_out()) break;
     if (step_ + 1 == kill_at_) std::raise(SIGKILL);  // fault injection (see kill_step_for)
     const std::string why = run_step();
     const std::string fault = check_replicas();
@@ -164,6 +165,7 @@ nlohmann::json TrainingLoop::metrics_line(const StepStats& st, const DilocoStep&
                       {"comm_wait_s", st.comm_wait_seconds},
                       {"memory", memory_json(job_.tracker)}};
   if (pc.tp > 1) line["comm_tp_s"] = st.comm_tp.blocking_seconds;  // inside tp collectives
+  if (!job_.config.data.sources.empty()) line["data_sources"] = data_sources_json(job_, step_);
   if (mc.moe.enabled()) {
     line["moe_max_load_ratio"] = st.moe_max_load_ratio;
     line["moe_layer_load_ratio"] = st.moe_layer_load_ratio;
@@ -295,6 +297,20 @@ std::string TrainingLoop::where_to_go_on(const std::string& change) const {
   return fmt::format("No checkpoint was written from a skipped step; the newest is in "
                      "{}/checkpoints; {}, then --resume",
                      dir, change);
+}
+
+// data.on_exhausted = "stop": the run ends before the step that would read a mixture source's
+// second epoch (every rank decides alike: the stream is a function of the sample index).
+bool TrainingLoop::data_runs_out() {
+  if (job_.config.data.on_exhausted != "stop") return false;
+  const std::optional<int> source = job_.shard.exhausted_at(step_);
+  if (!source) return false;
+  if (tty_) job_.dir.console("\n");
+  job_.dir.event(fmt::format("stopping after step {}: step {} would start a second epoch of data "
+                             "source '{}' (data.on_exhausted = \"stop\"; \"wrap\" goes on)",
+                             step_, step_ + 1, job_.datasets.source_names.at(*source)));
+  stopped_early_ = true;
+  return true;
 }
 
 bool TrainingLoop::stops_early() {

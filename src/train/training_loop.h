@@ -41,6 +41,7 @@ class TrainingLoop {
   [[noreturn]] void stop_after_alarm(const std::string& reason, bool diverged);
   std::string where_to_go_on(const std::string& change) const;
   bool stops_early();
+  bool data_runs_out();
   void checkpoint_on_interval();
   void checkpoint(int64_t step);
   [[noreturn]] void fail_on_write(const std::string& summary, const std::string& checkpoint_error);

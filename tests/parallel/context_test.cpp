@@ -251,5 +251,80 @@ TEST(MpiContextAttention, ContiguousRingEqualsOneProcess) {
   run_ring(CpSplit::contiguous);
 }
 
+// Packed documents: sequence 0 holds documents [0,12) [12,30) [30,40), sequence 1 [0,25)
+// [25,40). The zigzag ring under the document mask equals the one-process masked kernels, skips
+// the span pairs wholly before their queries' documents in both sequences, and its visible pairs
+// add up to the masked pairs of the whole sequence.
+TEST(MpiContextAttention, DocumentMaskedZigzagRingEqualsOneProcess) {
+  REQUIRE_MPI(2);
+  comm::Communicator& world = *testing::mpi_world();
+  const int cp = world.size(), rank = world.rank();
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  std::vector<int32_t> starts(kB * kT);
+  for (int64_t t = 0; t < kT; ++t) {
+    starts[t] = t < 12 ? 0 : t < 30 ? 12 : 30;
+    starts[kT + t] = t < 25 ? 0 : 25;
+  }
+  AttentionShape s = shape_of(kT);
+  s.documents = {starts.data(), kT, nullptr};
+  const int64_t N = kB * kT, Q = kNH * kHD, QKV = s.qkv_width();
+  std::vector<double> qkv = random_values(N * QKV, 1), dout = random_values(N * Q, 2);
+  std::vector<double> out(N * Q), lse(kB * kNH * kT), dqkv(N * QKV);
+  be->flash_attention_forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N), s, kTiles);
+  be->flash_attention_backward(t2(dqkv, N), t2(dout, N), t2(out, N), t2(qkv, N),
+                               t2(lse, kB * kNH), s, kTiles);
+  const SequenceSplit split{cp, CpSplit::zigzag};
+  const std::vector<int64_t> pos = split.positions(kT, rank);
+  const int64_t Tl = kT / cp, Nl = kB * Tl;
+  std::vector<double> lq(Nl * QKV), ld(Nl * Q), lo(Nl * Q), ll(kB * kNH * Tl), ldq(Nl * QKV);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < Tl; ++t) {
+      std::copy_n(&qkv[(b * kT + pos[t]) * QKV], QKV, &lq[(b * Tl + t) * QKV]);
+      std::copy_n(&dout[(b * kT + pos[t]) * Q], Q, &ld[(b * Tl + t) * Q]);
+    }
+  }
+  LocalShape ls;
+  ls.batch = kB, ls.seq = Tl, ls.heads = kNH, ls.kv_heads = kKV, ls.head_dim = kHD;
+  parallel::RingAttention ring(*be, tracker, world, split, ls, kT, DType::f64, kTiles);
+  ring.forward(t2(lo, Nl), t2(ll, kB * kNH), t2(lq, Nl), s.documents);
+  ring.backward(t2(ldq, Nl), t2(ld, Nl), t2(lo, Nl), t2(lq, Nl), t2(ll, kB * kNH), s.documents);
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < Tl; ++t) {
+      const int64_t from = b * kT + pos[t], to = b * Tl + t;
+      for (int64_t c = 0; c < Q; ++c) {
+        expect_close(lo[to * Q + c], out[from * Q + c], 1e-12, "out", c);
+      }
+      for (int64_t c = 0; c < QKV; ++c) {
+        expect_close(ldq[to * QKV + c], dqkv[from * QKV + c], 1e-11, "dqkv", c);
+      }
+    }
+  }
+  // Masked pairs of the whole batch: per query, keys [start, q].
+  int64_t want_pairs = 0;
+  for (int64_t b = 0; b < kB; ++b) {
+    for (int64_t t = 0; t < kT; ++t) want_pairs += t - starts[b * kT + t] + 1;
+  }
+  const parallel::RingCounters& counts = ring.counters();
+  std::vector<double> pairs(cp, 0.0);
+  pairs[rank] = static_cast<double>(counts.forward.visible_pairs_batch);
+  world.all_reduce(Tensor(pairs.data(), DType::f64, {cp}));
+  double total = 0, mx = 0;
+  for (double p : pairs) total += p, mx = std::max(mx, p);
+  EXPECT_EQ(total, static_cast<double>(want_pairs));
+  EXPECT_EQ(counts.backward.visible_pairs_batch, counts.forward.visible_pairs_batch);
+  EXPECT_GE(counts.forward.blocks_skipped, 2 * cp - 1);  // at least the causal ones
+  if (cp == 2 && rank == 0) {
+    // Rank 0 holds [0,10) and [30,40): queries [30,40) skip keys [0,10) and [10,20) in both
+    // sequences (starts 30 and 25), besides the 3 causal skips.
+    EXPECT_EQ(counts.forward.blocks_skipped, 5);
+  }
+  if (rank == 0) {
+    std::printf("[ring cp=%d zigzag, documents] visible pairs %.0f of causal %lld, per rank "
+                "max/mean %.3f\n",
+                cp, total, static_cast<long long>(kB * kT * (kT + 1) / 2), mx / (total / cp));
+  }
+}
+
 }  // namespace
 }  // namespace trillion

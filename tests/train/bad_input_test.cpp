@@ -98,9 +98,11 @@ TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
             std::string::npos);  // spaces and quoted names are headers
   // Arrays and inline tables (where toml++ asserted on "[[[...}}}"): no key takes one.
   EXPECT_EQ(text_error("[model]\nd_model = [[[1}}]\n"),
-            "c.toml:2: 'd_model = [[[1}}]': arrays and inline tables are not run-config values");
+            "c.toml:2: 'd_model = [[[1}}]': arrays and inline tables are not run-config values (a "
+            "data mixture is written as [[data.sources]] tables, each with path and weight lines)");
   EXPECT_EQ(text_error("[model]\n\"a=b\" = {x = 1}\n"),
-            "c.toml:2: '\"a=b\" = {x = 1}': arrays and inline tables are not run-config values");
+            "c.toml:2: '\"a=b\" = {x = 1}': arrays and inline tables are not run-config values (a "
+            "data mixture is written as [[data.sources]] tables, each with path and weight lines)");
   // Non-ASCII outside strings and comments (toml++ reached an unreachable branch on U+03A1),
   // control characters anywhere; both fine inside strings and comments when TOML allows them.
   EXPECT_EQ(text_error("[_embed\xce\xa1=\"\"\n"),

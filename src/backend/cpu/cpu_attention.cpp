@@ -1,7 +1,9 @@
 // Materialised causal grouped-query attention on the CPU: the full T x T probability matrix per
 // (batch, head) is kept for backward. This is the reference the tiled (FlashAttention) kernel is
-// tested against. Heads h of kv group g = h / (NH / KV) share K_g and V_g.
-// Layout of qkv[N, QKV] rows: [q heads 0..NH-1 | k heads 0..KV-1 | v heads 0..KV-1], HD each.
+// tested against. Under a document mask (AttentionShape::documents) a row's probabilities are zero
+// before its document's first key, so backward needs no mask of its own. Heads h of kv group g = h
+// / (NH / KV) share K_g and V_g. Layout of qkv[N, QKV] rows: [q heads 0..NH-1 | k heads 0..KV-1 | v
+// heads 0..KV-1], HD each.
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -35,16 +37,18 @@ void CpuBackend::attention_forward(Tensor out, Tensor probs, const Tensor& qkv,
         blas_gemm<T>(false, true, T_, T_, s.HD, scale, q, mq.ld, k, mq.ld, T(0), p, T_);
         for (int64_t i = 0; i < T_; ++i) {
           T* row = p + i * T_;
-          T mx = row[0];
-          for (int64_t j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
+          const int64_t lo = s.documents.first_key(b, i);  // keys [lo, i] are visible
+          T mx = row[lo];
+          for (int64_t j = lo + 1; j <= i; ++j) mx = std::max(mx, row[j]);
           T sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t j = lo; j <= i; ++j) {
             row[j] = exp_any<T>(row[j] - mx);
             sum += row[j];
           }
           const T inv = T(1) / sum;
-          for (int64_t j = 0; j <= i; ++j) row[j] *= inv;
+          for (int64_t j = 0; j < lo; ++j) row[j] = T(0);
+          for (int64_t j = lo; j <= i; ++j) row[j] *= inv;
           for (int64_t j = i + 1; j < T_; ++j) row[j] = T(0);
         }
         blas_gemm<T>(false, false, T_, s.HD, T_, T(1), p, T_, v, mq.ld, T(0),

@@ -82,6 +82,7 @@ class CpuBackend final : public Backend {
   int threads() const override { return omp_get_max_threads(); }
 
   TRILLION_BACKEND_OVERRIDES
+  AttentionTileFlops attention_tile_flops() const override { return tiles_; }
 
  private:
   // Scratch of at least `count` elements of `dtype`, accounted as workspace; grows, never
@@ -90,6 +91,7 @@ class CpuBackend final : public Backend {
 
   MemoryTracker& tracker_;
   Buffer scratch_;
+  AttentionTileFlops tiles_;
 };
 
 }  // namespace trillion::cpu

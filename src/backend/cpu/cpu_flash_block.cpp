@@ -8,6 +8,9 @@
 // the caller's (out, lse) exactly (a row whose lse is -inf just takes the block's); backward
 // recomputes P = exp(S - lse) from the final lse, with D = rowsum(dO * O):  dV += P^T dO,
 // dS = P * (dO V^T - D),  dQ += scale dS K,  dK += scale dS^T Q.
+// A document mask (AttentionShape::documents) narrows each row's visible keys to [start, q]: a key
+// tile wholly before the document of the query tile's first row (hence of every row: starts do
+// not decrease along a sequence) is skipped like a tile above the diagonal, and counted.
 // Threads own disjoint outputs: forward (batch, head, query tile) rows; backward (batch, kv group)
 // owns dK, dV of the group and dQ of its heads.
 #include <algorithm>
@@ -26,6 +29,27 @@ void check_spans(const AttentionShape& s, const AttentionSpan& q, const Attentio
                      k.row + k.len <= s.T && s.NH % s.KV == 0,
                  std::string(op) + " spans");
 }
+
+// Whether some row of some sequence of the query span sees a key of the key span.
+bool any_visible(const AttentionShape& s, const AttentionSpan& q, const AttentionSpan& k) {
+  if (q.len == 0 || k.len == 0 || k.position > q.position + q.len - 1) return false;
+  for (int64_t b = 0; b < s.B; ++b) {
+    if (k.position + k.len - 1 >= s.documents.first_key(b, q.position)) return true;
+  }
+  return false;
+}
+
+// Keys [lo, hi) of a tile's row are visible: causal (key <= query) and inside the query's
+// document. lo >= hi: none.
+struct VisibleRange {
+  int64_t lo, hi;
+};
+VisibleRange visible_range(const AttentionShape& s, int64_t b, int64_t qpos, int64_t kpos0,
+                           int64_t cols) {
+  const int64_t hi = std::clamp<int64_t>(qpos - kpos0 + 1, 0, cols);
+  const int64_t lo = std::clamp<int64_t>(s.documents.first_key(b, qpos) - kpos0, 0, hi);
+  return {lo, hi};
+}
 }  // namespace
 
 void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Tensor& q,
@@ -41,8 +65,8 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
                      lse.numel() == s.B * s.NH * s.T,
                  "flash_attention_block_forward shapes");
   check_spans(s, qs, ks, "flash_attention_block_forward");
-  // Nothing visible: every key after every query.
-  if (qs.len == 0 || ks.len == 0 || ks.position > qs.position + qs.len - 1) return;
+  // Nothing visible: every key after every query, or before every query's document.
+  if (!any_visible(s, qs, ks)) return;
   const AttentionBlocks bl =
       choose_attention_blocks(s.HD, std::max(qs.len, ks.len), dtype_size(q.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv, nq = (qs.len + Br - 1) / Br;
@@ -59,7 +83,9 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
     const int64_t group = s.NH / s.KV;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
     const T neg_inf = -std::numeric_limits<T>::infinity();
-#pragma omp parallel for collapse(3) schedule(dynamic) num_threads(nthreads)
+    int64_t computed = 0, skipped = 0;  // score elements of computed and document-skipped tiles
+#pragma omp parallel for collapse(3) schedule(dynamic) num_threads(nthreads) \
+    reduction(+ : computed, skipped)
     for (int64_t b = 0; b < s.B; ++b) {
       for (int64_t h = 0; h < s.NH; ++h) {
         for (int64_t qb = 0; qb < nq; ++qb) {
@@ -75,22 +101,29 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
           for (int64_t r = 0; r < rows; ++r) m[r] = neg_inf, l[r] = 0;
           for (int64_t i = 0; i < rows * s.HD; ++i) acc[i] = 0;
           // Key tiles holding a key at or before the tile's last query position.
+          const int64_t first_key = s.documents.first_key(b, qpos0);
           for (int64_t k0 = 0; k0 < ks.len && ks.position + k0 <= qpos0 + rows - 1; k0 += Bc) {
             const int64_t cols = std::min(Bc, ks.len - k0);
             const int64_t kpos0 = ks.position + k0;
+            if (kpos0 + cols - 1 < first_key) {  // wholly before the tile's documents
+              skipped += rows * cols;
+              continue;
+            }
+            computed += rows * cols;
             blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld,
                          mk.ld, T(0), S, Bc);
             for (int64_t r = 0; r < rows; ++r) {
               T* sr = S + r * Bc;
-              const int64_t visible = std::clamp<int64_t>(qpos0 + r - kpos0 + 1, 0, cols);
-              for (int64_t c = visible; c < cols; ++c) sr[c] = 0;
-              if (visible == 0) continue;  // this row sees no key of the tile
+              const auto [lo, hi] = visible_range(s, b, qpos0 + r, kpos0, cols);
+              for (int64_t c = 0; c < lo; ++c) sr[c] = 0;
+              for (int64_t c = hi; c < cols; ++c) sr[c] = 0;
+              if (lo >= hi) continue;  // this row sees no key of the tile (all zeroed)
               T mx = m[r];
-              for (int64_t c = 0; c < visible; ++c) mx = std::max(mx, sr[c]);
+              for (int64_t c = lo; c < hi; ++c) mx = std::max(mx, sr[c]);
               const T correction = exp_any<T>(m[r] - mx);
               T sum = 0;
 #pragma omp simd reduction(+ : sum)
-              for (int64_t c = 0; c < visible; ++c) sum += sr[c] = exp_any<T>(sr[c] - mx);
+              for (int64_t c = lo; c < hi; ++c) sum += sr[c] = exp_any<T>(sr[c] - mx);
               l[r] = l[r] * correction + sum;
               m[r] = mx;
               T* ar = acc + r * s.HD;
@@ -119,6 +152,8 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
         }
       }
     }
+    tiles_.computed_flops += 4.0 * static_cast<double>(s.HD) * static_cast<double>(computed);
+    tiles_.skipped_flops += 4.0 * static_cast<double>(s.HD) * static_cast<double>(skipped);
   });
 }
 
@@ -139,7 +174,7 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
                      lse.numel() == s.B * s.NH * s.T,
                  "flash_attention_block_backward shapes");
   check_spans(s, qs, ks, "flash_attention_block_backward");
-  if (qs.len == 0 || ks.len == 0 || ks.position > qs.position + qs.len - 1) return;
+  if (!any_visible(s, qs, ks)) return;
   const AttentionBlocks bl =
       choose_attention_blocks(s.HD, std::max(qs.len, ks.len), dtype_size(q.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv;
@@ -183,18 +218,21 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
           for (int64_t q0 = 0; q0 < qs.len; q0 += Br) {
             const int64_t rows = std::min(Br, qs.len - q0);
             const int64_t qpos0 = qs.position + q0;
+            const int64_t first_key = s.documents.first_key(b, qpos0);
             for (int64_t k0 = 0; k0 < ks.len && ks.position + k0 <= qpos0 + rows - 1; k0 += Bc) {
               const int64_t cols = std::min(Bc, ks.len - k0);
               const int64_t kpos0 = ks.position + k0;
+              if (kpos0 + cols - 1 < first_key) continue;  // wholly before the documents
               blas_gemm<T>(false, true, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
                            k + k0 * mk.ld, mk.ld, T(0), P, Bc);
               for (int64_t r = 0; r < rows; ++r) {
-                const int64_t visible = std::clamp<int64_t>(qpos0 + r - kpos0 + 1, 0, cols);
+                const auto [lo, hi] = visible_range(s, b, qpos0 + r, kpos0, cols);
                 T* pr = P + r * Bc;
                 const T l = lrow[q0 + r];
+                for (int64_t c = 0; c < lo; ++c) pr[c] = 0;
 #pragma omp simd
-                for (int64_t c = 0; c < visible; ++c) pr[c] = exp_any<T>(pr[c] - l);
-                for (int64_t c = visible; c < cols; ++c) pr[c] = 0;
+                for (int64_t c = lo; c < hi; ++c) pr[c] = exp_any<T>(pr[c] - l);
+                for (int64_t c = hi; c < cols; ++c) pr[c] = 0;
               }
               // dV_j += P^T dO_i ; dP = dO_i V_j^T
               blas_gemm<T>(true, false, cols, s.HD, rows, T(1), P, Bc, d_o + q0 * mg.ld, mg.ld,

@@ -20,8 +20,10 @@ inline void thread_range(int64_t n, int64_t& begin, int64_t& end) {
   end = n * (t + 1) / nt;
 }
 
-void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* what) {
+void check_tokens(const int32_t* tokens, int64_t n, int64_t vocab, const char* what,
+                  bool allow_ignored = false) {
   for (int64_t i = 0; i < n; ++i) {
+    if (allow_ignored && tokens[i] == kIgnoredTarget) continue;
     if (tokens[i] < 0 || tokens[i] >= vocab) {
       throw Error(fmt::format("{} id {} at position {} is outside the vocabulary [0, {})", what,
                               tokens[i], i, vocab));
@@ -206,7 +208,8 @@ void rope_rows(T* p, int64_t ld, const T* cs, const AttentionShape& s, T sign) {
   const int64_t half = s.HD / 2, heads = s.NH + s.KV, N = s.B * s.T;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
-    const T* cr = cs + (n % s.T) * s.HD;
+    const int64_t row = s.documents.rope != nullptr ? s.documents.rope[n] : n % s.T;
+    const T* cr = cs + row * s.HD;
     for (int64_t h = 0; h < heads; ++h) {
       T* x = p + n * ld + h * s.HD;
 #pragma omp simd
@@ -297,7 +300,7 @@ void CpuBackend::cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& 
   check_same_dtype(losses, logits, "cross_entropy_forward");
   const Matrix m = as_matrix(logits);
   TRILLION_CHECK(losses.numel() == m.rows && lse.numel() == m.rows, "cross_entropy_forward shapes");
-  check_tokens(targets, m.rows, m.cols, "target");
+  check_tokens(targets, m.rows, m.cols, "target", /*allow_ignored=*/true);
   dispatch(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pl = logits.data<T>();
@@ -312,7 +315,7 @@ void CpuBackend::cross_entropy_forward(Tensor losses, Tensor lse, const Tensor& 
 #pragma omp simd reduction(+ : sum)
       for (int64_t v = 0; v < m.cols; ++v) sum += exp_any<T>(row[v] - mx);
       plse[n] = mx + std::log(sum);
-      ploss[n] = plse[n] - row[targets[n]];
+      ploss[n] = targets[n] == kIgnoredTarget ? T(0) : plse[n] - row[targets[n]];
     }
   });
 }
@@ -330,6 +333,10 @@ void CpuBackend::cross_entropy_backward(Tensor logits, const Tensor& lse, const 
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < m.rows; ++n) {
       T* row = pl + n * m.ld;
+      if (targets[n] == kIgnoredTarget) {
+        std::fill_n(row, m.cols, T(0));
+        continue;
+      }
       const T l = plse[n];
 #pragma omp simd
       for (int64_t v = 0; v < m.cols; ++v) row[v] = a * exp_any<T>(row[v] - l);
@@ -375,6 +382,10 @@ void CpuBackend::vocab_cross_entropy_backward(Tensor logits, const Tensor& lse,
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < m.rows; ++n) {
       T* row = pl + n * m.ld;
+      if (targets[n] == kIgnoredTarget) {
+        std::fill_n(row, m.cols, T(0));
+        continue;
+      }
       const T l = plse[n];
 #pragma omp simd
       for (int64_t v = 0; v < m.cols; ++v) row[v] = a * exp_any<T>(row[v] - l);

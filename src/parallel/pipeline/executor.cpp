@@ -158,7 +158,8 @@ void PipelineExecutor::poll() {
   std::erase_if(sends_, [](PendingSend& s) { return s.handle->test(); });
 }
 
-std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, double grad_scale) {
+std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, double grad_scale,
+                                          const DocumentSource& documents) {
   const int m = schedule_.num_microbatches;
   free_.assign(stages_.size(), {});
   for (size_t c = 0; c < stages_.size(); ++c) {
@@ -177,7 +178,7 @@ std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, doubl
   std::vector<char> fused_done(stages_.size() * m, 0);  // W already run inside its B
 
   std::vector<double> losses(m, 0.0);
-  std::vector<std::vector<int32_t>> tokens(m), targets(m);
+  std::vector<std::vector<int32_t>> tokens(m), targets(m), starts(m);
   const int64_t N = stages_[0]->tokens();
   auto load = [&](int mb) {  // this step's micro-batch data, read once
     if (!tokens[mb].empty()) return;
@@ -224,6 +225,10 @@ std::vector<double> PipelineExecutor::run(const MicroBatchSource& batches, doubl
         if (stage.has_embedding() || stage.has_head()) load(a.microbatch);
         if (stage.has_embedding()) stage.set_tokens(slot, tokens[a.microbatch].data());
         if (stage.has_head()) stage.set_targets(slot, targets[a.microbatch].data());
+        if (documents) {
+          if (starts[a.microbatch].empty()) documents(a.microbatch, starts[a.microbatch]);
+          stage.set_documents(slot, starts[a.microbatch].data());
+        }
         if (a.stage > 0) {
           const int prev = local_neighbour(a, -1);
           if (prev >= 0) {

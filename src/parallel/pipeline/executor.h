@@ -32,6 +32,9 @@ namespace trillion::parallel {
 
 // Fills tokens and targets ([N] each) of micro-batch `micro` of the current step.
 using MicroBatchSource = std::function<void(int64_t micro, int32_t* tokens, int32_t* targets)>;
+// Document masking: fills `starts` ([B_local, T_whole], StageModel::set_documents) of micro-batch
+// `micro`; every stage of the micro-batch gets them (attention runs on every stage).
+using DocumentSource = std::function<void(int64_t micro, std::vector<int32_t>& starts)>;
 
 class PipelineExecutor {
  public:
@@ -43,7 +46,8 @@ class PipelineExecutor {
   // Runs the rank's actions for one step. grad_scale = dL/dloss per position (1 / global tokens
   // of the step). Returns, per micro-batch, the sum of its per-position losses (0 for the
   // micro-batches whose head is on another rank).
-  std::vector<double> run(const MicroBatchSource& batches, double grad_scale);
+  std::vector<double> run(const MicroBatchSource& batches, double grad_scale,
+                          const DocumentSource& documents = {});
 
   // The compute actions of the last run, in execution order, with start and end in seconds on
   // the machine's steady clock (comparable across the processes of one machine).
