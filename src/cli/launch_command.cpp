@@ -15,6 +15,9 @@
 // - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to mpirun (which runs in its own
 //   process group, so a terminal's Ctrl-C reaches the job once, through us); the first three
 //   travel as SIGUSR2 and reach each rank's program as SIGTERM (cli/job_runner.h, SignalRoute).
+// - --hostfile F: mpirun places ranks by F's slots. When F.mca exists (scripts/hosts.sh writes
+//   it: "key value" per line, e.g. the rsh agent and the TCP interfaces), each line is passed as
+//   `--mca key value`. Ranks get TRILLION_HOSTFILE (absolute), where the mesh reads sites.
 // - Inside a job that a launcher already started (srun, mpirun by hand: the MPI environment
 //   variables are set), the subcommand is exec'd in place, after checking -n against the job size.
 // - --max-restarts, --heartbeat-timeout and the fault drills (--fail-at, --hang-at,
@@ -223,6 +226,27 @@ std::optional<std::string> find_on_path(const std::string& name) {
   return std::nullopt;
 }
 
+// "key value" lines of an MCA sidecar file ("#" comments); none when the file does not exist.
+std::vector<std::pair<std::string, std::string>> hostfile_mca(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  std::ifstream in(path);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    const size_t space = line.find_first_of(" \t", start);
+    const size_t value = space == std::string::npos ? space : line.find_first_not_of(" \t", space);
+    if (value == std::string::npos) {
+      throw Error(fmt::format("{} line {}: '{}' is not 'key value' (an Open MPI MCA setting)",
+                              path, number, line));
+    }
+    const size_t end = line.find_last_not_of(" \t\r");
+    settings.emplace_back(line.substr(start, space - start), line.substr(value, end + 1 - value));
+  }
+  return settings;
+}
+
 [[noreturn]] void exec_or_throw(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
@@ -311,8 +335,14 @@ int launch_command(int argc, char** argv) {
     cmd.push_back("--oversubscribe");
   }
   if (!args.hostfile.empty()) {
+    const std::string hostfile = std::filesystem::absolute(args.hostfile).string();
     cmd.push_back("--hostfile");
-    cmd.push_back(args.hostfile);
+    cmd.push_back(hostfile);
+    for (const auto& [key, value] : hostfile_mca(hostfile + ".mca")) {
+      cmd.insert(cmd.end(), {"--mca", key, value});
+    }
+    ::setenv("TRILLION_HOSTFILE", hostfile.c_str(), 1);
+    cmd.insert(cmd.end(), {"-x", "TRILLION_HOSTFILE"});
   }
   // Forward the thread settings to ranks on other machines (local ranks inherit everything).
   for (const char* var : {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS"}) {
