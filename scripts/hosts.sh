@@ -6,6 +6,7 @@
 #   scripts/hosts.sh status    # the hosts, their addresses and their NIC byte counters
 #   scripts/hosts.sh bytes     # one line per host: "HOST TX_BYTES RX_BYTES" of its NIC
 #   scripts/hosts.sh check     # exit 0 when namespaces can be made here, else say why (exit 2)
+#   scripts/hosts.sh kill H    # drills: kill every process of host H; cut (mend) its link
 #
 # Each host is a network namespace PREFIX1..PREFIXN with its own hostname (set by the rsh agent
 # in a private UTS namespace), one veth NIC (eth0, MTU 9000) at 10.213.0.I/24 (TRILLION_HOSTS_NET
@@ -15,8 +16,8 @@
 # --site-gbps the link between sites, with tc tbf (this kernel has no netem: no delay).
 # The machine's own end of bridge 0 (10.213.0.254) is where mpirun listens for its daemons.
 #
-# `up` writes STATE/hostfile ("PREFIXi slots=K", Open MPI's format, with "# site=S" after each
-# host when there are sites), STATE/hostfile.mca (the MCA settings trillion launch passes to
+# `up` writes STATE/hostfile ("PREFIXi slots=K # site=S addr=A", Open MPI's format: the comment
+# gives trillion each host's site and the address its launcher probes when a job hangs), STATE/hostfile.mca (the MCA settings trillion launch passes to
 # mpirun: the rsh agent, TCP between hosts, shared memory inside one) and STATE/agent.
 # Idempotent: `up` first removes what an earlier `up` (or a killed test) left. Needs root.
 # Names carry PREFIX (TRILLION_HOSTS_PREFIX, default "trh"), and `down` removes all of them.
@@ -115,11 +116,7 @@ up() {
       limit "${ns}-v" "$gbps"     # into the host
       limit eth0 "$gbps" "$ns"    # out of the host
     fi
-    if [[ $sites -gt 1 ]]; then
-      echo "$ns slots=$slots # site=$site" >>"$STATE/hostfile"
-    else
-      echo "$ns slots=$slots" >>"$STATE/hostfile"
-    fi
+    echo "$ns slots=$slots # site=$site addr=$NET.$h" >>"$STATE/hostfile"
   done
   # The rsh agent: Open MPI runs `agent HOST COMMAND...` to start its daemon on HOST.
   cat >"$STATE/agent" <<'EOF'
@@ -171,6 +168,9 @@ case ${1:-} in
   down) down ;;
   status) status ;;
   bytes) bytes ;;
+  kill) [[ -n ${2:-} ]] || die "kill HOST"; ip netns pids "$2" | xargs -r kill -9 ;;
+  cut) [[ -n ${2:-} ]] || die "cut HOST"; ip link set "$2-v" down ;;
+  mend) [[ -n ${2:-} ]] || die "mend HOST"; ip link set "$2-v" up ;;
   check) check ;;
-  *) die "usage: hosts.sh up N [--slots K] [--gbps G] [--sites S --site-gbps G2] | down | status | bytes | check" ;;
+  *) die "usage: hosts.sh up N [--slots K] [--gbps G] [--sites S --site-gbps G2] | down | status | bytes | check | kill H | cut H | mend H" ;;
 esac

@@ -44,6 +44,8 @@ std::vector<HostfileEntry> read_hostfile(const std::string& path) {
                               e.slots));
     }
     if (std::regex_search(comment, m, kSite)) e.site = std::stoi(m[1]);
+    static const std::regex kAddress(R"(addr\s*=\s*([0-9A-Fa-f.:]+))");
+    if (std::regex_search(comment, m, kAddress)) e.address = m[1];
     entries.push_back(e);
   }
   if (entries.empty()) throw Error(fmt::format("hostfile {}: names no host", path));

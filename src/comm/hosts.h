@@ -5,7 +5,8 @@
 //   - `trillion inspect --hostfile F` maps ranks to the hostfile's slots the way Open MPI does by
 //     default (by slot: host 1's slots first, then host 2's, ...).
 // Sites come only from the hostfile: a host line may end in "# site=S" (scripts/hosts.sh writes
-// it); Open MPI reads the "#" as a comment. A host with no site is in site 0.
+// it); Open MPI reads the "#" as a comment. A host with no site is in site 0. "# addr=A" gives
+// the address the launcher probes when a job hangs (cli/supervisor.cpp).
 //
 // Placement rule (DESIGN.md, "Hosts are part of the mesh"): tensor parallelism exchanges
 // activations several times per layer, so a tp group must sit inside one host; a layout that puts
@@ -34,6 +35,7 @@ struct HostfileEntry {
   std::string host;
   int slots = 1;
   int site = 0;
+  std::string address;  // "# addr=A" (scripts/hosts.sh writes it); empty: resolve the name
 };
 
 // Reads an Open MPI hostfile ("host [slots=K] [# site=S]", "#" comments, blank lines). Throws
