@@ -1,6 +1,7 @@
 // Hosts in the mesh (comm/hosts.h): hostfiles are read as Open MPI reads them (slots, comments,
 // "# site=S"), ranks map to hosts by slot, a tp group across hosts is refused with the fix, and
-// every group kind gets the link class its members imply. Pure functions: no MPI, no hosts.
+// every group kind gets the link class its members imply, and --elastic picks the largest layout
+// the hosts left hold. Pure functions: no MPI, no hosts.
 #include "comm/hosts.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "cli/supervisor.h"
 #include "comm/device_mesh.h"
 #include "core/error.h"
 
@@ -23,12 +25,13 @@ std::string write_hostfile(const std::string& name, const std::string& text) {
 
 TEST(Hostfile, ReadsSlotsSitesAndComments) {
   const auto path = write_hostfile(
-      "read", "# made by hosts.sh\n\nh1 slots=2 # site=0\nh2 slots=2 # site=1\n  h3\n");
+      "read", "# made by hosts.sh\n\nh1 slots=2 # site=0\nh2 slots=2 # site=1 addr=10.9.0.2\n  h3\n");
   const auto e = read_hostfile(path);
   ASSERT_EQ(e.size(), 3u);
   EXPECT_EQ(e[0].host, "h1");
   EXPECT_EQ(e[0].slots, 2);
   EXPECT_EQ(e[1].site, 1);
+  EXPECT_EQ(e[1].address, "10.9.0.2");
   EXPECT_EQ(e[2].slots, 1);
   EXPECT_EQ(e[2].site, 0);
 }
@@ -54,6 +57,24 @@ TEST(Hostfile, RanksFillEachHostsSlotsInTurn) {
   EXPECT_THROW(map_ranks_by_slot(read_hostfile(path), 5, path), Error);
 }
 
+// --elastic's choice (cli/supervisor.h): fewest replicas lost, per-rank micro-batch kept, global
+// batch kept by accumulation; dp 3 only where the global batch divides.
+TEST(Elastic, TheLargestLayoutTheSlotsHoldKeepsTheGlobalBatch) {
+  cli::ElasticOptions e;
+  e.dp = 4, e.micro_batch = 8, e.grad_accum = 1, e.replica_ranks = 1;
+  int64_t mb = 0, ga = 0;
+  EXPECT_EQ(cli::elastic_replicas(e, 3, mb, ga), 2);  // 3 would need 8 / 6 accumulation
+  EXPECT_EQ(mb, 4);
+  EXPECT_EQ(ga, 2);
+  e.grad_accum = 3;  // global batch 24 = 3 replicas x 2 x 4
+  EXPECT_EQ(cli::elastic_replicas(e, 3, mb, ga), 3);
+  EXPECT_EQ(mb, 6);
+  EXPECT_EQ(ga, 4);
+  e.replica_ranks = 2;  // tp 2: 3 slots hold one replica
+  EXPECT_EQ(cli::elastic_replicas(e, 3, mb, ga), 1);
+  EXPECT_EQ(cli::elastic_replicas(e, 1, mb, ga), 0);
+}
+
 TEST(MeshHosts, TpAcrossHostsIsRefusedWithTheFix) {
   const MeshLayout layout({.dp = 2, .tp = 2});
   const JobHosts one_slot = job_hosts({"a", "b", "c", "d"});
@@ -72,7 +93,8 @@ TEST(MeshHosts, TpAcrossHostsIsRefusedWithTheFix) {
 TEST(MeshHosts, GroupsGetTheLinkClassOfTheirMembers) {
   // 8 ranks, pp 2 x dp 2 x tp 2, 2 slots per host, hosts {a,b} in site 0 and {c,d} in site 1.
   const MeshLayout layout({.pp = 2, .dp = 2, .tp = 2});
-  std::vector<HostfileEntry> entries = {{"a", 2, 0}, {"b", 2, 0}, {"c", 2, 1}, {"d", 2, 1}};
+  std::vector<HostfileEntry> entries = {
+      {"a", 2, 0, ""}, {"b", 2, 0, ""}, {"c", 2, 1, ""}, {"d", 2, 1, ""}};
   const JobHosts h = map_ranks_by_slot(entries, 8, "test");
   EXPECT_EQ(group_link_class(layout, h, MeshGroup::tp, 0), LinkClass::inside_host);
   EXPECT_EQ(group_link_class(layout, h, MeshGroup::dp, 0), LinkClass::across_hosts);
