@@ -55,15 +55,16 @@ down() {
   rm -rf "$STATE"
 }
 
-# tbf on DEV's egress at GBPS: a burst of 10 ms at the rate (at least 64 KiB and two MTUs).
+# tbf on DEV's egress at GBPS: a burst of 2 ms at the rate (at least 64 KiB) and a queue of
+# 10 ms: a longer queue fills (bufferbloat) and TCP's window, not the rate, then sets the speed.
 limit() {
   local dev=$1 gbps=$2 ns=${3:-}
   local burst
-  burst=$(awk -v g="$gbps" 'BEGIN { b = g * 1e9 / 8 * 0.01; if (b < 65536) b = 65536; printf "%d", b }')
+  burst=$(awk -v g="$gbps" 'BEGIN { b = g * 1e9 / 8 * 0.002; if (b < 65536) b = 65536; printf "%d", b }')
   if [[ -n $ns ]]; then
-    ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "${gbps}gbit" burst "$burst" latency 100ms
+    ip netns exec "$ns" tc qdisc replace dev "$dev" root tbf rate "${gbps}gbit" burst "$burst" latency 10ms
   else
-    tc qdisc replace dev "$dev" root tbf rate "${gbps}gbit" burst "$burst" latency 100ms
+    tc qdisc replace dev "$dev" root tbf rate "${gbps}gbit" burst "$burst" latency 10ms
   fi
 }
 

@@ -4,10 +4,7 @@
 
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/error.h"
 
@@ -197,45 +194,11 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLi
   }
 }
 
-// Every rank's hostname (at most 255 bytes, packed 4 to an f64, exact), gathered over a private
-// copy of the world so that no counted communicator sees it.
+// Every rank's host, gathered over a private copy of the world so that no counted communicator
+// sees it; sites from the hostfile named by TRILLION_HOSTFILE.
 void DeviceMesh::discover_hosts() {
   private_ = world_.split(0, world_.rank(), "hosts");
-  constexpr int kMaxName = 256, kWords = kMaxName / 4;
-  char name[kMaxName] = {};
-  if (::gethostname(name, kMaxName - 1) != 0) name[0] = '?';
-  const int n = world_.size();
-  std::vector<double> mine(kWords), all(static_cast<size_t>(n) * kWords);
-  for (int w = 0; w < kWords; ++w) {
-    uint32_t word = 0;
-    for (int i = 0; i < 4; ++i) word |= uint32_t{static_cast<unsigned char>(name[4 * w + i])} << (8 * i);
-    mine[static_cast<size_t>(w)] = word;
-  }
-  private_->all_gather(Tensor(mine.data(), DType::f64, {kWords}),
-                       Tensor(all.data(), DType::f64, {static_cast<int64_t>(n) * kWords}));
-  std::vector<std::string> names;
-  for (int r = 0; r < n; ++r) {
-    std::string s;
-    for (int w = 0; w < kWords; ++w) {
-      const auto word = static_cast<uint32_t>(all[static_cast<size_t>(r) * kWords + w]);
-      for (int i = 0; i < 4; ++i) {
-        const char c = static_cast<char>((word >> (8 * i)) & 0xff);
-        if (c == 0) break;
-        s += c;
-      }
-      if (s.size() < static_cast<size_t>(4 * (w + 1))) break;
-    }
-    names.push_back(s);
-  }
-  std::vector<HostfileEntry> entries;
-  if (const char* hostfile = std::getenv("TRILLION_HOSTFILE"); hostfile != nullptr && *hostfile) {
-    try {
-      entries = read_hostfile(hostfile);
-    } catch (const Error&) {
-      // Sites are a report's detail: a hostfile mpirun accepted but we cannot read leaves site 0.
-    }
-  }
-  hosts_ = job_hosts(names, entries);
+  hosts_ = exchange_hosts(*private_);
 }
 
 LinkBytes DeviceMesh::link_bytes() const {

@@ -9,6 +9,11 @@
 #include <regex>
 #include <set>
 
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "comm/communicator.h"
 #include "comm/device_mesh.h"
 #include "core/error.h"
 
@@ -86,6 +91,47 @@ JobHosts map_ranks_by_slot(const std::vector<HostfileEntry>& entries, int world_
   if (static_cast<int>(names.size()) < world_size) {
     throw Error(fmt::format("hostfile {} has {} slot(s) for {} process(es); add hosts or slots",
                             path, names.size(), world_size));
+  }
+  return job_hosts(names, entries);
+}
+
+JobHosts exchange_hosts(Communicator& comm) {
+  // Hostnames of at most 255 bytes, packed 4 to an f64 (exact).
+  constexpr int kMaxName = 256, kWords = kMaxName / 4;
+  char name[kMaxName] = {};
+  if (::gethostname(name, kMaxName - 1) != 0) name[0] = '?';
+  const int n = comm.size();
+  std::vector<double> mine(kWords), all(static_cast<size_t>(n) * kWords);
+  for (int w = 0; w < kWords; ++w) {
+    uint32_t word = 0;
+    for (int i = 0; i < 4; ++i) {
+      word |= uint32_t{static_cast<unsigned char>(name[4 * w + i])} << (8 * i);
+    }
+    mine[static_cast<size_t>(w)] = word;
+  }
+  comm.all_gather(Tensor(mine.data(), DType::f64, {kWords}),
+                  Tensor(all.data(), DType::f64, {static_cast<int64_t>(n) * kWords}));
+  std::vector<std::string> names;
+  for (int r = 0; r < n; ++r) {
+    std::string s;
+    bool ended = false;
+    for (int w = 0; w < kWords && !ended; ++w) {
+      const auto word = static_cast<uint32_t>(all[static_cast<size_t>(r) * kWords + w]);
+      for (int i = 0; i < 4 && !ended; ++i) {
+        const char c = static_cast<char>((word >> (8 * i)) & 0xff);
+        ended = c == 0;
+        if (!ended) s += c;
+      }
+    }
+    names.push_back(s);
+  }
+  std::vector<HostfileEntry> entries;
+  if (const char* hostfile = std::getenv("TRILLION_HOSTFILE"); hostfile != nullptr && *hostfile) {
+    try {
+      entries = read_hostfile(hostfile);
+    } catch (const Error&) {
+      // Sites are a report's detail: a hostfile mpirun accepted but we cannot read leaves site 0.
+    }
   }
   return job_hosts(names, entries);
 }

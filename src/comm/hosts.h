@@ -29,6 +29,7 @@
 namespace trillion::comm {
 
 class MeshLayout;
+class Communicator;
 enum class MeshGroup : uint8_t;
 
 struct HostfileEntry {
@@ -60,6 +61,10 @@ JobHosts job_hosts(const std::vector<std::string>& host_of_rank,
 // slots are too few.
 JobHosts map_ranks_by_slot(const std::vector<HostfileEntry>& entries, int world_size,
                            const std::string& path);
+
+// Every member's hostname, gathered over `comm` (collective), with sites from the hostfile that
+// TRILLION_HOSTFILE names (trillion launch --hostfile sets it).
+JobHosts exchange_hosts(Communicator& comm);
 
 enum class LinkClass : uint8_t { inside_host, across_hosts, across_sites, mixed };
 inline constexpr int kLinkClasses = 4;
