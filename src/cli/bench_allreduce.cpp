@@ -70,7 +70,7 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
     }
   }
   const int per_site = n / o.sites;
-  const int rpn = real_hosts                ? n / hosts.hosts()
+  const int rpn = real_hosts             ? n / hosts.hosts()
                   : o.ranks_per_node > 0 ? o.ranks_per_node
                                          : per_site;
   if (o.sites > 1 && rpn != per_site) {
@@ -99,9 +99,10 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
 
   nlohmann::json results = nlohmann::json::array();
   if (r == 0 && !json && real_hosts) {
-    std::printf("all-reduce of %.1f MB fp32 on %d ranks, %d host(s) with %.2f Gb/s NICs, %d "
-                "ranks per host\n",
-                bytes / 1e6, n, hosts.hosts(), o.host_gbps, rpn);
+    std::printf(
+        "all-reduce of %.1f MB fp32 on %d ranks, %d host(s) with %.2f Gb/s NICs, %d "
+        "ranks per host\n",
+        bytes / 1e6, n, hosts.hosts(), o.host_gbps, rpn);
   } else if (r == 0 && !json) {
     std::printf("all-reduce of %.1f MB fp32 on %d ranks, %d site(s)%s, %d ranks per node\n",
                 bytes / 1e6, n, o.sites,
@@ -163,7 +164,7 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
   } else {
     topo.intra = {0, 1e12};
   }
-  topo.inter = real_hosts ? plan::AlphaBeta{0, o.host_gbps * 1e9 / 8}
+  topo.inter = real_hosts    ? plan::AlphaBeta{0, o.host_gbps * 1e9 / 8}
                : o.sites > 1 ? plan::AlphaBeta{slow.latency_s, slow.bytes_per_second}
                              : topo.intra;
   if (r == 0 && !json) {
@@ -175,9 +176,10 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
                                 .c_str()
                           : "one rank");
     } else {
-      std::printf("inside a site: %.2f GB/s (this machine's ring all-reduce without the "
-                  "emulator)\n",
-                  topo.intra.bytes_per_second / 1e9);
+      std::printf(
+          "inside a site: %.2f GB/s (this machine's ring all-reduce without the "
+          "emulator)\n",
+          topo.intra.bytes_per_second / 1e9);
     }
     std::printf("%-13s %12s %12s %8s %12s %16s %16s\n", "algorithm", "measured ms", "model ms",
                 "ratio", "no-link ms", "bytes/rank", "model bytes");

@@ -90,8 +90,7 @@ void print_hosts(const json& h) {
   std::printf("\nhosts (%s, Open MPI's by-slot mapping): %d host(s), %d site(s)\n",
               h["hostfile"].get<std::string>().c_str(), h["hosts"].get<int>(),
               h["sites"].get<int>());
-  std::printf("%-6s %-20s %-5s %4s %4s %4s %4s\n", "rank", "host", "site", "pp", "dp", "cp",
-              "tp");
+  std::printf("%-6s %-20s %-5s %4s %4s %4s %4s\n", "rank", "host", "site", "pp", "dp", "cp", "tp");
   for (const json& r : h["ranks"]) {
     std::printf("%-6d %-20s %-5d %4d %4d %4d %4d\n", r["rank"].get<int>(),
                 r["host"].get<std::string>().c_str(), r["site"].get<int>(), r["pp"].get<int>(),

@@ -362,8 +362,7 @@ int launch_command(int argc, char** argv) {
   // The mpirun command line for a hostfile (absolute, or empty) and a process count; --elastic
   // builds it again for the hosts left after a failure.
   const std::string mpirun_path = *mpirun;
-  auto mpirun_command = [&args, mpirun_path, program](const std::string& hostfile,
-                                                      int processes) {
+  auto mpirun_command = [mpirun_path, program](const std::string& hostfile, int processes) {
     std::vector<std::string> cmd = {mpirun_path, "--tag-output", "-n", std::to_string(processes)};
     if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
     const unsigned cores = std::max(1u, std::thread::hardware_concurrency());

@@ -2,16 +2,14 @@
 #include "comm/hosts.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
-
-#include <unistd.h>
-
-#include <cstdlib>
 
 #include "comm/communicator.h"
 #include "comm/device_mesh.h"
@@ -22,8 +20,8 @@ namespace trillion::comm {
 std::vector<HostfileEntry> read_hostfile(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    throw Error(fmt::format("hostfile {}: cannot be read (one line per machine: 'host slots=K')",
-                            path));
+    throw Error(
+        fmt::format("hostfile {}: cannot be read (one line per machine: 'host slots=K')", path));
   }
   static const std::regex kLine(R"(^\s*([A-Za-z0-9_.:-]+)(\s+slots\s*=\s*(\d+))?\s*$)");
   static const std::regex kSite(R"(site\s*=\s*(\d+))");
@@ -38,15 +36,15 @@ std::vector<HostfileEntry> read_hostfile(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::smatch m;
     if (!std::regex_match(line, m, kLine)) {
-      throw Error(fmt::format("hostfile {} line {}: '{}' is not 'host [slots=K]'", path, number,
-                              line));
+      throw Error(
+          fmt::format("hostfile {} line {}: '{}' is not 'host [slots=K]'", path, number, line));
     }
     HostfileEntry e;
     e.host = m[1];
     e.slots = m[3].matched ? std::stoi(m[3]) : 1;
     if (e.slots < 1) {
-      throw Error(fmt::format("hostfile {} line {}: slots={} must be at least 1", path, number,
-                              e.slots));
+      throw Error(
+          fmt::format("hostfile {} line {}: slots={} must be at least 1", path, number, e.slots));
     }
     if (std::regex_search(comment, m, kSite)) e.site = std::stoi(m[1]);
     static const std::regex kAddress(R"(addr\s*=\s*([0-9A-Fa-f.:]+))");
@@ -150,8 +148,7 @@ const char* link_class_name(LinkClass c) {
   return "?";
 }
 
-LinkClass group_link_class(const MeshLayout& layout, const JobHosts& hosts, MeshGroup g,
-                           int rank) {
+LinkClass group_link_class(const MeshLayout& layout, const JobHosts& hosts, MeshGroup g, int rank) {
   return link_class_of(hosts, layout.group_ranks(g, rank), rank);
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../train/cli_util.h"
 #include "cli/supervisor.h"
 #include "comm/device_mesh.h"
 #include "core/error.h"
@@ -25,7 +26,8 @@ std::string write_hostfile(const std::string& name, const std::string& text) {
 
 TEST(Hostfile, ReadsSlotsSitesAndComments) {
   const auto path = write_hostfile(
-      "read", "# made by hosts.sh\n\nh1 slots=2 # site=0\nh2 slots=2 # site=1 addr=10.9.0.2\n  h3\n");
+      "read",
+      "# made by hosts.sh\n\nh1 slots=2 # site=0\nh2 slots=2 # site=1 addr=10.9.0.2\n  h3\n");
   const auto e = read_hostfile(path);
   ASSERT_EQ(e.size(), 3u);
   EXPECT_EQ(e[0].host, "h1");
@@ -104,6 +106,29 @@ TEST(MeshHosts, GroupsGetTheLinkClassOfTheirMembers) {
   // A group with members both on this host and on others is "mixed".
   EXPECT_EQ(link_class_of(h, {0, 1, 2, 3}, 0), LinkClass::mixed);
   EXPECT_EQ(link_class_of(h, {0, 2, 4}, 0), LinkClass::mixed);
+}
+
+TEST(InspectHosts, ShowsEachRanksHostAndWhichGroupsCrossAndRefusesTpAcross) {
+  const auto path = write_hostfile("inspect", "h1 slots=2 # site=0\nh2 slots=2 # site=1\n");
+  const std::string config = trillion::testing::config_path("tiny.toml");
+  const auto r = trillion::testing::run_trillion(
+      "inspect " + config + " --set parallel.dp=2 --set parallel.tp=2 --hostfile " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("2 host(s), 2 site(s)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("2      h2                   1        0    1    0    0"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("group dp     crosses hosts (rank 0's group: across_sites)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("group tp     inside hosts (rank 0's group: inside_host)"),
+            std::string::npos)
+      << r.output;
+  const auto one_slot = write_hostfile("inspect1", "h1\nh2\n");
+  const auto refused = trillion::testing::run_trillion(
+      "inspect " + config + " --set parallel.tp=2 --hostfile " + one_slot);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.output.find("spans hosts h1, h2"), std::string::npos) << refused.output;
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 // counters) carried the engine's cross-host bytes plus TCP/IP and Open MPI framing and the job's
 // start-up and teardown (kFramingShare of the bytes plus kStartupBytes). cp's gradient reduction
 // (dp_cp, whose members are on both hosts) runs the hierarchical all-reduce, whose messages the
-// mesh counts by their peer's host. Where namespaces cannot be made (not root, no `ip`), the tests skip and
-// say why. Each test makes its own hosts under its own name prefix and subnet and removes them.
+// mesh counts by their peer's host. Where namespaces cannot be made (not root, no `ip`), the tests
+// skip and say why. Each test makes its own hosts under its own name prefix and subnet and removes
+// them.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -121,8 +122,8 @@ TEST_P(MultiHost, TrainsTheOneProcessRunAndTheWireCarriesTheCrossHostBytes) {
 const auto kName = [](const auto& info) { return info.param.name; };
 INSTANTIATE_TEST_SUITE_P(Layouts, MultiHost,
                          ::testing::Values(Layout{"dp2_tp2",
-                                                  " --set parallel.dp=2 --set parallel.tp=2",
-                                                  "tra", "10.214.1"}),
+                                                  " --set parallel.dp=2 --set parallel.tp=2", "tra",
+                                                  "10.214.1"}),
                          kName);
 INSTANTIATE_TEST_SUITE_P(
     DISABLED_MoreLayouts, MultiHost,
@@ -144,10 +145,10 @@ TEST(MultiHostElastic, ALostHostIsLeftOutAndTheRunGoesOnAtTheLayoutTheRestHold) 
   const std::string base = "train " + config_path("tiny.toml") +
                            " --quiet --set train.steps=6 --set checkpoint.interval=2";
   const std::string run = fresh_dir("h34_elastic");
-  const auto r = run_trillion(kEnv + "launch -n 4 --hostfile " + hosts.hostfile() +
-                              " --max-restarts 1 --elastic --fail-at 3:2 -- " + base +
-                              " --run-dir " + run +
-                              " --set parallel.dp=4 --set train.micro_batch=8");
+  const auto r =
+      run_trillion(kEnv + "launch -n 4 --hostfile " + hosts.hostfile() +
+                   " --max-restarts 1 --elastic --fail-at 3:2 -- " + base + " --run-dir " + run +
+                   " --set parallel.dp=4 --set train.micro_batch=8");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[host trd3: rank(s) 2]"), std::string::npos) << r.output;
   const auto summary = read_json(run + "/summary.json");
