@@ -39,6 +39,11 @@ check() {
     echo "hosts.sh: cannot create a network namespace here (ip netns add failed)" >&2
     return 2
   fi
+  if ! ip netns exec "$probe" unshare --uts true 2>/dev/null; then
+    ip netns del "$probe"
+    echo "hosts.sh: cannot give a namespace its own hostname here (unshare --uts failed)" >&2
+    return 2
+  fi
   ip netns del "$probe"
 }
 
