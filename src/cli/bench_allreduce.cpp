@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comm/algorithms/algorithm_communicator.h"
+#include "comm/hosts.h"
 #include "comm/link_emulator.h"
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
@@ -55,8 +56,23 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
   if (o.sites < 1 || n % o.sites != 0) {
     throw Error(fmt::format("--sites {} must divide the job's {} processes", o.sites, n));
   }
+  const bool real_hosts = o.host_gbps > 0;
+  const comm::JobHosts hosts = comm::exchange_hosts(world);  // collective; counted nowhere used
+  if (real_hosts) {
+    if (o.sites != 1) throw Error("--host-gbps measures real links: give --sites 1");
+    for (int q = 0; q < n; ++q) {
+      if (hosts.host_of_rank[q] != q / (n / hosts.hosts())) {
+        throw Error(fmt::format(
+            "--host-gbps needs the same number of ranks on every host, in blocks ({} ranks on "
+            "{} hosts); give every host the same slots",
+            n, hosts.hosts()));
+      }
+    }
+  }
   const int per_site = n / o.sites;
-  const int rpn = o.ranks_per_node > 0 ? o.ranks_per_node : per_site;
+  const int rpn = real_hosts             ? n / hosts.hosts()
+                  : o.ranks_per_node > 0 ? o.ranks_per_node
+                                         : per_site;
   if (o.sites > 1 && rpn != per_site) {
     throw Error(fmt::format(
         "with emulated sites a node is a site: --ranks-per-node must be {} (processes / sites)",
@@ -82,7 +98,12 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
   const double bytes = 4.0 * static_cast<double>(count);
 
   nlohmann::json results = nlohmann::json::array();
-  if (r == 0 && !json) {
+  if (r == 0 && !json && real_hosts) {
+    std::printf(
+        "all-reduce of %.1f MB fp32 on %d ranks, %d host(s) with %.2f Gb/s NICs, %d "
+        "ranks per host\n",
+        bytes / 1e6, n, hosts.hosts(), o.host_gbps, rpn);
+  } else if (r == 0 && !json) {
     std::printf("all-reduce of %.1f MB fp32 on %d ranks, %d site(s)%s, %d ranks per node\n",
                 bytes / 1e6, n, o.sites,
                 o.sites > 1
@@ -92,11 +113,15 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
   }
   // The times of `reps` all-reduces of `count` floats by algorithm `a`, with or without the
   // emulated links; checks the result and returns the bytes the rank sent.
-  const auto measure = [&](comm::AllReduceAlgorithm a, bool emulate, uint64_t* sent, int reps) {
-    std::unique_ptr<comm::Communicator> group = world.split(0, r, "bench");
+  const auto measure = [&](comm::AllReduceAlgorithm a, bool emulate, uint64_t* sent, int reps,
+                           int color = -1) {
+    // color >= 0: only the ranks of that color (a host) run it together.
+    std::unique_ptr<comm::Communicator> group = world.split(std::max(color, 0), r, "bench");
+    const int members = group->size();
     if (emulate) group = std::make_unique<comm::LinkEmulator>(std::move(group), site, slow);
     // The node of a rank: consecutive blocks of rpn (so nodes never straddle sites).
-    group = std::make_unique<comm::AlgorithmCommunicator>(std::move(group), a, r / rpn);
+    group = std::make_unique<comm::AlgorithmCommunicator>(
+        std::move(group), a, real_hosts ? hosts.host_of_rank[r] : r / rpn);
     std::vector<float> data(static_cast<size_t>(count), 1.0f);
     const Tensor t(data.data(), DType::f32, {count});
     std::vector<double> times;
@@ -109,9 +134,10 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
       std::vector<double> dt = {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
       world.all_reduce(Tensor(dt.data(), DType::f64, {1}), comm::ReduceOp::max);
-      if (data[0] != static_cast<float>(n) || data[count - 1] != static_cast<float>(n)) {
+      if (data[0] != static_cast<float>(members) ||
+          data[count - 1] != static_cast<float>(members)) {
         throw Error(fmt::format("bench allreduce: {} gave {} instead of {}",
-                                comm::algorithm_name(a), data[0], n));
+                                comm::algorithm_name(a), data[0], members));
       }
       *sent = (group->counters() - before).sent(comm::Collective::all_reduce);
       if (rep > 0) times.push_back(dt[0]);  // the first is a warm-up
@@ -123,17 +149,38 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
   uint64_t unused = 0;
   // The best of many runs: a busy machine can only slow a run down, and the other ranks of this
   // job share its cores.
-  const std::vector<double> local_runs =
-      measure(comm::AllReduceAlgorithm::ring, false, &unused, 4 * o.reps);
-  const double local_ring = *std::min_element(local_runs.begin(), local_runs.end());
+  // On real hosts the whole job's ring crosses NICs: inside a host the model uses the ring of
+  // one host's ranks (1 rank per host: unused).
   plan::Topology topo;
   topo.ranks_per_node = rpn;
   topo.nodes = n / rpn;
-  topo.intra = {0, 2.0 * (n - 1) / n * bytes / local_ring};
-  topo.inter = o.sites > 1 ? plan::AlphaBeta{slow.latency_s, slow.bytes_per_second} : topo.intra;
+  if (!real_hosts || rpn > 1) {
+    const std::vector<double> local_runs =
+        measure(comm::AllReduceAlgorithm::ring, false, &unused, 4 * o.reps,
+                real_hosts ? hosts.host_of_rank[r] : 0);
+    const double local_ring = *std::min_element(local_runs.begin(), local_runs.end());
+    const int m = real_hosts ? rpn : n;
+    topo.intra = {0, 2.0 * (m - 1) / m * bytes / local_ring};
+  } else {
+    topo.intra = {0, 1e12};
+  }
+  topo.inter = real_hosts    ? plan::AlphaBeta{0, o.host_gbps * 1e9 / 8}
+               : o.sites > 1 ? plan::AlphaBeta{slow.latency_s, slow.bytes_per_second}
+                             : topo.intra;
   if (r == 0 && !json) {
-    std::printf("inside a site: %.2f GB/s (this machine's ring all-reduce without the emulator)\n",
-                topo.intra.bytes_per_second / 1e9);
+    if (real_hosts) {
+      std::printf("between hosts: %.3f GB/s (the NICs' rate); inside a host: %s\n",
+                  topo.inter.bytes_per_second / 1e9,
+                  rpn > 1 ? fmt::format("{:.2f} GB/s (a host's ring in shared memory)",
+                                        topo.intra.bytes_per_second / 1e9)
+                                .c_str()
+                          : "one rank");
+    } else {
+      std::printf(
+          "inside a site: %.2f GB/s (this machine's ring all-reduce without the "
+          "emulator)\n",
+          topo.intra.bytes_per_second / 1e9);
+    }
     std::printf("%-13s %12s %12s %8s %12s %16s %16s\n", "algorithm", "measured ms", "model ms",
                 "ratio", "no-link ms", "bytes/rank", "model bytes");
   }
@@ -171,6 +218,8 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
                                        {"bytes", bytes},
                                        {"latency_ms", o.latency_ms},
                                        {"gbps", o.gbps},
+                                       {"host_gbps", o.host_gbps},
+                                       {"hosts", hosts.hosts()},
                                        {"intra_site_bytes_per_second", topo.intra.bytes_per_second},
                                        {"results", results}}
                             .dump()

@@ -438,6 +438,8 @@ int bench_command(int argc, char** argv) {
       ->capture_default_str();
   allreduce->add_option("--ranks-per-node", aro.ranks_per_node,
                         "hierarchical's node size (0: one node per site)");
+  allreduce->add_option("--host-gbps", aro.host_gbps,
+                        "real hosts (scripts/hosts.sh --gbps G): their NICs' Gb/s; no emulation");
   allreduce->add_option("--reps", aro.reps, "timed repetitions (median reported)")
       ->check(CLI::Range(1, 1000));
   allreduce->add_flag("--json", json, "print one JSON object");

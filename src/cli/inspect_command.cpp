@@ -5,6 +5,8 @@
 // rank and activation slots (from the schedule). Every number comes from the same functions the
 // engine allocates with (plan::parameter_table, TensorTable::local, local_shape,
 // plan::partition_stages, schedule::inflight_slots), so inspect == train == plan.
+// With --hostfile F: each rank's host and site (Open MPI's by-slot mapping, comm/hosts.h) and
+// which group kinds cross hosts; a layout with tp across hosts is refused as train refuses it.
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +14,8 @@
 
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
+#include "comm/device_mesh.h"
+#include "comm/hosts.h"
 #include "model/local_shape.h"
 #include "model/transformer.h"
 #include "plan/activation_memory.h"
@@ -44,6 +48,61 @@ struct StageInfo {
   int slots = 0;
 };
 
+// The hosts section: per rank its host, site and coordinates; per group kind whether it crosses
+// hosts (and the link class of rank 0's group).
+json hosts_json(const ParallelConfig& pc, const std::string& hostfile) {
+  const comm::MeshLayout layout({.pp = static_cast<int>(pc.pp),
+                                 .dp = static_cast<int>(pc.dp),
+                                 .cp = static_cast<int>(pc.cp),
+                                 .tp = static_cast<int>(pc.tp),
+                                 .ep = static_cast<int>(pc.ep)});
+  const int world = layout.shape().world_size();
+  const comm::JobHosts hosts =
+      comm::map_ranks_by_slot(comm::read_hostfile(hostfile), world, hostfile);
+  comm::check_tp_inside_hosts(layout, hosts);
+  json ranks = json::array();
+  for (int r = 0; r < world; ++r) {
+    const comm::MeshCoord c = layout.coord_of(r);
+    ranks.push_back({{"rank", r},
+                     {"host", hosts.names[hosts.host_of_rank[r]]},
+                     {"site", hosts.site_of_rank(r)},
+                     {"pp", c.pp},
+                     {"dp", c.dp},
+                     {"cp", c.cp},
+                     {"tp", c.tp}});
+  }
+  json groups = json::object();
+  for (int g = 0; g < comm::kMeshGroups; ++g) {
+    const auto kind = static_cast<comm::MeshGroup>(g);
+    if (layout.group_ranks(kind, 0).size() < 2) continue;
+    groups[comm::group_name(kind)] = {
+        {"crosses_hosts", comm::groups_cross_hosts(layout, hosts, kind)},
+        {"link", comm::link_class_name(comm::group_link_class(layout, hosts, kind, 0))}};
+  }
+  return {{"hostfile", hostfile},
+          {"hosts", hosts.hosts()},
+          {"sites", hosts.sites()},
+          {"ranks", ranks},
+          {"groups", groups}};
+}
+
+void print_hosts(const json& h) {
+  std::printf("\nhosts (%s, Open MPI's by-slot mapping): %d host(s), %d site(s)\n",
+              h["hostfile"].get<std::string>().c_str(), h["hosts"].get<int>(),
+              h["sites"].get<int>());
+  std::printf("%-6s %-20s %-5s %4s %4s %4s %4s\n", "rank", "host", "site", "pp", "dp", "cp", "tp");
+  for (const json& r : h["ranks"]) {
+    std::printf("%-6d %-20s %-5d %4d %4d %4d %4d\n", r["rank"].get<int>(),
+                r["host"].get<std::string>().c_str(), r["site"].get<int>(), r["pp"].get<int>(),
+                r["dp"].get<int>(), r["cp"].get<int>(), r["tp"].get<int>());
+  }
+  for (const auto& [name, g] : h["groups"].items()) {
+    std::printf("group %-6s %s (rank 0's group: %s)\n", name.c_str(),
+                g["crosses_hosts"].get<bool>() ? "crosses hosts" : "inside hosts",
+                g["link"].get<std::string>().c_str());
+  }
+}
+
 }  // namespace
 
 int inspect_command(int argc, char** argv) {
@@ -55,10 +114,14 @@ int inspect_command(int argc, char** argv) {
   app.add_option("--set", overrides,
                  "override a config key: section.key=value (repeatable), e.g. parallel.tp=2");
   app.add_flag("--json", as_json, "print JSON");
+  std::string hostfile;
+  app.add_option("--hostfile", hostfile,
+                 "an Open MPI hostfile: show each rank's host and which groups cross hosts");
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   const RunConfig cfg = load_run_config(config_path, overrides);
   const ModelConfig& mc = cfg.model;
   const ParallelConfig& pc = cfg.parallel;
+  const json hosts = hostfile.empty() ? json() : hosts_json(pc, hostfile);
 
   const TensorTable global = build_parameter_table(mc);
   const ShardDegrees degrees{static_cast<int>(pc.tp), static_cast<int>(pc.cp),
@@ -153,7 +216,9 @@ int inspect_command(int argc, char** argv) {
                      {"experts", local.experts}}},
                    {"stages", stage_list},
                    {"parameters_per_pp_rank", rank_params}};
-    std::printf("%s\n", out.dump(2).c_str());
+    json printed = out;
+    if (!hosts.is_null()) printed["hosts"] = hosts;
+    std::printf("%s\n", printed.dump(2).c_str());
     return 0;
   }
 
@@ -211,6 +276,7 @@ int inspect_command(int argc, char** argv) {
       activation_formula ? ""
                          : "; activation bytes for MoE layers (whose expert buffers follow the "
                            "routing): not modelled");
+  if (!hosts.is_null()) print_hosts(hosts);
   return 0;
 }
 

@@ -154,6 +154,13 @@ std::string failure_line(const JobReport& r, int exit_status) {
   std::string mpirun_text;
   for (const std::string& l : r.mpirun_lines) mpirun_text += l + "\n";
   std::smatch m;
+  // A whole host gone (its processes killed, its machine down): mpirun loses its daemon there,
+  // and the ranks elsewhere fail only as its echo.
+  static const std::regex kLostDaemon(R"(Remote daemon:\s*\S+ on node (\S+))");
+  if (std::regex_search(mpirun_text, m, kLostDaemon)) {
+    return fmt::format("trillion launch: host {} was lost (mpirun lost its daemon there)",
+                       m[1].str());
+  }
   int rank = -1;
   std::string how;
   static const std::regex kSignal(
@@ -411,11 +418,13 @@ JobOutcome run_job(const std::vector<std::string>& cmd, bool verbose, const Watc
   }
   // A rank killed by a signal is a machine's failure, worth a restart; a rank's own error (a
   // config, a divergence) would only fail again.
+  static const std::regex kHost(R"(^trillion launch: host (\S+) was lost)");
+  std::smatch m;
+  if (std::regex_search(out.failure, m, kHost)) out.failed_host = m[1];
   out.restartable =
-      !out.on_request && (!router.report().death.empty() ||
+      !out.on_request && (!router.report().death.empty() || !out.failed_host.empty() ||
                           out.failure.find("was killed by signal") != std::string::npos);
   static const std::regex kRank(R"(^trillion launch: rank (\d+) )");
-  std::smatch m;
   if (std::regex_search(out.failure, m, kRank)) out.failed_rank = std::stoi(m[1]);
   return out;
 }

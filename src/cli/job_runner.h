@@ -60,6 +60,7 @@ struct JobOutcome {
   bool restartable = false;  // a rank died by a signal or hung (not a user error, not a request)
   bool on_request = false;   // stopped by a forwarded signal
   int failed_rank = -1;
+  std::string failed_host;  // a host mpirun lost (all its ranks), when that was the failure
   // A hang: seconds from the hung rank's last heartbeat to the watchdog naming it (-1: no hang).
   double detected_seconds = -1;
 };

@@ -15,6 +15,11 @@
 // - SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to mpirun (which runs in its own
 //   process group, so a terminal's Ctrl-C reaches the job once, through us); the first three
 //   travel as SIGUSR2 and reach each rank's program as SIGTERM (cli/job_runner.h, SignalRoute).
+// - --hostfile F: mpirun places ranks by F's slots. When F.mca exists (scripts/hosts.sh writes
+//   it: "key value" per line, e.g. the rsh agent and the TCP interfaces), each line is passed as
+//   `--mca key value`. Ranks get TRILLION_HOSTFILE (absolute), where the mesh reads sites.
+// - --elastic (with --hostfile, --max-restarts): a failed host is left out of the restart, which
+//   runs the largest layout the other hosts hold (cli/supervisor.h).
 // - Inside a job that a launcher already started (srun, mpirun by hand: the MPI environment
 //   variables are set), the subcommand is exec'd in place, after checking -n against the job size.
 // - --max-restarts, --heartbeat-timeout and the fault drills (--fail-at, --hang-at,
@@ -53,6 +58,7 @@
 #include "comm/mpi_communicator.h"
 #include "core/error.h"
 #include "data/file_io.h"
+#include "train/run_config.h"
 
 namespace trillion::cli {
 
@@ -65,11 +71,13 @@ struct LaunchArgs {
   std::string program;  // empty: this trillion binary
   std::vector<std::string> command;
   SupervisorOptions supervisor;  // processes and command are filled in by parse_args
+  bool elastic = false;
 };
 
 constexpr const char* kUsage =
     "usage: trillion launch -n N [--hostfile FILE] [--mpirun PATH] [--program EXE]\n"
     "       [--max-restarts K] [--heartbeat-timeout SECONDS] [--startup-timeout SECONDS]\n"
+    "       [--elastic (with --hostfile and --max-restarts: restart without a failed host)]\n"
     "       [--stopped-timeout SECONDS (default 300; 0: off)]\n"
     "       [--fail-at STEP:RANK]"
     " [--hang-at STEP:RANK] [--corrupt-checkpoint STEP] -- SUBCOMMAND [ARGS...]\n"
@@ -99,6 +107,8 @@ LaunchArgs parse_args(int argc, char** argv) {
       a.processes = static_cast<int>(n);
     } else if (arg == "--hostfile") {
       a.hostfile = value("--hostfile");
+    } else if (arg == "--elastic") {
+      a.elastic = true;
     } else if (arg == "--mpirun") {
       a.mpirun = value("--mpirun");
     } else if (arg == "--program") {
@@ -187,6 +197,12 @@ LaunchArgs parse_args(int argc, char** argv) {
         "between steps once training has begun)",
         a.supervisor.startup_timeout));
   }
+  if (a.elastic && (a.hostfile.empty() || a.supervisor.max_restarts == 0 ||
+                    a.command[0] != "train" || a.command.size() < 2)) {
+    throw Error(
+        "--elastic restarts a `train CONFIG ... --run-dir DIR` job on the hosts a failure "
+        "leaves: give it --hostfile FILE and --max-restarts K");
+  }
   if (!a.hostfile.empty()) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(a.hostfile, ec) || ::access(a.hostfile.c_str(), R_OK)) {
@@ -197,6 +213,24 @@ LaunchArgs parse_args(int argc, char** argv) {
     }
   }
   return a;
+}
+
+// --elastic's view of the run: its data-parallel layout and batch, from the train command's
+// config and --set overrides (read as train reads them).
+ElasticOptions elastic_options(const LaunchArgs& a) {
+  std::vector<std::string> overrides;
+  for (size_t i = 2; i < a.command.size(); ++i) {
+    if (a.command[i] == "--set" && i + 1 < a.command.size()) overrides.push_back(a.command[++i]);
+    if (a.command[i].starts_with("--set=")) overrides.push_back(a.command[i].substr(6));
+  }
+  const RunConfig c = load_run_config(a.command[1], overrides);
+  ElasticOptions e;
+  e.enabled = true;
+  e.replica_ranks = static_cast<int>(c.parallel.pp * c.parallel.cp * c.parallel.tp);
+  e.dp = static_cast<int>(c.parallel.dp);
+  e.micro_batch = c.train.micro_batch;
+  e.grad_accum = c.train.grad_accum;
+  return e;
 }
 
 std::string self_path() {
@@ -221,6 +255,27 @@ std::optional<std::string> find_on_path(const std::string& name) {
     start = end + 1;
   }
   return std::nullopt;
+}
+
+// "key value" lines of an MCA sidecar file ("#" comments); none when the file does not exist.
+std::vector<std::pair<std::string, std::string>> hostfile_mca(const std::string& path) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  std::ifstream in(path);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    const size_t space = line.find_first_of(" \t", start);
+    const size_t value = space == std::string::npos ? space : line.find_first_not_of(" \t", space);
+    if (value == std::string::npos) {
+      throw Error(fmt::format("{} line {}: '{}' is not 'key value' (an Open MPI MCA setting)",
+                              path, number, line));
+    }
+    const size_t end = line.find_last_not_of(" \t\r");
+    settings.emplace_back(line.substr(start, space - start), line.substr(value, end + 1 - value));
+  }
+  return settings;
 }
 
 [[noreturn]] void exec_or_throw(const std::vector<std::string>& args) {
@@ -304,29 +359,39 @@ int launch_command(int argc, char** argv) {
                     "or pass --mpirun PATH",
                     args.mpirun));
   }
-  std::vector<std::string> cmd = {*mpirun, "--tag-output", "-n", std::to_string(args.processes)};
-  if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (args.hostfile.empty() && static_cast<unsigned>(args.processes) > cores) {
-    cmd.push_back("--oversubscribe");
-  }
-  if (!args.hostfile.empty()) {
-    cmd.push_back("--hostfile");
-    cmd.push_back(args.hostfile);
-  }
-  // Forward the thread settings to ranks on other machines (local ranks inherit everything).
-  for (const char* var : {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS"}) {
-    if (std::getenv(var) != nullptr) {
-      cmd.push_back("-x");
-      cmd.push_back(var);
+  // The mpirun command line for a hostfile (absolute, or empty) and a process count; --elastic
+  // builds it again for the hosts left after a failure.
+  const std::string mpirun_path = *mpirun;
+  auto mpirun_command = [mpirun_path, program](const std::string& hostfile, int processes) {
+    std::vector<std::string> cmd = {mpirun_path, "--tag-output", "-n", std::to_string(processes)};
+    if (::geteuid() == 0) cmd.push_back("--allow-run-as-root");
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    if (hostfile.empty() && static_cast<unsigned>(processes) > cores) {
+      cmd.push_back("--oversubscribe");
     }
-  }
-  // Every rank runs through this binary's rank wrapper (run_as_rank below).
-  for (const std::string& w :
-       {self_path(), std::string("launch"), std::string("--as-rank"), std::string("--")}) {
-    cmd.push_back(w);
-  }
-  cmd.insert(cmd.end(), program.begin(), program.end());
+    if (!hostfile.empty()) {
+      cmd.insert(cmd.end(), {"--hostfile", hostfile});
+      for (const auto& [key, value] : hostfile_mca(hostfile + ".mca")) {
+        cmd.insert(cmd.end(), {"--mca", key, value});
+      }
+      ::setenv("TRILLION_HOSTFILE", hostfile.c_str(), 1);
+      cmd.insert(cmd.end(), {"-x", "TRILLION_HOSTFILE"});
+    }
+    // Forward the thread settings to ranks on other machines (local ranks inherit everything).
+    for (const char* var : {"OMP_NUM_THREADS", "OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS"}) {
+      if (std::getenv(var) != nullptr) cmd.insert(cmd.end(), {"-x", var});
+    }
+    // Every rank runs through this binary's rank wrapper (run_as_rank below).
+    for (const std::string& w :
+         {self_path(), std::string("launch"), std::string("--as-rank"), std::string("--")}) {
+      cmd.push_back(w);
+    }
+    cmd.insert(cmd.end(), program.begin(), program.end());
+    return cmd;
+  };
+  const std::string hostfile =
+      args.hostfile.empty() ? std::string() : std::filesystem::absolute(args.hostfile).string();
+  const std::vector<std::string> cmd = mpirun_command(hostfile, args.processes);
 
   const char* verbose_env = std::getenv("TRILLION_LAUNCH_VERBOSE");
   const bool verbose = verbose_env != nullptr && std::strcmp(verbose_env, "0") != 0;
@@ -339,6 +404,11 @@ int launch_command(int argc, char** argv) {
   SupervisorOptions supervisor = args.supervisor;
   supervisor.processes = args.processes;
   supervisor.command = args.command;
+  supervisor.hostfile = hostfile;
+  if (args.elastic) {
+    supervisor.elastic = elastic_options(args);
+    supervisor.elastic.command = mpirun_command;
+  }
   return supervise(supervisor, cmd, verbose);
 }
 

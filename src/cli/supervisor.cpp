@@ -1,8 +1,14 @@
 // See supervisor.h.
 #include "cli/supervisor.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/job_runner.h"
+#include "comm/hosts.h"
 #include "core/error.h"
 #include "data/file_io.h"
 #include "train/checkpoint/checkpoint.h"
@@ -133,7 +140,120 @@ double write_job_summary(const std::string& run_dir, const nlohmann::json& failu
   return summary["goodput"].get<double>();
 }
 
+// Whether `host` answers a TCP connection (a refusal is an answer) within `timeout_ms`: a
+// host whose link is cut does not, while its processes live on and the job just hangs.
+bool host_answers(const comm::HostfileEntry& host, int timeout_ms) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string name = host.address.empty() ? host.host : host.address;
+  if (::getaddrinfo(name.c_str(), "9", &hints, &found) != 0 || found == nullptr) return true;
+  const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  bool answered = true;
+  if (fd >= 0) {
+    if (::connect(fd, found->ai_addr, found->ai_addrlen) != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      answered = ::poll(&p, 1, timeout_ms) > 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return answered;
+}
+
+// After a hang: the first host of the hostfile that does not answer (empty: all do).
+std::string silent_host(const std::string& hostfile) {
+  try {
+    for (const comm::HostfileEntry& e : comm::read_hostfile(hostfile)) {
+      if (!host_answers(e, 1000)) return e.host;
+    }
+  } catch (const Error&) {
+  }
+  return "";
+}
+
+// The host of a failure and that host's ranks under `hostfile` (empty name: unknown).
+struct FailedHost {
+  std::string name;
+  std::vector<int> ranks;
+  bool silent = false;  // found by probing after a hang: it does not answer
+};
+FailedHost failed_host(const JobOutcome& out, const std::string& hostfile, int processes) {
+  FailedHost f;
+  if (hostfile.empty()) return f;
+  comm::JobHosts hosts;
+  try {
+    hosts = comm::map_ranks_by_slot(comm::read_hostfile(hostfile), processes, hostfile);
+  } catch (const Error&) {
+    return f;  // mpirun took it; its report stands without the host
+  }
+  if (!out.failed_host.empty()) {
+    f.name = out.failed_host;
+  } else if (out.detected_seconds >= 0 && !(f.name = silent_host(hostfile)).empty()) {
+    f.silent = true;  // its link, not the rank the watchdog saw first, is what failed
+  } else if (out.failed_rank >= 0 && out.failed_rank < processes) {
+    f.name = hosts.names[hosts.host_of_rank[out.failed_rank]];
+  }
+  for (int r = 0; r < processes; ++r) {
+    if (!f.name.empty() && hosts.names[hosts.host_of_rank[r]] == f.name) f.ranks.push_back(r);
+  }
+  return f;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+// `hostfile` without host `lost`, written as DIR/.elastic/hostfile_N (with a copy of the .mca
+// settings beside it); `slots` gets the slots left.
+std::string hostfile_without(const std::string& hostfile, const std::string& lost,
+                             const std::string& dir, int attempt, int& slots) {
+  const std::string out_dir = dir + "/.elastic";
+  std::filesystem::create_directories(out_dir);
+  const std::string path = fmt::format("{}/hostfile_{}", out_dir, attempt);
+  std::string text;
+  slots = 0;
+  for (const comm::HostfileEntry& e : comm::read_hostfile(hostfile)) {
+    if (e.host == lost) continue;
+    text += fmt::format("{} slots={} # site={}\n", e.host, e.slots, e.site);
+    slots += e.slots;
+  }
+  data::write_file_atomic(path, {text});
+  std::error_code ec;
+  std::filesystem::copy_file(hostfile + ".mca", path + ".mca",
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  return path;
+}
+
+nlohmann::json layout_json(const ElasticOptions& e, int processes, const std::string& hostfile) {
+  int hosts = 0;
+  try {
+    hosts = static_cast<int>(comm::read_hostfile(hostfile).size());
+  } catch (const Error&) {
+  }
+  return {{"dp", e.dp},
+          {"processes", processes},
+          {"hosts", hosts},
+          {"micro_batch", e.micro_batch},
+          {"grad_accum", e.grad_accum}};
+}
+
 }  // namespace
+
+int elastic_replicas(const ElasticOptions& e, int slots, int64_t& micro_batch,
+                     int64_t& grad_accum) {
+  const int64_t global = e.micro_batch * e.grad_accum, per_rank = e.micro_batch / e.dp;
+  for (int d = std::min(e.dp, slots / e.replica_ranks); d >= 1; --d) {
+    if (global % (d * per_rank) == 0) {
+      micro_batch = d * per_rank;
+      grad_accum = global / micro_batch;
+      return d;
+    }
+  }
+  return 0;
+}
 
 int supervise(const SupervisorOptions& args, const std::vector<std::string>& base, bool verbose) {
   const bool supervised =
@@ -171,8 +291,15 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
   double attempt_began = started;
   long long resumed_from = -1;
   double failed_floor = started;  // of the last failure, to recount it (see below)
+  // What the next attempt runs: after an elastic shrink, fewer hosts and replicas.
+  std::vector<std::string> current = base, layout_sets;
+  std::string hostfile = args.hostfile;
+  int processes = args.processes;
+  ElasticOptions layout = args.elastic;
   for (int attempt = 0;; ++attempt) {
-    std::vector<std::string> cmd = base;
+    std::vector<std::string> cmd = current;
+    cmd.insert(cmd.end(), layout_sets.begin(), layout_sets.end());
+    watchdog.processes = processes;
     const bool has_resume =
         std::find(args.command.begin(), args.command.end(), "--resume") != args.command.end();
     if (attempt > 0 && !has_resume) cmd.push_back("--resume");
@@ -223,9 +350,16 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
       }
     }
     if (out.code == 0) break;
+    const FailedHost lost_host = failed_host(out, hostfile, processes);
+    std::string failure_text = out.failure;
+    if (!lost_host.name.empty() && out.restartable) {
+      failure_text += fmt::format(" [host {}{}: rank(s) {}]", lost_host.name,
+                                  lost_host.silent ? " does not answer" : "",
+                                  ranks_text(lost_host.ranks));
+    }
     const bool retry = out.restartable && attempt < args.max_restarts;
     if (!supervised || (!retry && !out.restartable)) {
-      std::fprintf(stderr, "%s\n", out.failure.c_str());
+      std::fprintf(stderr, "%s\n", failure_text.c_str());
       return out.on_request ? 128 + forwarded_signal() : out.code;
     }
     // The work since the newest checkpoint is lost (with no restart left: all of it, for good).
@@ -244,23 +378,68 @@ int supervise(const SupervisorOptions& args, const std::vector<std::string>& bas
                         {"rank", out.failed_rank},
                         {"last_step", last_step},
                         {"resumed_from", resumed_from},
-                        {"cause", out.failure},
+                        {"cause", failure_text},
                         {"lost_seconds", work}});
     if (out.detected_seconds >= 0) failures.back()["detected_seconds"] = out.detected_seconds;
+    if (!lost_host.name.empty()) {
+      failures.back()["host"] = lost_host.name;
+      failures.back()["host_ranks"] = lost_host.ranks;
+    }
+    std::string shrink;
+    if (retry && layout.enabled && !lost_host.name.empty()) {
+      int slots = 0;
+      const std::string smaller =
+          hostfile_without(hostfile, lost_host.name, run_dir, attempt + 1, slots);
+      ElasticOptions next = layout;
+      next.dp = elastic_replicas(layout, slots, next.micro_batch, next.grad_accum);
+      if (next.dp == 0) {
+        failures.back().erase("resumed_from");
+        const std::string line = fmt::format(
+            "{}; --elastic: the {} slot(s) left hold no replica of {} rank(s)", failure_text,
+            slots, layout.replica_ranks);
+        std::fprintf(stderr, "%s\n", line.c_str());
+        append_event(run_dir, "supervisor: " + line);
+        write_job_summary(run_dir, failures, lost, unix_now() - started, false);
+        return out.code;
+      }
+      failures.back()["layout_before"] = layout_json(layout, processes, hostfile);
+      processes = next.dp * layout.replica_ranks;
+      hostfile = smaller;
+      failures.back()["layout_after"] = layout_json(next, processes, hostfile);
+      shrink = fmt::format(
+          "; --elastic: restarting without host {} at dp {} (was {}), train.micro_batch {} and "
+          "train.grad_accum {} (global batch {} kept), {} process(es)",
+          lost_host.name, next.dp, layout.dp, next.micro_batch, next.grad_accum,
+          next.micro_batch * next.grad_accum, processes);
+      layout = next;
+      current = layout.command(hostfile, processes);
+      // Drills that name a rank the smaller job does not have are done (the train command
+      // refuses them).
+      std::string spec;
+      for (const std::string& f : args.faults) {
+        const size_t last = f.rfind(':');
+        if (!f.starts_with("corrupt:") && std::stoi(f.substr(last + 1)) >= processes) continue;
+        spec += (spec.empty() ? "" : ",") + f;
+      }
+      ::setenv("TRILLION_FAULTS", spec.c_str(), 1);
+      layout_sets = {"--set", fmt::format("parallel.dp={}", layout.dp), "--set",
+                     fmt::format("train.micro_batch={}", layout.micro_batch), "--set",
+                     fmt::format("train.grad_accum={}", layout.grad_accum)};
+    }
     if (!retry) {
       // No restart left: the job failed, but its accounting still goes to summary.json (the
       // failures, the time lost, and that it did not finish) before launch exits.
       failures.back().erase("resumed_from");
-      std::fprintf(stderr, "%s\n", out.failure.c_str());
+      std::fprintf(stderr, "%s\n", failure_text.c_str());
       append_event(run_dir, fmt::format("supervisor: {}; no restart left (--max-restarts {})",
-                                        out.failure, args.max_restarts));
+                                        failure_text, args.max_restarts));
       write_job_summary(run_dir, failures, lost, unix_now() - started, false);
       return out.on_request ? 128 + forwarded_signal() : out.code;
     }
     const std::string line = fmt::format(
         "supervisor: restart {} of {} after: {} (last step logged {}, newest checkpoint "
-        "step {}; {:.1f} s since it: the work to redo and the failure's detection)",
-        attempt + 1, args.max_restarts, out.failure, last_step, resumed_from, work);
+        "step {}; {:.1f} s since it: the work to redo and the failure's detection){}",
+        attempt + 1, args.max_restarts, failure_text, last_step, resumed_from, work, shrink);
     std::fprintf(stderr, "%s\n", line.c_str());
     append_event(run_dir, line);
   }

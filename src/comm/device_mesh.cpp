@@ -155,6 +155,18 @@ int DeviceMesh::node_of(const MeshOptions& options, int, int rank) {
   return options.ranks_per_node > 0 ? rank / options.ranks_per_node : 0;
 }
 
+namespace {
+
+// parallel.ranks_per_node emulates nodes inside one host; otherwise a node is a real host.
+int algorithm_node(const MeshOptions& options, const JobHosts& hosts, int world_size, int rank) {
+  if (options.ranks_per_node > 0 || hosts.host_of_rank.empty()) {
+    return DeviceMesh::node_of(options, world_size, rank);
+  }
+  return hosts.host_of_rank[static_cast<size_t>(rank)];
+}
+
+}  // namespace
+
 int DeviceMesh::site_of(const MeshOptions& options, int world_size, int rank) {
   if (!options.site_of_rank.empty()) return options.site_of_rank[static_cast<size_t>(rank)];
   return rank / (world_size / options.sites);
@@ -169,11 +181,54 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshShape& shape, const MeshLi
   validate_mesh(shape, world.size(), limits);
   validate_options(options, world.size());
   coord_ = layout_.coord_of(world.rank());
+  discover_hosts();
+  check_tp_inside_hosts(layout_, hosts_);
+  std::vector<int> everyone(static_cast<size_t>(world.size()));
+  for (int r = 0; r < world.size(); ++r) everyone[static_cast<size_t>(r)] = r;
+  world_class_ = link_class_of(hosts_, everyone, world.rank());
   for (int g = 0; g < kMeshGroups; ++g) {
     const auto kind = static_cast<MeshGroup>(g);
     const auto [color, key] = color_key(shape, kind, coord_);
     groups_.push_back(wrap(world.split(color, key, group_name(kind))));
+    group_class_.push_back(group_link_class(layout_, hosts_, kind, world.rank()));
   }
+}
+
+// Every rank's host, gathered over a private copy of the world so that no counted communicator
+// sees it; sites from the hostfile named by TRILLION_HOSTFILE.
+void DeviceMesh::discover_hosts() {
+  private_ = world_.split(0, world_.rank(), "hosts");
+  hosts_ = exchange_hosts(*private_);
+}
+
+LinkBytes DeviceMesh::link_bytes() const {
+  LinkBytes b;
+  b.sent[static_cast<int>(world_class_)] += world_.counters().total_sent();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    uint64_t sent = groups_[g]->counters().total_sent();
+    // A group with members on this host and on others: an explicit algorithm over real hosts
+    // knows which of its messages crossed (comm/algorithms); the library's own does not say.
+    const auto* algorithm = dynamic_cast<const AlgorithmCommunicator*>(groups_[g].get());
+    if (group_class_[g] == LinkClass::mixed && algorithm != nullptr &&
+        options_.ranks_per_node == 0) {
+      const LinkTraffic& t = algorithm->link_traffic();
+      b.sent[static_cast<int>(LinkClass::inside_host)] += t.intra_node_sent;
+      b.sent[static_cast<int>(LinkClass::across_hosts)] += t.inter_node_sent;
+      sent -= std::min(sent, t.intra_node_sent + t.inter_node_sent);
+    }
+    b.sent[static_cast<int>(group_class_[g])] += sent;
+  }
+  return b;
+}
+
+LinkBytes DeviceMesh::link_bytes_total() {
+  const LinkBytes mine = link_bytes();
+  std::vector<double> v(kLinkClasses);
+  for (int c = 0; c < kLinkClasses; ++c) v[c] = static_cast<double>(mine.sent[c]);
+  private_->all_reduce(Tensor(v.data(), DType::f64, {kLinkClasses}));
+  LinkBytes total;
+  for (int c = 0; c < kLinkClasses; ++c) total.sent[c] = static_cast<uint64_t>(v[c]);
+  return total;
 }
 
 std::unique_ptr<Communicator> DeviceMesh::split(int color, int key, const std::string& name) {
@@ -189,7 +244,7 @@ std::unique_ptr<Communicator> DeviceMesh::wrap(std::unique_ptr<Communicator> gro
   }
   if (options_.all_reduce != AllReduceAlgorithm::mpi) {
     group = std::make_unique<AlgorithmCommunicator>(std::move(group), options_.all_reduce,
-                                                    node_of(options_, n, r));
+                                                    algorithm_node(options_, hosts_, n, r));
   }
   return group;
 }

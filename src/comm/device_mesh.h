@@ -32,6 +32,12 @@
 // slow links between `sites` (equal blocks of consecutive world ranks, or any assignment of ranks
 // to sites: the trainer makes sites blocks of dp coordinates) (comm/link_emulator.h).
 // Every group is wrapped the same way: split -> LinkEmulator -> AlgorithmCommunicator.
+//
+// Hosts (comm/hosts.h): the mesh exchanges hostnames over a private communicator, so it knows the
+// host of every world rank; sites come from the hostfile named by TRILLION_HOSTFILE (trillion
+// launch --hostfile sets it). A tp group across hosts is refused. Hierarchical all-reduce uses
+// the real host boundary unless parallel.ranks_per_node emulates nodes inside one host. The
+// groups' sent bytes are summed per link class (link_bytes).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +47,7 @@
 
 #include "comm/algorithms/algorithm_communicator.h"
 #include "comm/communicator.h"
+#include "comm/hosts.h"
 #include "comm/link_emulator.h"
 
 namespace trillion::comm {
@@ -114,9 +121,17 @@ class DeviceMesh {
   static int site_of(const MeshOptions& options, int world_size, int rank);
   // Counters of every group plus the world communicator, summed.
   CommCounters total_counters() const;
+  // Where every world rank runs (the same on every rank).
+  const JobHosts& hosts() const { return hosts_; }
+  // The bytes this rank's groups (and the world) sent, per link class.
+  LinkBytes link_bytes() const;
+  // link_bytes summed over every rank: collective over the world (on a private communicator, so
+  // no group's counters change).
+  LinkBytes link_bytes_total();
 
  private:
   std::unique_ptr<Communicator> wrap(std::unique_ptr<Communicator> group) const;
+  void discover_hosts();
 
   Communicator& world_;
   MeshLayout layout_;
@@ -124,6 +139,10 @@ class DeviceMesh {
   std::shared_ptr<LinkEmulator::Links> links_;  // one set of wires for every group
   MeshCoord coord_;
   std::vector<std::unique_ptr<Communicator>> groups_;
+  std::unique_ptr<Communicator> private_;  // the host exchange and link_bytes_total
+  JobHosts hosts_;
+  std::vector<LinkClass> group_class_;  // per group kind, this rank's group
+  LinkClass world_class_ = LinkClass::inside_host;
 };
 
 }  // namespace trillion::comm

@@ -392,9 +392,11 @@ std::string TrainingLoop::finish() {
                          .final_val_loss = val_loss_,
                          .steps_run = steps_run_,
                          .train_seconds = train_seconds_};
-  const std::string text =
-      summary_json(job_, totals, per_rank, checkpoint_costs, context_balance, pipeline).dump(2) +
-      "\n";
+  nlohmann::json summary =
+      summary_json(job_, totals, per_rank, checkpoint_costs, context_balance, pipeline);
+  // Bytes per link class, summed over ranks (comm/hosts.h): inside a host, across hosts, sites.
+  summary["link_bytes"] = comm::link_bytes_json(job_.mesh.link_bytes_total(), job_.mesh.hosts());
+  const std::string text = summary.dump(2) + "\n";
   if (write_failed_) fail_on_write(text, checkpoint_error);
   job_.dir.summary(text);
   if (guard_.consecutive_skips() > 0) {
