@@ -25,11 +25,34 @@ Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::kNone;
   if (name == "selective") return Recompute::kSelective;
   if (name == "full") return Recompute::kFull;
-  throw Error(fmt::format("unknown recompute policy '{}': use none, selective or full", name));
+  throw Error(
+      fmt::format("unknown recompute policy '{}': use none, norm-up (DeepSeek-V3's RMSNorm and MLA "
+                  "up-projections), selective or full",
+                  name));
 }
 
 std::string partition_name(Partition p) {
   return p == Partition::kEven ? "even" : "balanced";
+}
+
+RecomputePolicy policy_of(Recompute r, bool norm_up) {
+  switch (r) {
+    case Recompute::kNone:
+      return norm_up ? RecomputePolicy::kNormUp : RecomputePolicy::kNone;
+    case Recompute::kSelective:
+      return RecomputePolicy::kSelective;
+    case Recompute::kFull:
+      return RecomputePolicy::kFull;
+  }
+  return RecomputePolicy::kNone;
+}
+
+std::string Layout::recompute_text() const {
+  return norm_up && recompute == Recompute::kNone ? "norm-up" : recompute_name(recompute);
+}
+
+std::string ema_name(Ema e) {
+  return e == Ema::kNone ? "none" : e == Ema::kGpu ? "gpu" : "host";
 }
 
 std::string allocation_name(Allocation a) {
@@ -39,12 +62,12 @@ std::string allocation_name(Allocation a) {
 std::string Layout::to_string() const {
   return fmt::format(
       "tp={},sp={},pp={},cp={},ep={},dp={},zero={},schedule={},chunks={},partition={},"
-      "recompute={},micro_batch={},precision={},grad={},moments={},alloc={}",
+      "recompute={},micro_batch={},precision={},grad={},moments={},alloc={},act={},ema={}",
       tp, sp ? 1 : 0, pp, cp, ep, dp, zero,
       pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks, partition_name(partition),
-      recompute_name(recompute), micro_batch, precision_name(precision),
-      grad_bytes == 4 ? "fp32" : "bf16", moment_bytes == 4 ? "fp32" : "bf16",
-      allocation_name(allocation));
+      recompute_text(), micro_batch, precision_name(precision), grad_bytes == 4 ? "fp32" : "bf16",
+      moment_bytes == 4 ? "fp32" : "bf16", allocation_name(allocation),
+      fp8_activations() ? "fp8" : "bf16", ema_name(ema));
 }
 
 Layout parse_layout(const std::string& text, LayoutFields* fields, const std::string& what) {
@@ -93,9 +116,11 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
       f.schedule = true;
     } else if (key == "chunks")
       l.chunks = number(1), f.chunks = true;
-    else if (key == "recompute")
-      l.recompute = parse_recompute(value), f.recompute = true;
-    else if (key == "micro_batch" || key == "mb")
+    else if (key == "recompute") {
+      l.norm_up = value == "norm-up";
+      l.recompute = l.norm_up ? Recompute::kNone : parse_recompute(value);
+      f.recompute = true;
+    } else if (key == "micro_batch" || key == "mb")
       l.micro_batch = number(1), f.micro_batch = true;
     else if (key == "precision")
       l.precision = parse_precision(value), f.precision = true;
@@ -119,11 +144,27 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
       l.grad_bytes = dtype_bytes(), f.grad = true;
     else if (key == "moments")
       l.moment_bytes = dtype_bytes(), f.moments = true;
-    else
-      throw Error(
-          fmt::format("{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
-                      "partition, recompute, micro_batch, precision, grad, moments, alloc",
-                      what, key));
+    else if (key == "act") {
+      if (value != "fp8" && value != "bf16")
+        throw Error(fmt::format(
+            "{} act={}: use bf16 (16-bit stored activations) or fp8 (DeepSeek-V3 §3.3.3's FP8 "
+            "cache of the FP8 linears' inputs)",
+            what, value));
+      l.activation_cache = value == "fp8" ? ActivationCache::kFp8 : ActivationCache::kBf16;
+      f.act = true;
+    } else if (key == "ema") {
+      if (value != "none" && value != "gpu" && value != "host")
+        throw Error(fmt::format(
+            "{} ema={}: use none, gpu (an fp32 copy sharded as the optimizer) or host (in CPU "
+            "memory, DeepSeek-V3 §3.2.3)",
+            what, value));
+      l.ema = value == "none" ? Ema::kNone : value == "gpu" ? Ema::kGpu : Ema::kHost;
+      f.ema = true;
+    } else
+      throw Error(fmt::format(
+          "{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
+          "partition, recompute, micro_batch, precision, grad, moments, alloc, act, ema",
+          what, key));
   }
   if (fields) *fields = f;
   return l;

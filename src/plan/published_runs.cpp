@@ -275,7 +275,7 @@ std::string format_validation(bool markdown) {
       layout += fmt::format(
           " {}{}", schedule::schedule_kind_name(l.schedule),
           l.schedule == schedule::ScheduleKind::kInterleaved ? fmt::format(" v={}", l.chunks) : "");
-    layout += fmt::format(" recompute={} zero={} sp={}", recompute_name(l.recompute), l.zero,
+    layout += fmt::format(" recompute={} zero={} sp={}", l.recompute_text(), l.zero,
                           l.sequence_parallel() ? 1 : 0);
     const std::string mark = c.within ? "" : " (outside tolerance)";
     if (markdown)
