@@ -69,7 +69,9 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"},
                 {"alloc", plan::allocation_name(l.allocation)},
                 {"act", l.fp8_activations() ? "fp8" : "bf16"},
-                {"ema", plan::ema_name(l.ema)}};
+                {"ema", plan::ema_name(l.ema)},
+                {"cp_comm", l.cp_all_gather ? "allgather" : "ring"},
+                {"p2p", l.blocking_p2p ? "blocking" : "async"}};
   };
   auto step_json = [](const plan::StepBreakdown& s) {
     return json{{"step_seconds", s.step},

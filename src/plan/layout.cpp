@@ -62,12 +62,42 @@ std::string allocation_name(Allocation a) {
 std::string Layout::to_string() const {
   return fmt::format(
       "tp={},sp={},pp={},cp={},ep={},dp={},zero={},schedule={},chunks={},partition={},"
-      "recompute={},micro_batch={},precision={},grad={},moments={},alloc={},act={},ema={}",
+      "recompute={},micro_batch={},precision={},grad={},moments={},alloc={},act={},ema={},"
+      "cp_comm={},p2p={}",
       tp, sp ? 1 : 0, pp, cp, ep, dp, zero,
       pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks, partition_name(partition),
       recompute_text(), micro_batch, precision_name(precision), grad_bytes == 4 ? "fp32" : "bf16",
       moment_bytes == 4 ? "fp32" : "bf16", allocation_name(allocation),
-      fp8_activations() ? "fp8" : "bf16", ema_name(ema));
+      fp8_activations() ? "fp8" : "bf16", ema_name(ema), cp_all_gather ? "allgather" : "ring",
+      blocking_p2p ? "blocking" : "async");
+}
+
+std::string fixed_layout_text(const Layout& l, const LayoutFields& f) {
+  std::string out;
+  auto add = [&](bool fixed, const std::string& item) {
+    if (fixed) out += (out.empty() ? "" : ",") + item;
+  };
+  add(f.tp, fmt::format("tp={}", l.tp));
+  add(f.sp, fmt::format("sp={}", l.sp ? 1 : 0));
+  add(f.pp, fmt::format("pp={}", l.pp));
+  add(f.cp, fmt::format("cp={}", l.cp));
+  add(f.ep, fmt::format("ep={}", l.ep));
+  add(f.dp, fmt::format("dp={}", l.dp));
+  add(f.zero, fmt::format("zero={}", l.zero));
+  add(f.schedule, fmt::format("schedule={}", schedule::schedule_kind_name(l.schedule)));
+  add(f.chunks, fmt::format("chunks={}", l.chunks));
+  add(f.partition, "partition=" + partition_name(l.partition));
+  add(f.recompute, "recompute=" + l.recompute_text());
+  add(f.micro_batch, fmt::format("micro_batch={}", l.micro_batch));
+  add(f.precision, "precision=" + precision_name(l.precision));
+  add(f.grad, l.grad_bytes == 4 ? "grad=fp32" : "grad=bf16");
+  add(f.moments, l.moment_bytes == 4 ? "moments=fp32" : "moments=bf16");
+  add(f.allocation, "alloc=" + allocation_name(l.allocation));
+  add(f.act, l.fp8_activations() ? "act=fp8" : "act=bf16");
+  add(f.ema, "ema=" + ema_name(l.ema));
+  add(f.cp_comm, l.cp_all_gather ? "cp_comm=allgather" : "cp_comm=ring");
+  add(f.p2p, l.blocking_p2p ? "p2p=blocking" : "p2p=async");
+  return out;
 }
 
 Layout parse_layout(const std::string& text, LayoutFields* fields, const std::string& what) {
@@ -160,10 +190,24 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
             what, value));
       l.ema = value == "none" ? Ema::kNone : value == "gpu" ? Ema::kGpu : Ema::kHost;
       f.ema = true;
+    } else if (key == "cp_comm") {
+      if (value != "ring" && value != "allgather")
+        throw Error(fmt::format(
+            "{} cp_comm={}: use ring (K/V blocks passed around the cp ring behind the attention "
+            "blocks) or allgather (K and V all-gathered before attention, Llama 3 §3.3.2)",
+            what, value));
+      l.cp_all_gather = value == "allgather", f.cp_comm = true;
+    } else if (key == "p2p") {
+      if (value != "async" && value != "blocking")
+        throw Error(fmt::format(
+            "{} p2p={}: use async (Megatron, the engine) or blocking (DeepSpeed's pipeline)", what,
+            value));
+      l.blocking_p2p = value == "blocking", f.p2p = true;
     } else
       throw Error(fmt::format(
           "{} key '{}' is unknown: use tp, sp, pp, cp, ep, dp, zero, schedule, chunks, "
-          "partition, recompute, micro_batch, precision, grad, moments, alloc, act, ema",
+          "partition, recompute, micro_batch, precision, grad, moments, alloc, act, ema, cp_comm, "
+          "p2p",
           what, key));
   }
   if (fields) *fields = f;

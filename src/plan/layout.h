@@ -3,7 +3,7 @@
 // schedule and its chunks, how layers are cut into stages, the recompute policy, micro-batch size,
 // precision and the bytes of gradients and Adam moments. Text form "tp=8,sp=1,pp=16,cp=1,ep=1,
 // dp=64,zero=1,schedule=interleaved,chunks=4,partition=even,recompute=selective,micro_batch=1,
-// precision=bf16,grad=fp32,moments=fp32,alloc=slots,act=bf16,ema=none".
+// precision=bf16,grad=fp32,moments=fp32,alloc=slots,act=bf16,ema=none,cp_comm=ring,p2p=async".
 //
 // Invariants: gpus() = tp * pp * cp * dp (EP is carved out of dp x cp, as in DESIGN.md's mesh,
 // so it does not multiply the GPU count); sp matters only when tp > 1.
@@ -71,6 +71,12 @@ struct Layout {
   Allocation allocation = Allocation::kSlots;
   ActivationCache activation_cache = ActivationCache::kAuto;
   Ema ema = Ema::kNone;
+  // How the software stack communicates (never searched; the published runs pin them):
+  // context parallelism as the engine's ring (plan/context_ring.h) or as Llama 3 §3.3.2's
+  // all-gather of K and V, exposed (cp_comm=ring|allgather); pipeline sends asynchronous, or
+  // blocking each F and B as DeepSpeed's PipelineEngine does (p2p=async|blocking).
+  bool cp_all_gather = false;
+  bool blocking_p2p = false;
 
   bool sequence_parallel() const { return sp && tp > 1; }
   RecomputePolicy recompute_policy() const { return policy_of(recompute, norm_up); }
@@ -91,8 +97,12 @@ struct LayoutFields {
   bool tp = false, pp = false, cp = false, ep = false, dp = false, zero = false, schedule = false,
        chunks = false, recompute = false, micro_batch = false, precision = false, sp = false,
        partition = false, grad = false, moments = false, allocation = false, act = false,
-       ema = false;
+       ema = false, cp_comm = false, p2p = false;
 };
+
+// The --layout text of only the fields `f` marks (what a published run pins): parse_layout of it
+// gives those fields back.
+std::string fixed_layout_text(const Layout& l, const LayoutFields& f);
 
 // Parses "tp=8,pp=16,dp=64,..."; unknown keys or bad values throw trillion::Error naming them.
 // `what` names the option in messages ("--layout").

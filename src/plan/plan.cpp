@@ -147,12 +147,14 @@ Plan make_plan(PlanInputs in) {
                    "DualPipe (DeepSeek-V3 §3.2.1), {:.0f}% otherwise; DP reduce-scatter/all-gather "
                    "hidden behind one micro-batch's backward/forward; {}; pipeline sends {}",
                    100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other,
-                   e.cp_all_gather ? "CP all-gather exposed (Llama 3 §3.3.2)"
-                                   : "CP ring hops hidden behind each ring step's attention "
-                                     "blocks where they last long enough, the last dK/dV hop "
-                                     "exposed",
-                   e.blocking_p2p ? "block each F and B (DeepSpeed's PipelineEngine)"
-                                  : "asynchronous (they delay only through the bubble)")},
+                   e.cp_all_gather || p.best().layout.cp_all_gather
+                       ? "CP all-gather exposed (Llama 3 §3.3.2)"
+                       : "CP ring hops hidden behind each ring step's attention "
+                         "blocks where they last long enough, the last dK/dV hop "
+                         "exposed",
+                   e.blocking_p2p || p.best().layout.blocking_p2p
+                       ? "block each F and B (DeepSpeed's PipelineEngine)"
+                       : "asynchronous (they delay only through the bubble)")},
       {"tokens", p.run.chinchilla_tokens
                      ? fmt::format("Chinchilla-optimal for {} total parameters (Hoffmann "
                                    "et al. Table 3): {}",

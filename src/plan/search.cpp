@@ -202,6 +202,7 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   // user's choice (none unless asked for).
                   l.activation_cache = f.act ? fx.activation_cache : ActivationCache::kAuto;
                   l.ema = fx.ema;
+                  l.cp_all_gather = fx.cp_all_gather, l.blocking_p2p = fx.blocking_p2p;
                   const int micro = microbatches_for(l, seq, batch_tokens);
                   auto refuse = [&](const std::string& reason, const std::string& why) {
                     ++result.shapes;

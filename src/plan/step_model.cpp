@@ -193,7 +193,7 @@ PassCost layer_cost(const Context& c, bool moe) {
     const LinkCost link = link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp));
     const double block =
         static_cast<double>(context_ring_block_bytes(m, l.micro_batch, c.seq, 2, {t, sp, l.cp}));
-    if (c.eff.cp_all_gather) {
+    if (c.eff.cp_all_gather || l.cp_all_gather) {
       cp_forward = cp_backward = all_gather_seconds(link, block * l.cp, l.cp);
     } else {
       const RingSeconds ring =
@@ -343,7 +343,7 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double p2p =
       l.pp > 1 ? p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp)), act_bytes)
                : 0.0;
-  const double blocked = eff.blocking_p2p ? 2 * p2p : 0.0;  // per F and per B
+  const double blocked = eff.blocking_p2p || l.blocking_p2p ? 2 * p2p : 0.0;  // per F and per B
   const double sf = busiest.f * share + blocked, sb = busiest.b * share + blocked,
                sw = busiest.w * share;
   // Each micro-batch passes one of a DualPipe rank's two stages (one per direction), so a

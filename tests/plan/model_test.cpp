@@ -174,7 +174,7 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_EQ(l.to_string(),
             "tp=8,sp=1,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
             "partition=even,recompute=selective,micro_batch=2,precision=fp8,grad=fp32,moments=fp32,"
-            "alloc=slots,act=fp8,ema=none");
+            "alloc=slots,act=fp8,ema=none,cp_comm=ring,p2p=async");
   const Layout g =
       parse_layout("sp=0,grad=bf16,moments=bf16,partition=balanced,precision=fp16,alloc=live", &f);
   EXPECT_FALSE(g.sp);
@@ -193,6 +193,11 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_EQ(d.ema, Ema::kHost);
   EXPECT_TRUE(f.recompute && f.act && f.ema);
   EXPECT_EQ(parse_layout(d.to_string()).to_string(), d.to_string());
+  // The communication choices the published runs pin (docs/planner.md, --validate).
+  const Layout c = parse_layout("cp_comm=allgather,p2p=blocking", &f);
+  EXPECT_TRUE(c.cp_all_gather && c.blocking_p2p && f.cp_comm && f.p2p);
+  EXPECT_THROW(parse_layout("cp_comm=ulysses"), Error);
+  EXPECT_THROW(parse_layout("p2p=sync"), Error);
   EXPECT_THROW(parse_layout("act=fp4"), Error);
   EXPECT_THROW(parse_layout("ema=disk"), Error);
   EXPECT_THROW(parse_layout("recompute=norms"), Error);
