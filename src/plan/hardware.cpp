@@ -155,7 +155,7 @@ Gpu parse_cluster_toml(std::string_view text, std::string_view source) {
   g.generation = gpu.text("generation");
   g.sm_count = static_cast<int>(gpu.number("sm_count", 1));
   g.hbm_bytes = gpu.number("hbm_gb", 1) * kG;
-  g.hbm_bandwidth = gpu.number("hbm_tb_per_s", 0.01) * kT;
+  g.hbm_bandwidth = gpu.number("hbm_tb_per_s", 1e-4) * kT;
   g.overhead_bytes = gpu.number("overhead_gb", 0, false, 3) * kG;
   gpu.finish(g);
   Table peak(root["peak_tflops"].as_table(), "peak_tflops", source);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../train/cli_util.h"
+#include "plan/hardware.h"
 #include "plan/published_runs.h"
 
 namespace {
@@ -93,6 +94,26 @@ TEST(PlanCli, ValidateRowsAreReproducedByTheirCommands) {
         1e-9)
         << command;
   }
+}
+
+// `bench machine --out FILE` writes this machine as a cluster file the planner reads: one
+// process (no MPI link measured, said so in the file), small probes.
+TEST(PlanCli, BenchMachineWritesAClusterFileThePlannerReads) {
+  const std::string file = testing::TempDir() + "h38-plan-machine.toml";
+  int rc = 0;
+  run("bench machine --out " + file + " --size 128 --copy-mb 8 --reps 1", &rc);
+  ASSERT_EQ(rc, 0);
+  const trillion::plan::Gpu g = trillion::plan::read_cluster_file(file);
+  EXPECT_GT(g.bf16_flops, 0);
+  EXPECT_GT(g.hbm_bandwidth, 0);
+  EXPECT_NE(g.source_of("latency").find("not measured"), std::string::npos);
+  const auto j = nlohmann::json::parse(run("plan --model " TRILLION_SOURCE_DIR
+                                           "/configs/bench-d512.toml --cluster " +
+                                               file + " --gpus 1 --top 1 --json",
+                                           &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(j["step_seconds"].get<double>(), 0);
+  std::remove(file.c_str());
 }
 
 TEST(PlanCli, ModelFileMatchesTheCatalog) {
