@@ -16,6 +16,7 @@
 #include "cli/bench_allreduce.h"
 #include "cli/bench_attention_buffers.h"
 #include "cli/bench_context.h"
+#include "cli/bench_machine.h"
 #include "cli/bench_precision.h"
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
@@ -444,7 +445,25 @@ int bench_command(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   allreduce->add_flag("--json", json, "print one JSON object");
 
+  MachineBenchOptions mo;
+  auto* machine = app.add_subcommand(
+      "machine",
+      "measure this machine (GEMM peaks, memory bandwidth, MPI link under trillion launch -n 2) "
+      "and write it as a cluster file for trillion plan --cluster");
+  machine->add_option("--out", mo.out, "the cluster file to write")->required();
+  machine->add_option("--size", mo.gemm_size, "GEMM size of both peaks")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 8192));
+  machine->add_option("--copy-mb", mo.copy_megabytes, "MB per buffer of the copy probe")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 4096.0));
+  machine->add_option("--reps", mo.reps, "timed repetitions (best is reported)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  machine->add_flag("--json", json, "print one JSON object");
+
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
+  if (machine->parsed()) return bench_machine(mo, json);
   if (gemm->parsed()) {
     return gemm_dtype == "fp32" ? bench_gemm(size, reps, json)
                                 : bench_precision_gemm(gemm_dtype, size, reps, json);

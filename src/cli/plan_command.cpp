@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "plan/document_attention.h"
 #include "plan/model_file.h"
 #include "plan/plan_file.h"
+#include "plan/prefill.h"
 #include "plan/published_runs.h"
 #include "plan/report.h"
 #include "precision/recipe.h"
@@ -64,6 +66,76 @@ plan::DocumentLengths parse_document_lengths(const std::string& text) {
   return d;
 }
 
+// `trillion plan --prefill TOKENS`: the fastest tp x cp x pp (and cp variant) for one
+// sequence's prefill on the given GPUs (plan/prefill.h).
+int prefill(const std::string& model_name, const std::string& cluster, long gpus,
+            const std::string& tokens_text, const std::string& layout_text,
+            const std::string& precision, int top, bool json) {
+  if (model_name.empty() || cluster.empty() || gpus == 0)
+    throw Error("plan --prefill needs --model, --cluster and --gpus");
+  const plan::ModelSpec m = plan::resolve_model(model_name);
+  const plan::Gpu gpu = plan::resolve_cluster(cluster);
+  const double tokens = parse_count(tokens_text, "--prefill");
+  if (!(tokens >= 1) || tokens > static_cast<double>(plan::kMaxSeqLen) ||
+      tokens != std::floor(tokens))
+    throw Error(fmt::format("--prefill {}: a whole number of tokens from 1 to {} (2^24)",
+                            tokens_text, plan::kMaxSeqLen));
+  plan::LayoutFields f;
+  const plan::Layout fixed =
+      layout_text.empty() ? plan::Layout{} : plan::parse_layout(layout_text, &f);
+  std::vector<plan::Precision> precisions;
+  if (f.precision)
+    precisions = {fixed.precision};
+  else if (precision == "any")
+    precisions = {plan::Precision::kBf16, plan::Precision::kFp8, plan::Precision::kFp4};
+  else
+    precisions = {plan::parse_precision(precision)};
+  const auto S = static_cast<int64_t>(tokens);
+  const plan::PrefillSearch s = plan::search_prefill(
+      m, gpu, gpus, S, precisions, f.tp ? fixed.tp : 0, f.cp ? fixed.cp : 0, f.pp ? fixed.pp : 0,
+      f.cp_comm ? (fixed.cp_all_gather ? 1 : 0) : -1, top);
+  if (!json) {
+    std::cout << plan::format_prefill_text(m, gpu, gpus, S, s);
+    return 0;
+  }
+  auto one = [](const plan::PrefillEstimate& e) {
+    return nlohmann::json{{"layout",
+                           {{"tp", e.layout.tp},
+                            {"cp", e.layout.cp},
+                            {"pp", e.layout.pp},
+                            {"cp_comm", e.layout.cp_all_gather ? "allgather" : "ring"},
+                            {"precision", plan::precision_name(e.layout.precision)}}},
+                          {"prefill_seconds", e.seconds},
+                          {"seconds",
+                           {{"gemm", e.gemm},
+                            {"attention", e.attention},
+                            {"elementwise", e.elementwise},
+                            {"tp_comm", e.tp_comm},
+                            {"cp_comm", e.cp_comm},
+                            {"pp_comm", e.pp_comm},
+                            {"first_logits", e.head}}},
+                          {"memory_per_gpu_bytes", e.memory()},
+                          {"memory",
+                           {{"weights", e.weights},
+                            {"kv_cache", e.kv_cache},
+                            {"workspace", e.workspace},
+                            {"overhead", e.overhead}}},
+                          {"model_flops", e.model_flops}};
+  };
+  nlohmann::json j = one(s.ranked.front());
+  j["model"] = m.name;
+  j["gpu"] = gpu.model;
+  j["gpus"] = gpus;
+  j["tokens"] = S;
+  j["hbm"] = gpu.hbm_bytes;
+  j["considered"] = s.considered;
+  j["did_not_fit"] = s.too_big;
+  j["runners_up"] = nlohmann::json::array();
+  for (const plan::PrefillEstimate& e : s.ranked) j["runners_up"].push_back(one(e));
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int plan_command(int argc, char** argv) {
@@ -102,6 +174,10 @@ int plan_command(int argc, char** argv) {
                "plan every published run of plan/published_runs.h and print predicted vs "
                "published");
   app.add_option("--tokens", tokens_text, "training tokens, e.g. 15.6T (default Chinchilla)");
+  std::string prefill_text;
+  app.add_option("--prefill", prefill_text,
+                 "plan inference prefill instead: time to first token for one sequence of this "
+                 "many tokens (e.g. 1Mi) on --gpus GPUs; --layout may fix tp, cp, pp, cp_comm");
   app.add_option("--seq", seq, "sequence length (default: the model's)")
       ->check(CLI::Range(int64_t{1}, plan::kMaxSeqLen));
   app.add_option("--batch-tokens", batch_text,
@@ -194,6 +270,8 @@ int plan_command(int argc, char** argv) {
     std::cout << plan::format_validation(true);
     return 0;
   }
+  if (!prefill_text.empty())
+    return prefill(model_name, cluster, gpus, prefill_text, layout_text, precision, top, json);
   if (!compare.empty()) {
     const plan::PlanFile a = plan::resolve_plan(compare[0]), b = plan::resolve_plan(compare[1]);
     const plan::Plan pa = plan::make_plan(a.inputs), pb = plan::make_plan(b.inputs);

@@ -60,14 +60,18 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"schedule", l.pp > 1 ? std::string(schedule::schedule_kind_name(l.schedule))
                                       : std::string("none")},
                 {"chunks", l.chunks},
-                {"recompute", plan::recompute_name(l.recompute)},
+                {"recompute", l.recompute_text()},
                 {"micro_batch", l.micro_batch},
                 {"precision", plan::precision_name(l.precision)},
                 {"sp", l.sp},
                 {"partition", plan::partition_name(l.partition)},
                 {"grad", l.grad_bytes == 4 ? "fp32" : "bf16"},
                 {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"},
-                {"alloc", plan::allocation_name(l.allocation)}};
+                {"alloc", plan::allocation_name(l.allocation)},
+                {"act", l.fp8_activations() ? "fp8" : "bf16"},
+                {"ema", plan::ema_name(l.ema)},
+                {"cp_comm", l.cp_all_gather ? "allgather" : "ring"},
+                {"p2p", l.blocking_p2p ? "blocking" : "async"}};
   };
   auto step_json = [](const plan::StepBreakdown& s) {
     return json{{"step_seconds", s.step},
@@ -105,10 +109,10 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["mfu_bf16"] = best.step.mfu_bf16;
   j["hfu"] = best.step.hfu;
   j["memory_per_gpu_bytes"] = mem.total();
-  j["memory"] = {{"weights", mem.weights},        {"gradients", mem.gradients},
-                 {"optimizer", mem.optimizer},    {"activations", mem.activations},
-                 {"temporary", mem.temporary},    {"overhead", mem.overhead},
-                 {"hbm", p.inputs.gpu.hbm_bytes}, {"pipeline_rank", mem.rank}};
+  j["memory"] = {
+      {"weights", mem.weights},         {"gradients", mem.gradients}, {"optimizer", mem.optimizer},
+      {"activations", mem.activations}, {"temporary", mem.temporary}, {"overhead", mem.overhead},
+      {"hbm", p.inputs.gpu.hbm_bytes},  {"pipeline_rank", mem.rank},  {"host_ema", mem.host_ema}};
   j["step_seconds"] = best.step.step;
   j["step"] = step_json(best.step);
   j["tokens"] = r.tokens;

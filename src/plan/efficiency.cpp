@@ -6,18 +6,23 @@
 
 namespace trillion::plan {
 
-double gemm_fraction(const Gpu& gpu, double m, double n, double k, double batch) {
+double gemm_fraction(const Gpu& gpu, double m, double n, double k, double batch, Precision p) {
   const double tiles = batch * std::ceil(m / kGemmTile) * std::ceil(n / kGemmTile);
   const double waves = std::ceil(tiles / gpu.sm_count);
   const double wave_use = tiles / (waves * gpu.sm_count);
-  return gpu.gemm_efficiency * wave_use * k / (k + kGemmKOverhead);
+  const bool low = p == Precision::kFp8 || p == Precision::kFp4;
+  const double large =
+      low && gpu.fp8_gemm_efficiency > 0 ? gpu.fp8_gemm_efficiency : gpu.gemm_efficiency;
+  const double k_overhead =
+      low && gpu.fp8_gemm_k_overhead > 0 ? gpu.fp8_gemm_k_overhead : kGemmKOverhead;
+  return large * wave_use * k / (k + k_overhead);
 }
 
 double gemm_seconds(const Gpu& gpu, Precision p, double m, double n, double k, double batch,
                     double elem_bytes) {
   if (m <= 0 || n <= 0 || k <= 0) return 0;
   const double flops = 2 * m * n * k * batch;
-  const double compute = flops / (gpu.peak(p) * gemm_fraction(gpu, m, n, k, batch));
+  const double compute = flops / (gpu.peak(p) * gemm_fraction(gpu, m, n, k, batch, p));
   const double bytes = batch * elem_bytes * (m * k + k * n + m * n);
   return std::max(compute, memory_seconds(gpu, bytes));
 }

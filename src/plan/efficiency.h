@@ -32,8 +32,11 @@ constexpr double kGemmTile = 128;        // output tile edge of a Hopper/Ampere 
 constexpr double kGemmKOverhead = 128;   // K-depth equivalent of a tile's prologue + epilogue
 constexpr double kAttentionBlock = 256;  // query length at which FlashAttention is half as fast
 
-// Achievable fraction of peak for one GEMM shape (batch independent GEMMs of M x N x K).
-double gemm_fraction(const Gpu& gpu, double m, double n, double k, double batch = 1);
+// Achievable fraction of peak for one GEMM shape (batch independent GEMMs of M x N x K) in
+// precision p: FP8 and FP4 use the cluster's fp8_gemm efficiency and K overhead where it gives
+// them (Hopper's block-scaled FP8 with CUDA-core promotion), else the 16-bit ones.
+double gemm_fraction(const Gpu& gpu, double m, double n, double k, double batch = 1,
+                     Precision p = Precision::kBf16);
 // Seconds for batch GEMMs (M x K)(K x N) with elem_bytes operands.
 double gemm_seconds(const Gpu& gpu, Precision p, double m, double n, double k, double batch = 1,
                     double elem_bytes = 2);

@@ -155,7 +155,7 @@ Gpu parse_cluster_toml(std::string_view text, std::string_view source) {
   g.generation = gpu.text("generation");
   g.sm_count = static_cast<int>(gpu.number("sm_count", 1));
   g.hbm_bytes = gpu.number("hbm_gb", 1) * kG;
-  g.hbm_bandwidth = gpu.number("hbm_tb_per_s", 0.01) * kT;
+  g.hbm_bandwidth = gpu.number("hbm_tb_per_s", 1e-4) * kT;
   g.overhead_bytes = gpu.number("overhead_gb", 0, false, 3) * kG;
   gpu.finish(g);
   Table peak(root["peak_tflops"].as_table(), "peak_tflops", source);
@@ -171,8 +171,10 @@ Gpu parse_cluster_toml(std::string_view text, std::string_view source) {
   g.attention_efficiency = eff.number("attention", 0.01);
   g.memory_efficiency = eff.number("memory", 0.01);
   g.collective_efficiency = eff.number("collective", 0.01);
-  for (double f :
-       {g.gemm_efficiency, g.attention_efficiency, g.memory_efficiency, g.collective_efficiency})
+  g.fp8_gemm_efficiency = eff.number("fp8_gemm", 0.01, false, 0);
+  g.fp8_gemm_k_overhead = eff.number("fp8_gemm_k_overhead", 1, false, 0);
+  for (double f : {g.gemm_efficiency, g.attention_efficiency, g.memory_efficiency,
+                   g.collective_efficiency, g.fp8_gemm_efficiency})
     if (f > 1) throw Error(fmt::format("{}: [efficiency] fractions must be <= 1", source));
   eff.finish(g);
   Table net(root["network"].as_table(), "network", source);

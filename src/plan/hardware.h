@@ -35,7 +35,14 @@ struct Gpu {
   double failures_per_gpu_hour = 0;  // unexpected interruptions attributed per GPU
   double overhead_bytes = 3e9;       // CUDA context, NCCL buffers, library workspaces
   // Efficiency constants of the generation (plan/efficiency.h uses them).
-  double gemm_efficiency = 0.8;        // achievable fraction of dense peak, large GEMMs
+  double gemm_efficiency = 0.8;  // achievable fraction of dense peak, large GEMMs
+  // FP8/FP4 GEMMs, when their kernels differ from the 16-bit ones: Hopper's fine-grained FP8
+  // (1x128 activation tiles, 128x128 weight blocks, fp32 promotion on CUDA cores every 128 of K;
+  // DeepSeek-V3 §3.3.2) reaches a different fraction of FP8's peak and pays more per K step.
+  // Cluster file [efficiency] fp8_gemm and fp8_gemm_k_overhead; absent: gemm_efficiency and
+  // the 16-bit K overhead (128).
+  double fp8_gemm_efficiency = 0;  // 0: as gemm_efficiency
+  double fp8_gemm_k_overhead = 0;  // 0: as the 16-bit kernels' (plan/efficiency.h kGemmKOverhead)
   double attention_efficiency = 0.5;   // FlashAttention forward + backward, of the 16-bit peak
   double memory_efficiency = 0.8;      // achievable fraction of HBM bandwidth (elementwise)
   double collective_efficiency = 0.8;  // NCCL bus bandwidth over link bandwidth

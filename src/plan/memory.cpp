@@ -61,21 +61,30 @@ std::vector<ActivationTerm> gpt_block_terms(double s, double h, double a) {
   };
 }
 
+ActivationOptions fp8_activation_cache(ActivationOptions base) {
+  base.gemm_input_bytes = kFp8CachedBytes;
+  base.attention_output_bytes = kE5m6CachedBytes;
+  base.moe_swiglu_recomputed = true;
+  return base;
+}
+
 std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
                                         const ActivationOptions& o) {
   const double e = o.elem_bytes, h = m.d_model, nh = m.n_heads;
   const double gi = o.gemm_input_bytes > 0 ? o.gemm_input_bytes : e;  // a stored GEMM input
+  const double oi = o.attention_output_bytes > 0 ? o.attention_output_bytes : gi;
   const double kv = m.is_mla() ? nh : m.n_kv_heads;  // MLA expands K and V per head
   const double stats = (m.norm == NormKind::kLayerNorm ? 2 : 1) * o.stat_bytes;
   const bool flash = m.attention_kernel == AttentionKernel::kFlash, dropout = m.dropout > 0;
+  // Aggregate fields: name, bytes, tp_sharded, kept_selective, sp_gathered, kept_norm_up.
   std::vector<ActivationTerm> t = {
       {"norm 1 input (the residual)", e * h, false, true},
-      {"norm 1 output (QKV input)", gi * h, false, true},
+      {"norm 1 output (QKV input)", gi * h, false, true, false, false},
   };
   if (stats > 0) t.push_back({"norm 1 statistics (fp32)", stats, false, true});
   const bool mla = m.is_mla();  // per-head Q, K, V come from kept latents
-  t.push_back({"Q (after RoPE)", e * nh * m.qk_dim(), true, !mla});
-  t.push_back({"K (after RoPE) and V", e * kv * (m.qk_dim() + m.v_dim()), true, !mla});
+  t.push_back({"Q (after RoPE)", e * nh * m.qk_dim(), true, !mla, false, !mla});
+  t.push_back({"K (after RoPE) and V", e * kv * (m.qk_dim() + m.v_dim()), true, !mla, false, !mla});
   if (flash) {
     t.push_back({"FlashAttention logsumexp (fp32)", 4 * nh, true, false});
   } else {
@@ -85,15 +94,17 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
       t.push_back({"dropout output (PV input)", e * nh * s, true, false});
     }
   }
-  t.push_back({"attention output O (output projection input)", gi * nh * m.v_dim(), true, !flash});
+  t.push_back({"attention output O (output projection input)", oi * nh * m.v_dim(), true, !flash});
   if (dropout) t.push_back({"attention dropout mask", h, false, true});
   t.push_back({"norm 2 input (residual after attention)", e * h, false, true});
-  t.push_back({"norm 2 output (MLP input)", gi * h, false, true});
+  t.push_back({"norm 2 output (MLP input)", gi * h, false, true, false, false});
   if (stats > 0) t.push_back({"norm 2 statistics (fp32)", stats, false, true});
   if (m.is_mla()) {
     const double latents = (m.q_lora_rank > 0 ? m.q_lora_rank : 0) + m.kv_lora_rank;
-    t.push_back({"MLA latents and their norm outputs", (e + gi) * latents + e * m.qk_rope_dim,
-                 false, true});
+    t.push_back(
+        {"MLA latents (before their norms) and k_R", e * latents + e * m.qk_rope_dim, false, true});
+    t.push_back({"MLA latent norm outputs (up-projection inputs)", gi * latents, false, true, false,
+                 false});
   }
   if (!moe) {
     const double f = m.ffn_hidden;
@@ -108,23 +119,37 @@ std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double s,
     const double k = m.top_k, fe = m.expert_ffn, shared = m.n_shared_experts;
     t.push_back({"router scores (fp32)", 4.0 * m.n_routed_experts, true, true});
     t.push_back({"dispatched tokens (expert inputs)", gi * k * h, true, true});
-    t.push_back({"expert outputs (the combine's backward)", e * k * h, true, true});
-    t.push_back({"expert gate and up outputs", 2 * e * (k + shared) * fe, true, true});
-    t.push_back({"expert SwiGLU products", gi * (k + shared) * fe, true, false});
+    // DeepSeek-V3 §3.3.3: the SwiGLU's inputs cached (FP8) and its output recomputed. With the
+    // routing weight g applied inside that recomputed SwiGLU (g SwiGLU(x) before the down
+    // projection, the same product), dL/dg = <down projection's dgrad, SwiGLU(x)> needs no
+    // expert output kept for the combine's backward (our reading; the paper does not say how
+    // the gate's gradient is formed).
+    if (!o.moe_swiglu_recomputed)
+      t.push_back({"expert outputs (the combine's backward)", e * k * h, true, true});
+    const double swiglu_in = o.moe_swiglu_recomputed ? gi : e;
+    t.push_back({"expert gate and up outputs", 2 * swiglu_in * (k + shared) * fe, true, true});
+    if (!o.moe_swiglu_recomputed)
+      t.push_back({"expert SwiGLU products", gi * (k + shared) * fe, true, false});
   }
   if (dropout) t.push_back({"MLP dropout mask", h, false, true});
   if (o.keeps_sp_gathered_norms) {
-    t.push_back({"gathered norm 1 and 2 outputs (SP, kept)", 2 * gi * h, false, true, true});
+    t.push_back({"gathered norm 1 and 2 outputs (SP, kept)", 2 * gi * h, false, true, true, false});
   }
   return t;
 }
 
 double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bool sp,
                              Recompute recompute, double input_bytes_per_token) {
-  if (recompute == Recompute::kFull) return input_bytes_per_token / (sp ? t : 1);
+  return layer_bytes_per_token(terms, t, sp, policy_of(recompute), input_bytes_per_token);
+}
+
+double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bool sp,
+                             RecomputePolicy recompute, double input_bytes_per_token) {
+  if (recompute == RecomputePolicy::kFull) return input_bytes_per_token / (sp ? t : 1);
   double sum = 0;
   for (const ActivationTerm& term : terms) {
-    if (recompute == Recompute::kSelective && !term.kept_selective) continue;
+    if (recompute == RecomputePolicy::kSelective && !term.kept_selective) continue;
+    if (recompute == RecomputePolicy::kNormUp && !term.kept_norm_up) continue;
     if (term.sp_gathered) {
       if (sp) sum += term.bytes_per_token;
       continue;
@@ -244,8 +269,8 @@ PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l) {
         l.partition == Partition::kBalanced ? " (or the embedding or head alone)" : "",
         std::max<int64_t>(1, most / l.pp)));
   // The search asks for the same few splits thousands of times: keep them.
-  const StageWeights w = l.partition == Partition::kEven ? StageWeights{}
-                                                         : balanced_stage_weights(m);
+  const StageWeights w =
+      l.partition == Partition::kEven ? StageWeights{} : balanced_stage_weights(m);
   using Key = std::tuple<int64_t, int, int, double, double>;
   static std::map<Key, std::vector<StageUnits>> splits;
   const Key key{m.n_layers, n_stages, static_cast<int>(l.partition), w.embedding, w.head};
@@ -380,27 +405,28 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
                                              const ActivationOptions& storage) {
   const PipelineShape shape = pipeline_shape(m, l);
   ActivationOptions opt = storage;
-  if (opt.gemm_input_bytes == 0 &&
-      (l.precision == Precision::kFp8 || l.precision == Precision::kFp4))
-    opt.gemm_input_bytes = 1;
+  if (opt.gemm_input_bytes == 0 && l.fp8_activations()) opt = fp8_activation_cache(opt);
   const std::vector<std::vector<int>>& slots = schedule_slots(l, microbatches);
   const int t = l.tp;
   const bool sp = l.sequence_parallel();
-  // By default activations are stored in 16 bits for every precision (FP8 recipes keep some
-  // GEMM inputs in FP8, which this conservatively ignores); statistics in fp32.
+  // Activations are stored in 16 bits (statistics in fp32), except what act=fp8 caches in FP8.
   const double e = opt.elem_bytes, h = static_cast<double>(m.d_model);
   const double tokens = static_cast<double>(l.micro_batch) * static_cast<double>(seq) / l.cp;
-  auto per_token = [&](bool moe, Recompute r) {
+  auto per_token = [&](bool moe, RecomputePolicy r) {
     return layer_bytes_per_token(block_terms(m, moe, static_cast<double>(seq), opt), t, sp, r,
                                  e * h);
   };
-  const double dense_kept = per_token(false, l.recompute);
-  const double moe_kept = m.is_moe() ? per_token(true, l.recompute) : dense_kept;
+  const RecomputePolicy policy = l.recompute_policy();
+  const double dense_kept = per_token(false, policy);
+  const double moe_kept = m.is_moe() ? per_token(true, policy) : dense_kept;
   const bool any_moe = m.moe_layers() > 0;
-  const double full_layer = std::max(per_token(false, Recompute::kNone),
-                                     any_moe ? per_token(true, Recompute::kNone) : 0.0);
-  const double selective_layer = std::max(per_token(false, Recompute::kSelective),
-                                          any_moe ? per_token(true, Recompute::kSelective) : 0.0);
+  const double full_layer = std::max(per_token(false, RecomputePolicy::kNone),
+                                     any_moe ? per_token(true, RecomputePolicy::kNone) : 0.0);
+  // What one layer recomputes in backward is held once, in a shared buffer (temporary).
+  const double partial_layer =
+      policy == RecomputePolicy::kFull
+          ? 0.0
+          : std::max(per_token(false, policy), any_moe ? per_token(true, policy) : 0.0);
   const UnitParams& units = unit_params(m, t, l.ep);
   const int n_d = l.dp * l.cp, n_e = std::max(1, l.dp * l.cp / l.ep);
   std::vector<MemoryBreakdown> out;
@@ -414,6 +440,12 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     mem.weights = dense.parameters + expert.parameters;
     mem.gradients = dense.gradients + expert.gradients;
     mem.optimizer = dense.optimizer + expert.optimizer;
+    // An fp32 EMA of the parameters, sliced as the optimizer states (DeepSeek-V3 §3.2.3 keeps
+    // it in host memory instead, updated asynchronously after each step).
+    const double ema = zero_model_states(local.dense, l.zero, n_d, 0, 0, 4).optimizer +
+                       zero_model_states(local.expert, l.zero, n_e, 0, 0, 4).optimizer;
+    if (l.ema == Ema::kGpu) mem.optimizer += ema;
+    if (l.ema == Ema::kHost) mem.host_ema = ema;
     bool has_head = false;
     double largest_layer_params = 0;
     std::vector<double> chunk_bytes;  // one micro-batch's stored activations per chunk
@@ -448,8 +480,8 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     // (plan/context_ring.h, 16-bit).
     if (has_head) mem.temporary += tokens * static_cast<double>(m.vocab) / t * 8.0;
     if (l.recompute == Recompute::kFull) mem.temporary += tokens * full_layer;
-    if (l.recompute == Recompute::kSelective)
-      mem.temporary += tokens * (full_layer - selective_layer);
+    if (policy == RecomputePolicy::kSelective || policy == RecomputePolicy::kNormUp)
+      mem.temporary += tokens * (full_layer - partial_layer);
     if (l.zero == 3) mem.temporary += 2 * 2.0 * largest_layer_params;
     if (any_moe) mem.temporary += 2 * tokens / t * m.top_k * h * e;
     mem.temporary += static_cast<double>(

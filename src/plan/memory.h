@@ -48,6 +48,7 @@ struct ActivationTerm {
   // Counted only under sequence parallelism, whole (not divided by tp): the gathered norm
   // outputs this engine keeps for the column-parallel GEMMs' weight gradients.
   bool sp_gathered = false;
+  bool kept_norm_up = true;  // still stored under DeepSeek-V3's norm-up recompute
 };
 
 // Korthikanti §4.1's own list for the GPT block (16-bit, 1-byte masks), written out as in the
@@ -61,6 +62,13 @@ struct ActivationOptions {
   // dispatched expert inputs); 0: elem_bytes, or 1 under an FP8/FP4 layout, which caches them in
   // FP8 (DeepSeek-V3 §3.3.2).
   double gemm_input_bytes = 0;
+  // DeepSeek-V3 §3.3.3's FP8 cache (Layout::fp8_activations): bytes per element of the
+  // attention output O (E5M6, 12 bits, with a power-of-2 scale per 128: 1.5 + 1/128; 0: the
+  // gemm_input_bytes), and whether the MoE SwiGLU's inputs are cached at gemm_input_bytes with
+  // its output recomputed in backward instead of kept (the routing weight then applied inside
+  // it, so the experts' outputs are not kept for the combine's backward).
+  double attention_output_bytes = 0;
+  bool moe_swiglu_recomputed = false;
   // Under SP, keep the all-gathered norm outputs (2 h per token per layer, whole on every tp
   // rank) as this engine does (model/block.h), instead of re-gathering them in backward as
   // Megatron does (Korthikanti's 34 s b h / t): the engine's own layout.
@@ -80,14 +88,23 @@ struct ActivationOptions {
 //   Korthikanti §5) and, for FlashAttention, O itself (one more FlashAttention forward
 //   regenerates it, as the engine does), SwiGLU's product (one multiply of two kept tensors) and,
 //   for MLA, the per-head Q, K and V from the kept latents (DeepSeek-V3 §3.3.2 recomputes the
-//   MLA up-projections); GELU's output is kept.
+//   MLA up-projections); GELU's output is kept. Norm-up recompute (DeepSeek-V3 §3.2.3) drops
+//   every norm output (MLA's latent norms too) and MLA's per-head Q, K and V, and keeps the
+//   attention core's output and state.
 std::vector<ActivationTerm> block_terms(const ModelSpec& m, bool moe, double seq_len,
                                         const ActivationOptions& o = {});
 
 // Sum of terms per token with TP degree t, sequence parallel sp and the recompute policy; full
 // recompute keeps only the layer input (input_bytes_per_token, / t under SP).
+// DeepSeek-V3 §3.3.3's FP8 activation cache as ActivationOptions: FP8 E4M3 with one fp32 scale
+// per 1x128 tile (1 + 4/128 bytes per element), O in E5M6 (1.5 + 1/128), the MoE SwiGLU's
+// output recomputed.
+ActivationOptions fp8_activation_cache(ActivationOptions base = {});
+constexpr double kFp8CachedBytes = 1.0 + 4.0 / 128, kE5m6CachedBytes = 1.5 + 1.0 / 128;
 double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bool sp,
                              Recompute recompute, double input_bytes_per_token);
+double layer_bytes_per_token(const std::vector<ActivationTerm>& terms, int t, bool sp,
+                             RecomputePolicy recompute, double input_bytes_per_token);
 
 // How a layout's pipeline holds the model: the stages (p x v for interleaved, p otherwise), their
 // layers, and which stages each rank holds in chunk order (DualPipe: stage r and stage p-1-r, one
@@ -124,10 +141,12 @@ LocalParams params_per_gpu(const ModelSpec& m, const Layout& l);
 
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0;  // model states after ZeRO sharding
-  double activations = 0;                            // in-flight micro-batches' stored tensors
-  double temporary = 0;  // logits, one layer's recompute set, ZeRO-3 prefetch, MoE, CP ring
-  double overhead = 0;   // CUDA context, library workspaces, allocator fragmentation
-  int rank = 0;          // the pipeline rank this is of
+                                                     // (optimizer: + an EMA kept on the GPU)
+  double host_ema = 0;     // an EMA kept in host memory (not GPU bytes, not in total())
+  double activations = 0;  // in-flight micro-batches' stored tensors
+  double temporary = 0;    // logits, one layer's recompute set, ZeRO-3 prefetch, MoE, CP ring
+  double overhead = 0;     // CUDA context, library workspaces, allocator fragmentation
+  int rank = 0;            // the pipeline rank this is of
   double total() const {
     return weights + gradients + optimizer + activations + temporary + overhead;
   }

@@ -48,8 +48,8 @@ Plan make_plan(PlanInputs in) {
     throw Error(fmt::format("--gpus {} is not in 1 to {} (2^24)", in.gpus, kMaxGpus));
   if (in.seq_len <= 0) in.seq_len = in.model.default_seq;
   if (in.seq_len > kMaxSeqLen)
-    throw Error(fmt::format("--seq {} exceeds {} (2^24), the engine's longest sequence",
-                            in.seq_len, kMaxSeqLen));
+    throw Error(fmt::format("--seq {} exceeds {} (2^24), the engine's longest sequence", in.seq_len,
+                            kMaxSeqLen));
   bool default_batch = false;
   // Who chose the batch, for messages: the option, or the model's batch_tokens.
   std::string batch_option = "--batch-tokens";
@@ -68,15 +68,16 @@ Plan make_plan(PlanInputs in) {
   const double seqs = in.batch_tokens / in.seq_len;
   if (!std::isfinite(seqs) || seqs < 1 || std::fabs(seqs - std::round(seqs)) > 1e-9) {
     const double pow2 = std::exp2(std::round(std::log2(std::min(std::max(seqs, 1.0), 1e9))));
-    throw Error(fmt::format(
-        "{} {:.15g} is not a whole number of {}-token sequences; use e.g. {:.0f} "
-        "({:.0f} sequences; 16Mi = 2^24 is Llama 3's \"16M\")",
-        batch_option, in.batch_tokens, in.seq_len, pow2 * in.seq_len, pow2));
+    throw Error(
+        fmt::format("{} {:.15g} is not a whole number of {}-token sequences; use e.g. {:.0f} "
+                    "({:.0f} sequences; 16Mi = 2^24 is Llama 3's \"16M\")",
+                    batch_option, in.batch_tokens, in.seq_len, pow2 * in.seq_len, pow2));
   }
   if (seqs > kMaxBatchSequences)
-    throw Error(fmt::format("{} {:.15g} is {:.15g} sequences of {}; a plan takes at most {:.0f} "
-                            "(2^30) sequences per step",
-                            batch_option, in.batch_tokens, seqs, in.seq_len, kMaxBatchSequences));
+    throw Error(
+        fmt::format("{} {:.15g} is {:.15g} sequences of {}; a plan takes at most {:.0f} "
+                    "(2^30) sequences per step",
+                    batch_option, in.batch_tokens, seqs, in.seq_len, kMaxBatchSequences));
   const SearchOptions& so = in.search;
   // A fixed degree above the GPU count cannot be laid out (and would overflow products).
   for (const auto& [fixed, name, value] :
@@ -112,8 +113,15 @@ Plan make_plan(PlanInputs in) {
                    src(g.fp16_flops > 0 && g.bf16_flops == g.fp16_flops ? "bf16" : "fp16"))},
       {"GEMM efficiency",
        fmt::format("{:.0f}% of dense peak for large GEMMs ({}), times wave quantisation over {} "
-                   "SMs and K / (K + 128), or the HBM roofline when memory bound",
-                   100 * g.gemm_efficiency, src("gemm"), g.sm_count)},
+                   "SMs and K / (K + 128), or the HBM roofline when memory bound{}",
+                   100 * g.gemm_efficiency, src("gemm"), g.sm_count,
+                   g.fp8_gemm_efficiency > 0
+                       ? fmt::format("; FP8/FP4 GEMMs {:.1f}% of their peak x K / (K + {:.0f}) "
+                                     "({})",
+                                     100 * g.fp8_gemm_efficiency,
+                                     g.fp8_gemm_k_overhead > 0 ? g.fp8_gemm_k_overhead : 128.0,
+                                     src("fp8_gemm"))
+                       : std::string())},
       {"attention efficiency",
        fmt::format("FlashAttention at {:.0f}% of the 16-bit peak x Lq/(Lq + 256) ({}); "
                    "materialised attention as batched GEMMs of the score matrix",
@@ -139,12 +147,14 @@ Plan make_plan(PlanInputs in) {
                    "DualPipe (DeepSeek-V3 §3.2.1), {:.0f}% otherwise; DP reduce-scatter/all-gather "
                    "hidden behind one micro-batch's backward/forward; {}; pipeline sends {}",
                    100 * e.tp_overlap, 100 * e.ep_overlap_dualpipe, 100 * e.ep_overlap_other,
-                   e.cp_all_gather ? "CP all-gather exposed (Llama 3 §3.3.2)"
-                                   : "CP ring hops hidden behind each ring step's attention "
-                                     "blocks where they last long enough, the last dK/dV hop "
-                                     "exposed",
-                   e.blocking_p2p ? "block each F and B (DeepSpeed's PipelineEngine)"
-                                  : "asynchronous (they delay only through the bubble)")},
+                   e.cp_all_gather || p.best().layout.cp_all_gather
+                       ? "CP all-gather exposed (Llama 3 §3.3.2)"
+                       : "CP ring hops hidden behind each ring step's attention "
+                         "blocks where they last long enough, the last dK/dV hop "
+                         "exposed",
+                   e.blocking_p2p || p.best().layout.blocking_p2p
+                       ? "block each F and B (DeepSpeed's PipelineEngine)"
+                       : "asynchronous (they delay only through the bubble)")},
       {"tokens", p.run.chinchilla_tokens
                      ? fmt::format("Chinchilla-optimal for {} total parameters (Hoffmann "
                                    "et al. Table 3): {}",
@@ -171,9 +181,19 @@ Plan make_plan(PlanInputs in) {
                               in.restart_seconds / 60)},
       {"memory",
        fmt::format(
-           "fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; "
-           "activations stored in 16 bits, norm statistics in fp32; {}",
+           "fits if under {} per GPU; reserves {} ({}) + 5% fragmentation; {}; {}{}",
            format_bytes(g.hbm_bytes), format_bytes(g.overhead_bytes), src("overhead"),
+           p.best().layout.fp8_activations()
+               ? "activations stored in 16 bits except DeepSeek-V3 §3.3.3's FP8 cache (act=fp8): "
+                 "the FP8 linears' inputs in E4M3 + an fp32 scale per 128, the attention "
+                 "output in E5M6, the MoE SwiGLU's inputs in FP8 with its output (and the "
+                 "routing weight applied in it) recomputed; norm statistics in fp32"
+               : "activations stored in 16 bits, norm statistics in fp32",
+           p.best().layout.ema == Ema::kHost
+               ? fmt::format("the parameters' EMA in host memory ({} per GPU, DeepSeek-V3 "
+                             "§3.2.3), ",
+                             format_bytes(p.best().step.memory.host_ema))
+               : "",
            p.best().layout.allocation == Allocation::kSlots
                ? "each pipeline chunk keeps slots for its own peak of micro-batches in "
                  "flight, as the engine allocates (alloc=slots; alloc=live for a caching "

@@ -158,7 +158,7 @@ std::string format_comparison(const PlanFile& a, const Plan& pa, const PlanFile&
                        l.schedule == schedule::ScheduleKind::kInterleaved && l.pp > 1
                            ? fmt::format(" v={}", l.chunks)
                            : "",
-                       precision_name(l.precision), recompute_name(l.recompute), l.micro_batch,
+                       precision_name(l.precision), l.recompute_text(), l.micro_batch,
                        l.allocation == Allocation::kLive ? " alloc=live" : "");
   };
   out += row("", sched(la), sched(lb));

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cmath>
 
 #include "plan/units.h"
@@ -26,6 +27,14 @@ ModelSpec megatron_gpt(const std::string& name, int64_t h, int64_t a, int64_t l)
 }
 
 namespace {
+
+// Narayanan et al.'s GPT of Table 1 or 2 by its size ("1.7B", "530B"): the catalog's
+// configs/models/megatron-gpt-*.toml, which megatron_gpt reproduces (tests/plan/files_test).
+ModelSpec catalog_gpt(std::string params) {
+  if (params == "529.6B") params = "530B";  // Table 1's 529.6B is Table 2's 530B
+  for (char& c : params) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return find_model("megatron-gpt-" + params);
+}
 
 struct Row {
   const char* params;
@@ -84,8 +93,7 @@ std::vector<PublishedRun> published_runs() {
                            r.h, r.l, r.gpus, r.tp, r.pp, r.batch);
     run.source = "Narayanan et al. 2104.04473 Table 1";
     run.calibration = true;
-    run.inputs = megatron_2021(megatron_gpt(fmt::format("gpt-{}", r.params), r.h, r.a, r.l), r.gpus,
-                               r.tp, r.pp, r.batch);
+    run.inputs = megatron_2021(catalog_gpt(r.params), r.gpus, r.tp, r.pp, r.batch);
     run.metric = RunMetric::kMegatronTflops;
     run.published = r.tflops;
     run.tolerance = 0.10;
@@ -120,7 +128,7 @@ std::vector<PublishedRun> published_runs() {
     in.search.fields.allocation = true;
     in.search.keep = 1;
     // Llama 3's context parallelism all-gathers K and V (§3.3.2), not the engine's ring.
-    in.search.efficiency.cp_all_gather = true;
+    in.search.fixed.cp_all_gather = true;
     run.metric = RunMetric::kMfu;
     run.published = r.mfu;
     run.tolerance = 0.04;
@@ -145,8 +153,7 @@ std::vector<PublishedRun> published_runs() {
     run.name = fmt::format("GPT {} on {} A100, TP8 PP{}, batch {:.0f}, micro-batch 1", r.name,
                            r.gpus, r.pp, r.batch);
     run.source = "Narayanan et al. 2104.04473 Table 2 (PTD parallelism)";
-    run.inputs = megatron_2021(megatron_gpt(fmt::format("gpt-{}", r.name), r.h, r.a, r.l), r.gpus,
-                               8, r.pp, r.batch);
+    run.inputs = megatron_2021(catalog_gpt(r.name), r.gpus, 8, r.pp, r.batch);
     run.inputs.search.fixed.micro_batch = 1;
     run.inputs.search.fields.micro_batch = true;
     run.metric = RunMetric::kMegatronTflops;
@@ -161,7 +168,7 @@ std::vector<PublishedRun> published_runs() {
     run.name = fmt::format("GPT 530B on 2240 A100, TP8 PP35, {}",
                            selective ? "SP + selective recompute" : "full recompute");
     run.source = "Korthikanti et al. 2205.05198 abstract";
-    run.inputs = megatron_2021(megatron_gpt("gpt-530B", 20480, 128, 105), 2240, 8, 35, 2240);
+    run.inputs = megatron_2021(catalog_gpt("530B"), 2240, 8, 35, 2240);
     run.inputs.search.fixed.sp = selective;
     run.inputs.search.fixed.recompute = selective ? Recompute::kSelective : Recompute::kFull;
     run.inputs.search.fixed.micro_batch = 1;
@@ -183,17 +190,14 @@ std::vector<PublishedRun> published_runs() {
     run.name = fmt::format("MT-NLG 530B on {} A100 40GB, TP8 PP35 DP{}, batch 1920", nodes * 8,
                            nodes / 35);
     run.source = "Smith et al. 2201.11990 §2.4";
-    ModelSpec m = megatron_gpt("mt-nlg-530b", 20480, 128, 105);
-    m.vocab = 50272;
-    run.inputs = megatron_2021(m, nodes * 8, 8, 35, 1920);
-    run.inputs.gpu.hbm_bytes = 40e9;  // DGX A100 40GB (the a100 file's GPU otherwise)
-    run.inputs.gpu.model = "A100 SXM 40GB";
+    run.inputs = megatron_2021(find_model("mt-nlg-530b"), nodes * 8, 8, 35, 1920);
+    run.inputs.gpu = find_gpu("a100-40gb");  // DGX A100 40GB
     Layout& l = run.inputs.search.fixed;
     l.schedule = schedule::ScheduleKind::k1F1B;
     l.zero = 1;
     l.grad_bytes = 2;
     run.inputs.search.fields.micro_batch = false;
-    run.inputs.search.efficiency.blocking_p2p = true;  // DeepSpeed's PipelineEngine
+    run.inputs.search.fixed.blocking_p2p = true;  // DeepSpeed's PipelineEngine
     run.metric = RunMetric::kMegatronTflops;
     run.published = tflops;
     run.tolerance = 0.10;
@@ -206,15 +210,12 @@ std::vector<PublishedRun> published_runs() {
     PublishedRun run;
     run.name = "BLOOM 176B on 384 A100, TP4 PP12 DP8, batch 2048";
     run.source = "Le Scao et al. 2211.05100; 156 TFLOP/s per GPU (GENCI)";
-    ModelSpec m = megatron_gpt("bloom-176b", 14336, 112, 70);
-    m.vocab = 250680;
-    m.position = PositionKind::kRope;  // ALiBi: no parameters, as RoPE
-    run.inputs = megatron_2021(m, 384, 4, 12, 2048);
+    run.inputs = megatron_2021(find_model("bloom-176b"), 384, 4, 12, 2048);  // ALiBi as RoPE
     run.inputs.search.fixed.zero = 1;
     run.inputs.search.fixed.precision = Precision::kBf16;
     run.inputs.search.precisions = {Precision::kBf16};
     run.inputs.search.fixed.schedule = schedule::ScheduleKind::k1F1B;
-    run.inputs.search.efficiency.blocking_p2p = true;  // Megatron-DeepSpeed: DeepSpeed's pipeline
+    run.inputs.search.fixed.blocking_p2p = true;  // Megatron-DeepSpeed: DeepSpeed's pipeline
     run.metric = RunMetric::kMegatronTflops;
     run.published = 156;
     run.tolerance = 0.10;
@@ -254,12 +255,33 @@ RunCheck check_run(const PublishedRun& run) {
   return c;
 }
 
+std::string reproduce_command(const PublishedRun& run) {
+  const PlanInputs& in = run.inputs;
+  LayoutFields f = in.search.fields;
+  Layout l = in.search.fixed;
+  // The run's single precision is a --layout field (precisions other than bf16 would be lost).
+  if (!f.precision && in.search.precisions.size() == 1) {
+    l.precision = in.search.precisions.front();
+    f.precision = true;
+  }
+  // Fields the search takes from the run whether marked or not (allocation, the communication
+  // choices, never searched): say them when they differ from the default.
+  f.allocation |= l.allocation != Allocation::kSlots;
+  f.cp_comm |= l.cp_all_gather;
+  f.p2p |= l.blocking_p2p;
+  return fmt::format(
+      "trillion plan --model {} --cluster {} --gpus {} --seq {} --batch-tokens {:.0f} --tokens "
+      "{:.0f} --layout {} --top {}",
+      in.model.name, in.gpu.name, in.gpus, in.seq_len, in.batch_tokens, in.tokens,
+      fixed_layout_text(l, f), in.search.keep);
+}
+
 std::string format_validation(bool markdown) {
   std::string out;
   if (markdown)
     out +=
         "| run | source | layout (free fields searched) | memory | predicted | published | "
-        "error |\n|---|---|---|---|---|---|---|\n";
+        "error | reproduce |\n|---|---|---|---|---|---|---|---|\n";
   for (const PublishedRun& run : published_runs()) {
     const RunCheck c = check_run(run);
     const Candidate& best = c.plan.best();
@@ -275,18 +297,18 @@ std::string format_validation(bool markdown) {
       layout += fmt::format(
           " {}{}", schedule::schedule_kind_name(l.schedule),
           l.schedule == schedule::ScheduleKind::kInterleaved ? fmt::format(" v={}", l.chunks) : "");
-    layout += fmt::format(" recompute={} zero={} sp={}", recompute_name(l.recompute), l.zero,
+    layout += fmt::format(" recompute={} zero={} sp={}", l.recompute_text(), l.zero,
                           l.sequence_parallel() ? 1 : 0);
     const std::string mark = c.within ? "" : " (outside tolerance)";
     if (markdown)
-      out += fmt::format("| {}{} | {} | {} | {} | {} | {} | {}{} |\n", run.name,
+      out += fmt::format("| {}{} | {} | {} | {} | {} | {} | {}{} | `{}` |\n", run.name,
                          run.calibration ? " (calibration)" : "", run.source, layout,
                          format_bytes(best.step.memory.total()), value(c.predicted),
-                         value(run.published), err, mark);
+                         value(run.published), err, mark, reproduce_command(run));
     else
-      out += fmt::format("{:<70} {:>10} {:>12} {:>12} {:>12}{}\n  {}\n", run.name,
+      out += fmt::format("{:<70} {:>10} {:>12} {:>12} {:>12}{}\n  {}\n  $ {}\n", run.name,
                          format_bytes(best.step.memory.total()), value(c.predicted),
-                         value(run.published), err, mark, layout);
+                         value(run.published), err, mark, layout, reproduce_command(run));
   }
   return out;
 }

@@ -52,6 +52,11 @@ struct RunCheck {
 };
 RunCheck check_run(const PublishedRun& run);
 
+// The `trillion plan` command that plans the same run (model and cluster by catalog name, the
+// published layout fields as --layout, including the choices the row pins: allocation, CP
+// all-gather vs ring, blocking pipeline sends): its plan equals check_run's.
+std::string reproduce_command(const PublishedRun& run);
+
 // Every run checked, as a Markdown table (name, layout the planner completed, memory, predicted,
 // published, error, within tolerance); `markdown` false gives the same rows as aligned text.
 std::string format_validation(bool markdown);

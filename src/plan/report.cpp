@@ -227,10 +227,12 @@ std::string layout_words(const Layout& l) {
       s += fmt::format(" chunks={}", l.chunks);
     s += fmt::format(" partition={}", partition_name(l.partition));
   }
-  s += fmt::format(" recompute={} micro_batch={} {} grad={}", recompute_name(l.recompute),
-                   l.micro_batch, precision_name(l.precision), l.grad_bytes == 4 ? "fp32" : "bf16");
+  s += fmt::format(" recompute={} micro_batch={} {} grad={}", l.recompute_text(), l.micro_batch,
+                   precision_name(l.precision), l.grad_bytes == 4 ? "fp32" : "bf16");
   if (l.moment_bytes != 4) s += " moments=bf16";
   if (l.allocation != Allocation::kSlots) s += " alloc=live";
+  if (l.fp8_activations()) s += " act=fp8";
+  if (l.ema != Ema::kNone) s += " ema=" + ema_name(l.ema);
   return s;
 }
 

@@ -197,13 +197,23 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   l.precision = prec, l.partition = part;
                   l.sp = f.sp ? fx.sp : true;
                   if (f.grad) l.grad_bytes = fx.grad_bytes;
-                  if (f.moments) l.moment_bytes = fx.moment_bytes;
                   l.allocation = fx.allocation;  // how the framework allocates: never searched
+                  // The FP8 activation cache follows the precision unless fixed; an EMA is the
+                  // user's choice (none unless asked for).
+                  l.activation_cache = f.act ? fx.activation_cache : ActivationCache::kAuto;
+                  l.ema = fx.ema;
+                  l.cp_all_gather = fx.cp_all_gather, l.blocking_p2p = fx.blocking_p2p;
                   const int micro = microbatches_for(l, seq, batch_tokens);
                   auto refuse = [&](const std::string& reason, const std::string& why) {
                     ++result.shapes;
                     refused.add(reason, short_layout(l) + ": " + why);
                   };
+                  if (l.activation_cache == ActivationCache::kFp8 && prec != Precision::kFp8 &&
+                      prec != Precision::kFp4) {
+                    refuse("act=fp8 caches the inputs of FP8 GEMMs: it needs precision fp8 or fp4",
+                           precision_name(prec));
+                    continue;
+                  }
                   if (micro == 0) {
                     refuse("the batch does not split into dp x whole micro-batches",
                            fmt::format("{:.0f} sequences / (dp={} x micro_batch={})",
@@ -254,12 +264,25 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   }
                   // Every recompute policy and ZeRO stage that fits is timed: less recompute
                   // with more sharding can beat more recompute with less (ZeRO-3's gathers).
-                  for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-                    if (f.recompute && rc != fx.recompute) continue;
-                    for (int zero :
-                         f.zero ? std::vector<int>{fx.zero} : std::vector<int>{1, 2, 3}) {
+                  // DeepSeek-V3's norm-up policy is searched for MLA models (it recomputes
+                  // their up-projections); any model takes it when --layout fixes it.
+                  for (RecomputePolicy rc : {RecomputePolicy::kNone, RecomputePolicy::kNormUp,
+                                             RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+                    if (f.recompute && rc != fx.recompute_policy()) continue;
+                    if (!f.recompute && rc == RecomputePolicy::kNormUp && !m.is_mla()) continue;
+                    // BF16 Adam moments (DeepSeek-V3 §3.3.3) only where FP32 ones do not fit.
+                    std::vector<std::pair<int, int>> states;  // (ZeRO stage, moment bytes)
+                    for (int zero : f.zero ? std::vector<int>{fx.zero} : std::vector<int>{1, 2, 3})
+                      for (int moments :
+                           f.moments ? std::vector<int>{fx.moment_bytes} : std::vector<int>{4, 2})
+                        states.emplace_back(zero, moments);
+                    for (const auto& [zero, moments] : states) {
                       ++result.shapes;
-                      l.recompute = rc, l.zero = zero;
+                      l.norm_up = rc == RecomputePolicy::kNormUp;
+                      l.recompute = rc == RecomputePolicy::kSelective ? Recompute::kSelective
+                                    : rc == RecomputePolicy::kFull    ? Recompute::kFull
+                                                                      : Recompute::kNone;
+                      l.zero = zero, l.moment_bytes = moments;
                       const MemoryBreakdown mem =
                           memory_per_gpu(m, l, seq, micro, gpu.overhead_bytes);
                       if (mem.total() > gpu.hbm_bytes) {
@@ -289,7 +312,8 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                         if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
                         all.push_back({l, std::move(sb)});
                       }
-                      // A higher ZeRO stage only adds communication once this one fits.
+                      // A higher ZeRO stage only adds communication once this one fits (and BF16
+                      // moments are taken only where FP32 ones do not fit).
                       break;
                     }
                   }

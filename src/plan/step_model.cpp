@@ -96,15 +96,20 @@ PassCost layer_cost(const Context& c, bool moe) {
     r.add_gemm(linear_seconds(gpu, c.p, T, out, in, c.e));
   };
   // Attention projections (Megatron's column/row split, plan/parameter_table.h).
+  double up_projections = 0;  // MLA's up-projection forwards (what norm-up and selective replay)
   if (m.is_mla()) {
     if (m.q_lora_rank > 0) {
       linear(static_cast<double>(m.q_lora_rank), h);  // replicated down projection
+      const double down = r.f;
       linear(split(nh * m.qk_dim(), t), static_cast<double>(m.q_lora_rank));
+      up_projections += r.f - down;
     } else {
       linear(split(nh * m.qk_dim(), t), h);
     }
     linear(static_cast<double>(m.kv_lora_rank + m.qk_rope_dim), h);
+    const double down = r.f;
     linear(split(nh * (m.qk_nope_dim + m.v_head_dim), t), static_cast<double>(m.kv_lora_rank));
+    up_projections += r.f - down;
   } else {
     linear(split(nh * m.head_dim, t) + 2 * split(static_cast<double>(m.n_kv_heads * m.head_dim), t),
            h);
@@ -188,7 +193,7 @@ PassCost layer_cost(const Context& c, bool moe) {
     const LinkCost link = link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp));
     const double block =
         static_cast<double>(context_ring_block_bytes(m, l.micro_batch, c.seq, 2, {t, sp, l.cp}));
-    if (c.eff.cp_all_gather) {
+    if (c.eff.cp_all_gather || l.cp_all_gather) {
       cp_forward = cp_backward = all_gather_seconds(link, block * l.cp, l.cp);
     } else {
       const RingSeconds ring =
@@ -230,9 +235,22 @@ PassCost layer_cost(const Context& c, bool moe) {
     r.recompute = gemm_forward + core_forward + elem + tp_forward;
     r.tp += tp_forward;
   } else if (l.recompute == Recompute::kSelective) {
-    r.recompute = core_forward + 0.25 * elem;
+    r.recompute = core_forward + 0.25 * elem + up_projections;
+  } else if (l.recompute_policy() == RecomputePolicy::kNormUp) {
+    // DeepSeek-V3 §3.2.3: the norms again (read each kept input, write its output) and MLA's
+    // up-projections; the attention core is kept, so no ring is replayed.
+    double norm_bytes = 0;
+    for (const ActivationTerm& term : terms)
+      if (!term.kept_norm_up && !term.tp_sharded) norm_bytes += 2 * term.bytes_per_token;
+    r.recompute = up_projections + memory_seconds(gpu, T * norm_bytes / (sp ? t : 1));
   }
-  if (l.recompute != Recompute::kNone) {
+  if (moe && l.fp8_activations()) {
+    // The MoE SwiGLU's output is recomputed from its cached inputs (DeepSeek-V3 §3.3.3): read
+    // gate and up, write the product.
+    const double experts = m.top_k + m.n_shared_experts;
+    r.recompute += memory_seconds(gpu, T * experts * m.expert_ffn / t * 3 * 2.0);
+  }
+  if (l.recompute == Recompute::kSelective || l.recompute == Recompute::kFull) {
     r.b += cp_forward;
     r.cp += cp_forward;
   }
@@ -325,7 +343,7 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double p2p =
       l.pp > 1 ? p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp)), act_bytes)
                : 0.0;
-  const double blocked = eff.blocking_p2p ? 2 * p2p : 0.0;  // per F and per B
+  const double blocked = eff.blocking_p2p || l.blocking_p2p ? 2 * p2p : 0.0;  // per F and per B
   const double sf = busiest.f * share + blocked, sb = busiest.b * share + blocked,
                sw = busiest.w * share;
   // Each micro-batch passes one of a DualPipe rank's two stages (one per direction), so a
@@ -381,7 +399,10 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // read the gradient, write the bf16 weights.
   const double shard =
       l.zero >= 1 ? local.dense / n_d + local.expert / n_e : local.dense + local.expert;
-  const double bytes_per_param = 8.0 + 4.0 * l.moment_bytes + l.grad_bytes + 2.0;
+  // An EMA on the GPU reads the new weights and reads and writes its fp32 copy; in host memory
+  // it is updated asynchronously after the step (DeepSeek-V3 §3.2.3) and costs no GPU time.
+  const double bytes_per_param =
+      8.0 + 4.0 * l.moment_bytes + l.grad_bytes + 2.0 + (l.ema == Ema::kGpu ? 10.0 : 0.0);
   r.optimizer = memory_seconds(gpu, bytes_per_param * shard);
   r.step = pipeline + r.dp_comm + r.optimizer;
 
@@ -396,6 +417,15 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
       m.n_layers * attention_flops_per_token_layer(m, seq, AttentionFlops::kCausal);
   double hardware = r.model_flops;
   if (l.recompute == Recompute::kSelective) hardware += attention / 3 * batch_tokens;
+  if (m.is_mla() &&
+      (l.recompute == Recompute::kSelective || l.recompute_policy() == RecomputePolicy::kNormUp)) {
+    // MLA's up-projections replayed: q_b (q_lora_rank -> NH d_qk) and kv_b (kv_lora_rank ->
+    // NH (d_nope + d_v)), 2 FLOPs per multiply-add, every layer.
+    const double up =
+        static_cast<double>(m.q_lora_rank) * m.n_heads * m.qk_dim() +
+        static_cast<double>(m.kv_lora_rank) * m.n_heads * (m.qk_nope_dim + m.v_head_dim);
+    hardware += 2.0 * up * static_cast<double>(m.n_layers) * batch_tokens;
+  }
   if (l.recompute == Recompute::kFull)
     hardware += (2.0 * counts.matmul_active + attention / 3) * batch_tokens;
   r.hardware_flops = hardware;

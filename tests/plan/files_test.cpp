@@ -81,6 +81,25 @@ TEST(ModelFiles, NarayananTable1SizesFromTheParameterTable) {
   }
 }
 
+// The published runs' models are catalog files (so --validate's commands name them); each
+// Megatron GPT file is megatron_gpt's model, name and source aside.
+TEST(ModelFiles, PublishedRunModelsAreCatalogFiles) {
+  struct Gpt {
+    const char* name;
+    int64_t h, a, l;
+  };
+  for (const Gpt& g :
+       {Gpt{"megatron-gpt-1.7b", 2304, 24, 24}, Gpt{"megatron-gpt-175b", 12288, 96, 96},
+        Gpt{"megatron-gpt-530b", 20480, 128, 105}, Gpt{"megatron-gpt-1008b", 25600, 160, 128}}) {
+    ModelSpec file = find_model(g.name), built = megatron_gpt(g.name, g.h, g.a, g.l);
+    file.source = built.source;
+    EXPECT_EQ(file, built) << g.name;
+  }
+  EXPECT_EQ(find_model("mt-nlg-530b").vocab, 50272);
+  EXPECT_EQ(find_model("bloom-176b").vocab, 250680);
+  EXPECT_DOUBLE_EQ(find_gpu("a100-40gb").hbm_bytes, 40e9);
+}
+
 TEST(ClusterFiles, CatalogIsTheShippedFiles) {
   int clusters = 0, models = 0, plans = 0;
   for (const CatalogFile& f : catalog_files()) {

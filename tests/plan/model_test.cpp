@@ -174,7 +174,7 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_EQ(l.to_string(),
             "tp=8,sp=1,pp=16,cp=2,ep=1,dp=64,zero=2,schedule=interleaved,chunks=4,"
             "partition=even,recompute=selective,micro_batch=2,precision=fp8,grad=fp32,moments=fp32,"
-            "alloc=slots");
+            "alloc=slots,act=fp8,ema=none,cp_comm=ring,p2p=async");
   const Layout g =
       parse_layout("sp=0,grad=bf16,moments=bf16,partition=balanced,precision=fp16,alloc=live", &f);
   EXPECT_FALSE(g.sp);
@@ -184,6 +184,23 @@ TEST(Layouts, ParseAndPrint) {
   EXPECT_EQ(g.precision, Precision::kFp16);
   EXPECT_EQ(g.allocation, Allocation::kLive);
   EXPECT_TRUE(f.sp && f.grad && f.moments && f.partition && f.allocation);
+  // DeepSeek-V3's memory techniques (§3.2.3, §3.3.3): norm-up recompute, the FP8 activation
+  // cache and the EMA's place; they round-trip through the text form.
+  const Layout d = parse_layout("recompute=norm-up,act=bf16,ema=host,precision=fp8", &f);
+  EXPECT_EQ(d.recompute_policy(), RecomputePolicy::kNormUp);
+  EXPECT_EQ(d.recompute, Recompute::kNone);  // the engine's enum is unchanged
+  EXPECT_FALSE(d.fp8_activations());
+  EXPECT_EQ(d.ema, Ema::kHost);
+  EXPECT_TRUE(f.recompute && f.act && f.ema);
+  EXPECT_EQ(parse_layout(d.to_string()).to_string(), d.to_string());
+  // The communication choices the published runs pin (docs/planner.md, --validate).
+  const Layout c = parse_layout("cp_comm=allgather,p2p=blocking", &f);
+  EXPECT_TRUE(c.cp_all_gather && c.blocking_p2p && f.cp_comm && f.p2p);
+  EXPECT_THROW(parse_layout("cp_comm=ulysses"), Error);
+  EXPECT_THROW(parse_layout("p2p=sync"), Error);
+  EXPECT_THROW(parse_layout("act=fp4"), Error);
+  EXPECT_THROW(parse_layout("ema=disk"), Error);
+  EXPECT_THROW(parse_layout("recompute=norms"), Error);
   EXPECT_THROW(parse_layout("alloc=pool"), Error);
   EXPECT_THROW(parse_layout("grad=fp16"), Error);
   EXPECT_THROW(parse_layout("sp=2"), Error);

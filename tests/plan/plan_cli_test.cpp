@@ -5,6 +5,7 @@
 // engine's bounds) finish at once with a sane plan or a refusal naming the option or key.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,8 @@
 #include <string>
 
 #include "../train/cli_util.h"
+#include "plan/hardware.h"
+#include "plan/published_runs.h"
 
 namespace {
 
@@ -28,8 +31,9 @@ TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
           "--seq 8192 --batch-tokens 16777216 --tokens 15.6T --json",
           &rc));
   ASSERT_EQ(rc, 0);
-  for (const char* key : {"tp", "pp", "cp", "ep", "dp", "zero", "schedule", "chunks", "recompute",
-                          "micro_batch", "precision", "partition", "grad", "moments", "alloc"})
+  for (const char* key :
+       {"tp", "pp", "cp", "ep", "dp", "zero", "schedule", "chunks", "recompute", "micro_batch",
+        "precision", "partition", "grad", "moments", "alloc", "act", "ema", "cp_comm", "p2p"})
     EXPECT_TRUE(j["layout"].contains(key)) << key;
   EXPECT_EQ(j["layout"]["alloc"], "slots");  // the engine's allocation unless told otherwise
   EXPECT_EQ(j["layout"]["tp"], 8);
@@ -43,6 +47,73 @@ TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
   EXPECT_NEAR(j["gpu_hours"].get<double>(), j["days"].get<double>() * 24 * 16384, 1.0);
   EXPECT_DOUBLE_EQ(j["tokens"].get<double>(), 15.6e12);
   EXPECT_FALSE(j["assumptions"].empty());
+}
+
+// `--prefill TOKENS --json`: the time to first token as prefill_seconds, the layout the search
+// chose, and memory by part; a fixed --layout field is kept.
+TEST(PlanCli, PrefillJsonHasItsSecondsAndMemory) {
+  int rc = 0;
+  const auto j = nlohmann::json::parse(
+      run("plan --model llama3-405b --cluster h100 --gpus 128 --prefill 1Mi --precision fp8 "
+          "--layout cp_comm=allgather --json",
+          &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(j["prefill_seconds"].get<double>(), 0);
+  EXPECT_EQ(j["layout"]["cp_comm"], "allgather");
+  EXPECT_EQ(
+      j["layout"]["tp"].get<int>() * j["layout"]["cp"].get<int>() * j["layout"]["pp"].get<int>(),
+      128);
+  for (const char* key : {"weights", "kv_cache", "workspace", "overhead"})
+    EXPECT_GT(j["memory"][key].get<double>(), 0) << key;
+  EXPECT_LE(j["memory_per_gpu_bytes"].get<double>(), 80e9);
+  run("plan --model llama3-405b --cluster h100 --gpus 7 --prefill 1Mi", &rc);
+  EXPECT_NE(rc, 0);  // 1M tokens of 405B fit no layout of 7 GPUs (the error names the closest)
+}
+
+// Every --validate row prints the command that reproduces it; for a Table 1 row, Llama 3's
+// all-gather CP row and MT-NLG's blocking-send row on 40 GB A100s, that command's plan is the
+// row's plan (same step time to 1e-9).
+TEST(PlanCli, ValidateRowsAreReproducedByTheirCommands) {
+  using trillion::plan::PublishedRun;
+  const std::vector<PublishedRun> runs = trillion::plan::published_runs();
+  for (const PublishedRun& run : runs)
+    EXPECT_NE(trillion::plan::reproduce_command(run).find("--layout"), std::string::npos);
+  for (const std::string prefix :
+       {"GPT 1.7B", "Llama 3 405B on 16384 H100, TP8 CP16", "MT-NLG 530B on 2240"}) {
+    const auto it = std::find_if(runs.begin(), runs.end(), [&](const PublishedRun& r) {
+      return r.name.rfind(prefix, 0) == 0;
+    });
+    ASSERT_NE(it, runs.end()) << prefix;
+    const std::string command = trillion::plan::reproduce_command(*it);
+    int rc = 0;
+    const auto j = nlohmann::json::parse(
+        run(command.substr(std::string("trillion ").size()) + " --json", &rc));
+    ASSERT_EQ(rc, 0) << command;
+    EXPECT_NEAR(
+        j["step_seconds"].get<double>() / trillion::plan::check_run(*it).plan.best().step.step, 1.0,
+        1e-9)
+        << command;
+  }
+}
+
+// `bench machine --out FILE` writes this machine as a cluster file the planner reads: one
+// process (no MPI link measured, said so in the file), small probes.
+TEST(PlanCli, BenchMachineWritesAClusterFileThePlannerReads) {
+  const std::string file = testing::TempDir() + "h38-plan-machine.toml";
+  int rc = 0;
+  run("bench machine --out " + file + " --size 128 --copy-mb 8 --reps 1", &rc);
+  ASSERT_EQ(rc, 0);
+  const trillion::plan::Gpu g = trillion::plan::read_cluster_file(file);
+  EXPECT_GT(g.bf16_flops, 0);
+  EXPECT_GT(g.hbm_bandwidth, 0);
+  EXPECT_NE(g.source_of("latency").find("not measured"), std::string::npos);
+  const auto j = nlohmann::json::parse(run("plan --model " TRILLION_SOURCE_DIR
+                                           "/configs/bench-d512.toml --cluster " +
+                                               file + " --gpus 1 --top 1 --json",
+                                           &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_GT(j["step_seconds"].get<double>(), 0);
+  std::remove(file.c_str());
 }
 
 TEST(PlanCli, ModelFileMatchesTheCatalog) {
@@ -222,8 +293,7 @@ TEST(PlanCli, SeqOneIsPlannedInSeconds) {
   EXPECT_EQ(j["seq_len"], 1);
   EXPECT_EQ(j["batch_tokens"].get<double>(), 16777216.0);
   const auto& l = j["layout"];
-  EXPECT_EQ(l["tp"].get<int>() * l["pp"].get<int>() * l["cp"].get<int>() * l["dp"].get<int>(),
-            64);
+  EXPECT_EQ(l["tp"].get<int>() * l["pp"].get<int>() * l["cp"].get<int>() * l["dp"].get<int>(), 64);
   EXPECT_GE(j["step"]["microbatches"].get<long>(), 65536 / 4);
   EXPECT_GT(j["step_seconds"].get<double>(), 0);
   EXPECT_LT(j["step_seconds"].get<double>(), 1e5);
@@ -257,8 +327,7 @@ TEST(PlanCli, GpusRangeIsHuman) {
 TEST(PlanCli, GpusAreBoundedWithoutOverflow) {
   auto r = run_bounded("plan --model llama3-8b --cluster h100 --gpus 2147483648");
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.output.find("--gpus: Value 2147483648 not in range 1 to 16777216"),
-            std::string::npos)
+  EXPECT_NE(r.output.find("--gpus: Value 2147483648 not in range 1 to 16777216"), std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("dp=-"), std::string::npos) << r.output;
   r = run_bounded(

@@ -1,0 +1,109 @@
+// DeepSeek-V3's memory techniques as planner choices (§3.2.3, §3.3.3), each in exact bytes:
+// norm-up recompute, the FP8 activation cache, BF16 Adam moments, the EMA on the GPU or in host
+// memory; and the published layout (2,048 H800, PP16 DualPipe, EP64, ZeRO-1, FP8) fitting
+// without full recomputation.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "plan/memory.h"
+#include "plan/plan.h"
+
+namespace trillion::plan {
+namespace {
+
+// The published layout of DeepSeek-V3 §3.2 (no TP, PP16 DualPipe, EP64 over 8 nodes, ZeRO-1).
+Layout deepseek_layout() {
+  Layout l;
+  l.tp = 1, l.pp = 16, l.cp = 1, l.ep = 64, l.dp = 128, l.zero = 1;
+  l.schedule = schedule::ScheduleKind::kDualPipe;
+  l.precision = Precision::kFp8;
+  return l;
+}
+
+// One MoE layer of DeepSeek-V3, per token, norm-up recompute with the FP8 cache, written out
+// tensor by tensor: what stays is the residuals, the norms' statistics, FlashAttention's lse, O
+// in E5M6, MLA's latents before their norms and k_R, the router's scores, the dispatched tokens
+// and the SwiGLU's inputs in FP8 with one fp32 scale per 128.
+TEST(DeepSeekMemory, NormUpWithTheFp8CacheKeepsExactlyTheseBytes) {
+  const ModelSpec& m = find_model("deepseek-v3");
+  const double h = 7168, e = 2, fp8 = 1 + 4.0 / 128, e5m6 = 1.5 + 1.0 / 128;
+  const double expected = e * h + 4                    // residual, RMSNorm 1's 1/rms
+                          + 4 * 128                    // lse, 128 heads
+                          + e5m6 * 128 * 128           // O: 128 heads x v_head_dim 128
+                          + e * h + 4                  // residual after attention, 1/rms
+                          + e * (1536 + 512 + 64)      // c_Q, c_KV before their norms, k_R
+                          + 4 * 256                    // router scores
+                          + fp8 * 8 * h                // the top-8 dispatched copies
+                          + fp8 * 2 * (8 + 1) * 2048;  // gate and up of 8 routed + 1 shared
+  const auto terms = block_terms(m, true, 4096, fp8_activation_cache());
+  EXPECT_DOUBLE_EQ(layer_bytes_per_token(terms, 1, false, RecomputePolicy::kNormUp, e * h),
+                   expected);
+  // Norm-up drops exactly the norm outputs, MLA's latent norm outputs and the per-head Q, K, V
+  // that its up-projections make (in 16 bits: bf16 cache, no recompute, the expert outputs
+  // and SwiGLU products kept).
+  const auto bf16 = block_terms(m, true, 4096);
+  const double kept = layer_bytes_per_token(bf16, 1, false, RecomputePolicy::kNone, e * h);
+  const double up = layer_bytes_per_token(bf16, 1, false, RecomputePolicy::kNormUp, e * h);
+  EXPECT_DOUBLE_EQ(kept - up, e * (2 * h + (1536 + 512) + 128 * 192 + 128 * (192 + 128)));
+  // The FP8 cache alone, no recompute: the expert outputs (e k h) and SwiGLU products leave.
+  const double fp8_none = layer_bytes_per_token(terms, 1, false, RecomputePolicy::kNone, e * h);
+  EXPECT_DOUBLE_EQ(fp8_none - expected,
+                   fp8 * (2 * h + 1536 + 512) + e * 128 * 192 + e * 128 * (192 + 128));
+}
+
+// BF16 moments, an EMA on the GPU or in host memory: model states per rank in exact bytes,
+// composing with each other and with the FP8 cache and norm-up.
+TEST(DeepSeekMemory, MomentsAndEmaComposeInExactBytes) {
+  const ModelSpec& m = find_model("deepseek-v3");
+  Layout l = deepseek_layout();
+  l.norm_up = true;
+  l.moment_bytes = 2;
+  const PipelineShape shape = pipeline_shape(m, l);
+  const LocalParams p = params_of_rank(m, l, shape, 1);
+  const double n_d = 128, n_e = 128 / 64;  // experts are replicated over dp x cp / ep = 2
+  const auto states = [&](double per_param_sharded) {
+    return p.dense * (2 + 4 + per_param_sharded / n_d) +
+           p.expert * (2 + 4 + per_param_sharded / n_e);
+  };
+  const MemoryBreakdown plain = memory_per_rank(m, l, 4096, 120)[1];
+  EXPECT_DOUBLE_EQ(plain.weights + plain.gradients + plain.optimizer, states(4 + 2 + 2));
+  EXPECT_EQ(plain.host_ema, 0);
+  l.ema = Ema::kGpu;
+  const MemoryBreakdown gpu = memory_per_rank(m, l, 4096, 120)[1];
+  EXPECT_DOUBLE_EQ(gpu.weights + gpu.gradients + gpu.optimizer, states(4 + 2 + 2 + 4));
+  EXPECT_DOUBLE_EQ(gpu.activations, plain.activations);
+  l.ema = Ema::kHost;
+  const MemoryBreakdown host = memory_per_rank(m, l, 4096, 120)[1];
+  EXPECT_DOUBLE_EQ(host.total(), plain.total());
+  EXPECT_DOUBLE_EQ(host.host_ema, p.dense * 4 / n_d + p.expert * 4 / n_e);
+}
+
+// The command: `trillion plan --model deepseek-v3 --cluster h800 --gpus 2048 --tokens
+// 14.8T --seq 4096 --precision fp8 --layout tp=1,pp=16,ep=64,dp=128,cp=1,zero=1,
+// schedule=dualpipe` fits under 80 GB without full recomputation, with DeepSeek's own policy.
+TEST(DeepSeekMemory, PublishedLayoutFitsWithoutFullRecompute) {
+  PlanInputs in;
+  in.model = find_model("deepseek-v3");
+  in.gpu = find_gpu("h800");
+  in.gpus = 2048;
+  in.seq_len = 4096;
+  in.tokens = 14.8e12;
+  in.search.fixed = deepseek_layout();
+  LayoutFields& f = in.search.fields;
+  f.tp = f.pp = f.ep = f.dp = f.cp = f.zero = f.schedule = true;
+  in.search.precisions = {Precision::kFp8};
+  in.search.keep = 3;
+  const Plan p = make_plan(in);
+  const Candidate& best = p.best();
+  EXPECT_EQ(best.layout.recompute_policy(), RecomputePolicy::kNormUp);
+  EXPECT_TRUE(best.layout.fp8_activations());
+  EXPECT_LE(best.step.memory.total(), 80e9);
+  // Without the FP8 cache the same policy does not fit (the cache is what makes it fit).
+  in.search.fixed.activation_cache = ActivationCache::kBf16;
+  in.search.fixed.norm_up = true;
+  f.act = f.recompute = true;
+  EXPECT_THROW(make_plan(in), Error);
+}
+
+}  // namespace
+}  // namespace trillion::plan
