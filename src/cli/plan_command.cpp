@@ -253,6 +253,18 @@ int plan_command(int argc, char** argv) {
         "FLOPs per token {:.4g} (causal {:.4g})\n",
         m.name, T, plan::document_visible_pairs(d, T), fraction, causal * fraction, causal,
         model - static_cast<double>(m.n_layers) * causal * (1 - fraction), model);
+    // Ring attention's balance under the mask: worst rank / mean, zigzag vs contiguous.
+    std::string balance;
+    for (int64_t cp = 2; cp <= 16 && T % (2 * cp) == 0; cp *= 2) {
+      balance += fmt::format("{}cp {} {:.3f} vs {:.3f}", balance.empty() ? "" : ", ", cp,
+                             plan::document_cp_balance(d, T, cp, true),
+                             plan::document_cp_balance(d, T, cp, false));
+    }
+    if (!balance.empty()) {
+      std::cout << "context parallelism, worst rank's attention work over the mean, zigzag vs "
+                   "contiguous: "
+                << balance << "\n";
+    }
     return 0;
   }
   if (!goodput_at.empty()) {

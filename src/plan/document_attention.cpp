@@ -6,7 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 
@@ -36,9 +38,9 @@ double sum_min(int64_t l, int64_t t) {
   if (l - 1 <= t) return L * (L - 1) / 2;
   return T * (T + 1) / 2 + T * (L - 1 - T);
 }
-}  // namespace
 
-double document_visible_pairs(const DocumentLengths& d, int64_t seq_len) {
+// Expected visible keys of the token at each window position t: 1 + E[min(u, t)].
+std::vector<double> position_work(const DocumentLengths& d, int64_t seq_len) {
   check(d, seq_len);
   double total_weight = 0, mean_length = 0;
   for (size_t i = 0; i < d.length.size(); ++i) {
@@ -46,15 +48,45 @@ double document_visible_pairs(const DocumentLengths& d, int64_t seq_len) {
     mean_length += d.weight[i] * static_cast<double>(d.length[i]);
   }
   mean_length /= total_weight;
-  double pairs = 0;
+  std::vector<double> work(static_cast<size_t>(seq_len));
   for (int64_t t = 0; t < seq_len; ++t) {
     double extra = 0;  // E[min(u, t)]
     for (size_t i = 0; i < d.length.size(); ++i) {
       extra += d.weight[i] / total_weight * sum_min(d.length[i], t);
     }
-    pairs += 1 + extra / mean_length;
+    work[static_cast<size_t>(t)] = 1 + extra / mean_length;
   }
+  return work;
+}
+
+}  // namespace
+
+double document_visible_pairs(const DocumentLengths& d, int64_t seq_len) {
+  double pairs = 0;
+  for (double w : position_work(d, seq_len)) pairs += w;
   return pairs;
+}
+
+double document_cp_balance(const DocumentLengths& d, int64_t seq_len, int64_t cp, bool zigzag) {
+  const int64_t chunks = zigzag ? 2 * cp : cp;
+  if (cp < 1 || seq_len % chunks != 0) {
+    throw Error(fmt::format("sequence length {} does not split into {} {} chunks for cp {}",
+                            seq_len, chunks, zigzag ? "zigzag" : "contiguous", cp));
+  }
+  const std::vector<double> work = position_work(d, seq_len);
+  const int64_t size = seq_len / chunks;
+  auto chunk = [&](int64_t c) {
+    double sum = 0;
+    for (int64_t t = c * size; t < (c + 1) * size; ++t) sum += work[static_cast<size_t>(t)];
+    return sum;
+  };
+  double worst = 0, total = 0;
+  for (int64_t r = 0; r < cp; ++r) {
+    const double rank = zigzag ? chunk(r) + chunk(chunks - 1 - r) : chunk(r);
+    worst = std::max(worst, rank);
+    total += rank;
+  }
+  return worst / (total / static_cast<double>(cp));
 }
 
 double document_attention_fraction(const DocumentLengths& d, int64_t seq_len) {

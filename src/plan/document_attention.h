@@ -27,6 +27,15 @@ double document_visible_pairs(const DocumentLengths& documents, int64_t seq_len)
 // The same over the causal pairs T (T + 1) / 2: the fraction of causal attention work that is
 // left (1 when every document is much longer than T).
 double document_attention_fraction(const DocumentLengths& documents, int64_t seq_len);
+// Context parallelism under the mask: the expected visible pairs of each of `cp` ranks holding a
+// window split zigzag (rank r: chunks r and 2cp-1-r of 2cp) or contiguous (chunk r of cp), as
+// the worst rank's over the mean (1 = balanced). Zigzag balances causal attention exactly; with
+// documents shorter than the window every position sees about the same number of keys, so any
+// split balances; between the two, this says how far zigzag stays from 1. seq_len must divide
+// into the chunks. An expectation over the stream: one batch's few documents spread around it
+// (the engine reports a run's measured max/mean in summary.json's "context").
+double document_cp_balance(const DocumentLengths& documents, int64_t seq_len, int64_t cp,
+                           bool zigzag);
 // Attention-score training FLOPs per token and layer (the convention of
 // attention_flops_per_token_layer with kCausal, scaled by document_attention_fraction).
 double document_attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len,

@@ -68,3 +68,26 @@ TEST(DocumentAttention, PlanPrintsTheFractionForAModel) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.output.find("'40' is not LENGTH:WEIGHT"), std::string::npos) << bad.output;
 }
+
+// Context parallelism under the mask: zigzag balances causal attention exactly (documents far
+// longer than the window), any split balances documents far shorter than it, and in between
+// zigzag stays within 5% where contiguous does not.
+TEST(DocumentAttention, ZigzagStaysBalancedUnderDocuments) {
+  const int64_t T = 4096;
+  const plan::DocumentLengths longer{{40 * T}, {1.0}}, shorter{{16}, {1.0}};
+  for (int64_t cp : {2, 4, 8}) {
+    EXPECT_NEAR(plan::document_cp_balance(longer, T, cp, true), 1.0, 3e-3) << cp;
+    EXPECT_NEAR(plan::document_cp_balance(shorter, T, cp, true), 1.0, 2e-3) << cp;
+    EXPECT_NEAR(plan::document_cp_balance(shorter, T, cp, false), 1.0, 1e-2) << cp;
+  }
+  // Causal contiguous cp 2: the second half holds 3/4 of the work.
+  EXPECT_NEAR(plan::document_cp_balance(longer, T, 2, false), 1.5, 0.01);
+  // Documents of 512 to 16K tokens around a 4K window: zigzag 1.037-1.048 at cp 2-8, contiguous
+  // 1.44-1.71.
+  const plan::DocumentLengths mixed{{512, 2048, 8192, 16384}, {0.4, 0.3, 0.2, 0.1}};
+  for (int64_t cp : {2, 4, 8}) {
+    EXPECT_LT(plan::document_cp_balance(mixed, T, cp, true), 1.05) << cp;
+    EXPECT_GT(plan::document_cp_balance(mixed, T, cp, false), 1.4) << cp;
+  }
+  EXPECT_THROW(plan::document_cp_balance(mixed, 100, 8, true), Error);
+}
