@@ -32,7 +32,7 @@ GemmPeak measure_linear_gemm_peak(const precision::Recipe& recipe, int64_t size,
 // The memory bandwidth the backend's streaming ops reach (y += x over arrays far larger than the
 // caches, both threads): GB/s, counting 3 x 4 bytes per element (two reads, one write). Best of
 // `reps`. What `bench step --profile` compares the memory-bound ops with.
-double measure_memory_bandwidth(int64_t elements = int64_t{1} << 25, int reps = 4);
+double measure_memory_bandwidth(int64_t elements = int64_t{1} << 24, int reps = 3);
 // The training probe's sizes (as measure_training_gemm_peak) for the recipe's GEMM.
 GemmPeak measure_training_linear_gemm_peak(const precision::Recipe& recipe);
 
