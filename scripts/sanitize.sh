@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the engine with AddressSanitizer + UndefinedBehaviorSanitizer (-DTRILLION_SANITIZE=ON,
-# -O1 -g, into build-asan/; only the test executables it runs) and runs the unit, data, train and
+# -O1 -g1, into build-asan/; only the test executables it runs) and runs the unit, data, train and
 # fuzz-replay suites under it. Any sanitizer report is fatal (-fno-sanitize-recover), so a report
 # fails its test.
 #   scripts/sanitize.sh [CTEST ARGS...]

@@ -188,12 +188,6 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   const plan::ModelSpec spec = cfg.model.spec();
   const MfuConvention convention = mfu_convention(spec, cfg.model.seq_len);
   const double flops_per_token = convention.flops_per_token;
-  // The fastest step first: if it beats the measured peaks, the peak rises to it (never MFU > 1).
-  const double mfu_best_step = peak.mfu(
-      flops_per_token * static_cast<double>(runner.tokens_per_step()) / best_step / 1e9,
-      processes, steps);
-  const double mfu = peak.mfu_of_rate(flops_per_token * tokens_per_s / 1e9, processes);
-  const double peak_gflops = peak.gflops(processes);
   const int64_t params = plan::count_model(spec).total;
   // The engine block's formulas (dense layers); MoE models report measured bytes only.
   const bool dense = !cfg.model.moe.enabled();
@@ -201,7 +195,16 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
       dense ? plan::recompute_flops_per_token(spec, cfg.model.seq_len,
                                               cfg.model.activation_policy(), convention.attention)
             : 0.0;
-  const double hfu = (flops_per_token + recompute_flops) * tokens_per_s / (peak_gflops * 1e9);
+  const double hardware_flops_per_token = flops_per_token + recompute_flops;
+  // The fastest step's hardware FLOP rate first: if it beats the measured peaks, the peak rises to
+  // it, so neither HFU nor MFU can exceed 1.
+  const double step_tokens = static_cast<double>(runner.tokens_per_step());
+  peak.mfu(hardware_flops_per_token * step_tokens / best_step / 1e9, processes, steps);
+  const double mfu_best_step =
+      peak.mfu_of_rate(flops_per_token * step_tokens / best_step / 1e9, processes);
+  const double mfu = peak.mfu_of_rate(flops_per_token * tokens_per_s / 1e9, processes);
+  const double hfu = peak.mfu_of_rate(hardware_flops_per_token * tokens_per_s / 1e9, processes);
+  const double peak_gflops = peak.gflops(processes);
   const int64_t elem = static_cast<int64_t>(dtype_size(cfg.model.dtype));
   const int64_t predicted_activations =
       dense && runner.num_stages() == 1
@@ -226,7 +229,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"mfu", mfu},
                    // On a shared machine the fastest step is the least disturbed one.
                    {"mfu_best_step", mfu_best_step},
-                   {"hardware_flops_per_token", flops_per_token + recompute_flops},
+                   {"hardware_flops_per_token", hardware_flops_per_token},
                    {"hfu", hfu},
                    {"recompute", cfg.model.recompute_string()},
                    {"attention", cfg.model.tiled_attention ? "tiled" : "materialized"},

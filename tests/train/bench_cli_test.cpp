@@ -269,5 +269,6 @@ TEST(Mfu, NoRecipePrintsMoreThanOneHundredPercent) {
   const auto j = nlohmann::json::parse(b.output);
   EXPECT_LE(j["mfu"].get<double>(), 1.0);
   EXPECT_LE(j["mfu_best_step"].get<double>(), 1.0);
+  EXPECT_LE(j["hfu"].get<double>(), 1.0);  // raised to the fastest step's hardware FLOP rate
   EXPECT_NE(j["peak"].get<std::string>().find("raised"), std::string::npos);
 }
