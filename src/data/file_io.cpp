@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/unicode_classes.h"
 
 namespace trillion::data {
 
@@ -23,39 +24,10 @@ bool is_gzip(std::string_view bytes) {
          static_cast<unsigned char>(bytes[1]) == 0x8b;
 }
 
-namespace {
-// Length of the valid UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no surrogates, at most
-// U+10FFFF), or 0 when the bytes there are not one.
-size_t utf8_length(std::string_view s, size_t i) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = at(i);
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || at(i + 1) < lo || at(i + 1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k)
-    if (at(i + k) < 0x80 || at(i + k) > 0xBF) return 0;
-  return n;
-}
-}  // namespace
-
 void check_text(std::string_view text, const std::string& path) {
   size_t nul = 0, invalid = 0, first_nul = text.size(), first_invalid = text.size();
   for (size_t i = 0; i < text.size();) {
-    const size_t n = utf8_length(text, i);
+    const size_t n = utf8_sequence_length(text, i);
     if (n == 0) {
       first_invalid = std::min(first_invalid, i);
       ++invalid;

@@ -9,6 +9,20 @@
 
 namespace trillion {
 
+namespace {
+// The fastest of `reps` calls of f after one warm-up call, in seconds.
+template <typename F>
+double best_seconds(int reps, F&& f) {
+  double best = 1e30;
+  for (int r = 0; r <= reps; ++r) {
+    Timer t;
+    f();
+    if (r > 0) best = std::min(best, t.seconds());
+  }
+  return best;
+}
+}  // namespace
+
 GemmPeak measure_gemm_peak(int64_t size, int reps) {
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
@@ -17,13 +31,10 @@ GemmPeak measure_gemm_peak(int64_t size, int reps) {
   Buffer c(tracker, MemoryCategory::workspace, DType::f32, size * size);
   be->fill(a.flat(), 0.5);
   be->fill(b.flat(), 0.25);
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {
-    Timer t;
+  const double best = best_seconds(reps, [&] {
     be->gemm(c.view(0, {size, size}), false, false, a.view(0, {size, size}),
              b.view(0, {size, size}), 1.0, 0.0);
-    if (r > 0) best = std::min(best, t.seconds());
-  }
+  });
   return {2.0 * static_cast<double>(size) * size * size / best / 1e9, be->threads(), size};
 }
 
@@ -44,13 +55,10 @@ GemmPeak measure_linear_gemm_peak(const precision::Recipe& recipe, int64_t size,
   LinearPrecision linear(recipe, /*seed=*/1);
   linear.attach_weights(w, tracker);
   linear.begin_step(0);
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {
-    Timer t;
+  const double best = best_seconds(reps, [&] {
     linear.gemm(*be, precision::GemmPass::forward, y.view(0, {size, size}), false, true,
                 x.view(0, {size, size}), w.view(0, {size, size}), 1.0, 0.0);
-    if (r > 0) best = std::min(best, t.seconds());
-  }
+  });
   return {2.0 * static_cast<double>(size) * size * size / best / 1e9, be->threads(), size};
 }
 
@@ -61,12 +69,7 @@ double measure_memory_bandwidth(int64_t elements, int reps) {
   Buffer y(tracker, MemoryCategory::workspace, DType::f32, elements);
   be->fill(x.flat(), 0.5);
   be->fill(y.flat(), 0.25);
-  double best = 1e30;
-  for (int r = 0; r <= reps; ++r) {
-    Timer t;
-    be->add(y.flat(), x.flat());
-    if (r > 0) best = std::min(best, t.seconds());
-  }
+  const double best = best_seconds(reps, [&] { be->add(y.flat(), x.flat()); });
   return 12.0 * static_cast<double>(elements) / best / 1e9;
 }
 
