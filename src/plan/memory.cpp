@@ -379,13 +379,19 @@ LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineSh
                            int rank) {
   const UnitParams& u = unit_params(m, l.tp, l.ep);
   LocalParams p;
+  bool embedding = false, head = false;
   for (int stage : shape.rank_stages[rank]) {
     const StageUnits& su = shape.stages[stage];
     for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
       p.dense += u.dense[unit];
       p.expert += u.expert[unit];
+      embedding = embedding || unit == embedding_unit();
+      head = head || unit == head_unit(m);
     }
   }
+  // A tied head on a rank without the embedding keeps a copy of the table (Megatron's; the
+  // engine's parallel/pipeline/tied_embedding.h), with its gradient and optimizer state.
+  if (m.tied_embeddings && head && !embedding) p.dense += u.dense[embedding_unit()];
   return p;
 }
 

@@ -404,7 +404,17 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double bytes_per_param =
       8.0 + 4.0 * l.moment_bytes + l.grad_bytes + 2.0 + (l.ema == Ema::kGpu ? 10.0 : 0.0);
   r.optimizer = memory_seconds(gpu, bytes_per_param * shard);
-  r.step = pipeline + r.dp_comm + r.optimizer;
+  // Tied embeddings with the two ends on different pipeline ranks: the head's gradient of the
+  // table goes to the first stage before the reduction, and the updated table comes back after
+  // the update (parallel/pipeline/tied_embedding.h): two exposed transfers of V/tp x C.
+  r.tied_embedding = 0;
+  if (m.tied_embeddings && l.pp > 1 && !dual) {
+    const LinkCost pp_link = link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp));
+    const double table = static_cast<double>(m.vocab) * m.d_model / l.tp;
+    r.tied_embedding =
+        p2p_seconds(pp_link, table * l.grad_bytes) + p2p_seconds(pp_link, table * 2.0);
+  }
+  r.step = pipeline + r.dp_comm + r.optimizer + r.tied_embedding;
 
   const double n = static_cast<double>(l.gpus());
   r.model_flops = model_flops_per_token(m, seq, AttentionFlops::kCausal) * batch_tokens;

@@ -61,6 +61,9 @@ struct StepBreakdown {
   double recompute = 0;  // the part of compute spent recomputing
   double tp_comm = 0, cp_comm = 0, ep_comm = 0;  // exposed, all micro-batches
   double pp_comm = 0;  // p2p send time; it delays the step only through the simulated bubble
+  // Tied embeddings across pipeline ranks: the table's gradient and weights between the first
+  // and last stage, once per step, exposed.
+  double tied_embedding = 0;
   double bubble = 0;   // idle time of the pipeline schedule
   double bubble_fraction = 0;
   double dp_comm = 0;         // exposed DP/ZeRO communication

@@ -28,7 +28,9 @@ int fragment_of_unit(const FragmentSchedule& s, int unit, int n_layers) {
 // --- Islands ---------------------------------------------------------------------------------
 
 Islands::Islands(comm::DeviceMesh& mesh, const RunConfig& config)
-    : mesh_dp_(mesh.group(comm::MeshGroup::dp)), runner_config_(config) {
+    : mesh_dp_(mesh.group(comm::MeshGroup::dp)),
+      mesh_dp_cp_(mesh.group(comm::MeshGroup::dp_cp)),
+      runner_config_(config) {
   if (!config.diloco.enabled()) return;
   count_ = static_cast<int>(config.diloco.islands);
   const int per_island = static_cast<int>(config.parallel.dp) / count_;
@@ -42,6 +44,16 @@ Islands::Islands(comm::DeviceMesh& mesh, const RunConfig& config)
   same.dp = position;
   island_dp_ = mesh.split(mesh.layout().rank_of(first), position, "island_dp");
   across_ = mesh.split(mesh.layout().rank_of(same), index_, "islands");
+  if (config.parallel.cp > 1) {
+    // The island's dp x cp plane, keyed as the mesh keys dp_cp (dp-major, then cp): ZeRO shards
+    // and gradients reduce over it, and `across` links the same (dp position, cp) of every island.
+    comm::MeshCoord plane = c;
+    plane.dp = index_ * per_island;
+    plane.cp = 0;
+    island_dp_cp_ = mesh.split(mesh.layout().rank_of(plane),
+                               position * static_cast<int>(config.parallel.cp) + c.cp,
+                               "island_dp_cp");
+  }
   with_lead_ = c.pp == 0 && c.cp == 0 && c.tp == 0 && position == 0;
   runner_config_.parallel.dp = per_island;
   runner_config_.train.micro_batch = config.train.micro_batch / count_;

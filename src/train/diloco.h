@@ -54,6 +54,9 @@ class Islands {
   int index() const { return index_; }
   // This island's data-parallel group.
   comm::Communicator& dp() { return island_dp_ ? *island_dp_ : mesh_dp_; }
+  // This island's gradient-reduction group under context parallelism (its dp x cp ranks, in the
+  // mesh's dp_cp order); the mesh's own dp_cp group without islands.
+  comm::Communicator& dp_cp() { return island_dp_cp_ ? *island_dp_cp_ : mesh_dp_cp_; }
   // The rank holding this rank's shard in every island (rank i = island i). Only when enabled.
   comm::Communicator& across() { return *across_; }
   // Whether this rank's across group holds world rank 0 (the checkpoint writer).
@@ -62,8 +65,8 @@ class Islands {
   const RunConfig& runner_config() const { return runner_config_; }
 
  private:
-  comm::Communicator& mesh_dp_;
-  std::unique_ptr<comm::Communicator> island_dp_, across_;
+  comm::Communicator &mesh_dp_, &mesh_dp_cp_;
+  std::unique_ptr<comm::Communicator> island_dp_, island_dp_cp_, across_;
   int count_ = 1, index_ = 0;
   bool with_lead_ = true;
   RunConfig runner_config_;

@@ -125,12 +125,6 @@ void check_diloco_layout(const RunConfig& rc, const std::string& source) {
   const ParallelConfig& pc = rc.parallel;
   if (!di.enabled()) return;
   try {
-    if (pc.cp > 1 && di.islands > 1) {  // an island would be a dp x cp group: not planned
-      throw Error(
-          fmt::format("parallel.cp = {} with diloco.islands = {}: DiLoCo islands of "
-                      "context-parallel ranks are not in this build; use cp = 1",
-                      pc.cp, di.islands));
-    }
     if (pc.dp % di.islands != 0) {
       throw Error(fmt::format(
           "diloco.islands = {} does not divide parallel.dp = {} (each island holds dp / "

@@ -66,15 +66,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "which pipelining multiplies; use parallel.zero = 0 or 1 with pipeline parallelism",
         p.zero, p.pp));
   }
-  const bool dualpipe =
-      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
-  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe) {
-    throw Error(fmt::format(
-        "model.tied_embeddings = true with parallel.pp = {}: the head (last stage) and the "
-        "embedding (first stage) are on different ranks; use tied_embeddings = false, or the "
-        "dualpipe schedule (its ranks hold both ends)",
-        p.pp));
-  }
   return c;
 }
 

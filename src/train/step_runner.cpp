@@ -28,6 +28,18 @@ comm::Communicator& group_or(comm::Communicator* g, std::unique_ptr<comm::Commun
   return *local;
 }
 
+// Tied embeddings on a pipeline whose ends are on different ranks: which end this rank holds
+// (none without tied embeddings, with pp = 1, under DualPipe — its ranks hold both ends — and on
+// the middle ranks).
+enum class TiedEnd { none, first, last };
+TiedEnd tied_end(const ModelConfig& m, int pp, const RankStages& stages) {
+  if (!m.tied_embeddings || pp <= 1) return TiedEnd::none;
+  const bool embedding = stages.holds(plan::embedding_unit());
+  const bool head = stages.holds(static_cast<int>(m.n_layers) + 1);
+  if (embedding == head) return TiedEnd::none;
+  return embedding ? TiedEnd::first : TiedEnd::last;
+}
+
 // This rank's coordinate among the tp shards and the ep ranks (which experts it holds).
 ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep) {
   return ShardCoord{tp.size(), tp.rank(), ep.size(), ep.rank()};
@@ -78,6 +90,7 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   allocate_parameters(stages);
   build_stage_models(stages);
   build_data_parallel(stages);
+  build_tied_embedding(stages);
   build_executors();
   build_optimizer();
 }
@@ -126,8 +139,12 @@ void StepRunner::allocate_parameters(const RankStages& stages) {
       static_cast<int>(config_.parallel.zero), in_store, bf16_grads);
   storage.master_weights = precision_ != nullptr && !in_store;
   const ShardCoord coord = shard_coord(tp_, ep_);
-  params_ = std::make_unique<ParameterSet>(
-      global_table_.local([&](int unit) { return stages.holds(unit); }, coord), coord,
+  // The head's rank of a tied model holds a copy of the embedding table (tied_embedding.h).
+  const bool copy = tied_end(config_.model, pp_.size(), stages) == TiedEnd::last;
+  auto holds = [&](int unit) {
+    return stages.holds(unit) || (copy && unit == plan::embedding_unit());
+  };
+  params_ = std::make_unique<ParameterSet>(global_table_.local(holds, coord), coord,
       config_.model.dtype, be_, tracker_, storage);
   if (precision_ && !in_store) precision_->attach_weights(params_->parameters(), tracker_);
 }
@@ -201,6 +218,29 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
   expert_options.state_base = parallel_->state_elements();
   expert_parallel_ =
       std::make_unique<parallel::DataParallel>(*params_, edp_, be_, tracker_, expert_options);
+}
+
+// Tied embeddings across pipeline ranks: the first and the last stage exchange the head's
+// gradient of the table and the updated table (parallel/pipeline/tied_embedding.h). Registered
+// after DataParallel, so its hook sees a completed gradient before the reduction starts.
+void StepRunner::build_tied_embedding(const RankStages& stages) {
+  const TiedEnd end = tied_end(config_.model, pp_.size(), stages);
+  if (end == TiedEnd::none) return;
+  const int global_unit = end == TiedEnd::first ? plan::embedding_unit()
+                                                : static_cast<int>(config_.model.n_layers) + 1;
+  const int unit = params_->local_unit(global_unit);
+  int64_t passes = 0;
+  for (int c = 0; c < schedule_.num_chunks; ++c) {
+    const plan::StageUnits& u = stages.of_chunk(c);
+    if (global_unit < u.first_unit || global_unit > u.last_unit) continue;
+    for (const schedule::Action& a : schedule_.actions[pp_.rank()]) {
+      if (a.chunk == c && a.kind == schedule::ActionKind::kBackwardWeight) ++passes;
+    }
+  }
+  tied_ = std::make_unique<parallel::TiedEmbedding>(
+      end == TiedEnd::first ? parallel::TiedEmbedding::End::first
+                            : parallel::TiedEmbedding::End::last,
+      *params_, pp_, end == TiedEnd::first ? pp_.size() - 1 : 0, unit, passes, be_, tracker_);
 }
 
 // The step's schedule and the validation pass over this rank's chunks; DualPipe's mirror group
@@ -305,6 +345,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches, const
   // A skipped step still closes the step (ZeRO gathers the unchanged shards, gradients clear).
   parallel_->finish_step();
   if (expert_parallel_) expert_parallel_->finish_step();
+  if (tied_) tied_->copy_weights();  // the head's copy := the updated table
   if (config_.model.moe.enabled()) finish_moe_step(st);
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
@@ -347,6 +388,7 @@ double StepRunner::forward_backward(int64_t step_index, const BatchSource& batch
 // Finishes the gradients' reduction over dp (x cp) and, under DualPipe, sums the two model
 // copies'; st.loss becomes the step's global mean.
 StepRunner::NoiseEstimates StepRunner::reduce_gradients(StepStats& st) {
+  if (tied_) tied_->finish_gradients();
   parallel_->finish_gradients();
   if (expert_parallel_) expert_parallel_->finish_gradients();
   if (tensor_) tensor_->reduce_replicated_gradients(parallel_->optimizer_grads());
@@ -499,6 +541,7 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   // Experts differ per ep rank; everything else is replicated over ep: ep rank 0 gives it.
   parallel::local_to_global(
       be_, params_->table(), params_->shard(), local, global_table_, global, [&](int spec) {
+        if (holds_tied_copy() && params_->table().spec(spec).name == "embed") return false;
         const bool expert = params_->table().spec(spec).shard.group == ShardGroup::ep;
         // tp shards land apart; tp-replicated tensors come from tp rank 0.
         const bool tp_shard = params_->table().spec(spec).shard.group == ShardGroup::tp;
@@ -551,6 +594,8 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
     const Buffer& held = dp.optimizer_params();
     for (const parallel::CheckpointPiece& p : dp.checkpoint_pieces()) {
       if (local.spec(p.spec).shard.group != ShardGroup::tp && tp_.rank() != 0) continue;
+      if (holds_tied_copy() && local.spec(p.spec).name == "embed") continue;  // the first's
+
       for (const auto& [from, to, n] : blocks[p.spec]) {
         const int64_t a = std::max(from, p.table_offset);
         const int64_t z = std::min(from + n, p.table_offset + p.length);

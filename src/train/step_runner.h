@@ -32,6 +32,7 @@
 #include "parallel/data.h"
 #include "parallel/expert_comm.h"
 #include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/tied_embedding.h"
 #include "parallel/tensor.h"
 #include "schedule/action.h"
 #include "train/run_config.h"
@@ -195,9 +196,17 @@ class StepRunner {
   // dense tensors, over dp).
   std::unique_ptr<parallel::DataParallel> expert_parallel_;
   std::unique_ptr<parallel::PipelineExecutor> executor_, eval_executor_;
+  // Tied embeddings with the embedding and the head on different pipeline ranks: this rank's end
+  // of the exchange (parallel/pipeline/tied_embedding.h); nullptr elsewhere.
+  std::unique_ptr<parallel::TiedEmbedding> tied_;
   // The constructor's parts, in the order it calls them.
   void attach_ring_attention();
   void attach_experts();
+  void build_tied_embedding(const RankStages& stages);
+  // Whether this rank's "embed" is the last stage's copy of the first stage's table.
+  bool holds_tied_copy() const {
+    return tied_ && tied_->end() == parallel::TiedEmbedding::End::last;
+  }
   void attach_precision();
   void allocate_parameters(const RankStages& stages);
   void build_stage_models(const RankStages& stages);

@@ -116,7 +116,7 @@ TrainingJob::TrainingJob(const RunConfig& config, const TrainOptions& options)
              RankGroups{&islands.dp(), &mesh.group(comm::MeshGroup::pp),
                         &mesh.group(comm::MeshGroup::ep), &mesh.group(comm::MeshGroup::edp),
                         &mesh.group(comm::MeshGroup::tp), &mesh.group(comm::MeshGroup::cp),
-                        &mesh.group(comm::MeshGroup::dp_cp)}),
+                        &islands.dp_cp()}),
       shard(config, datasets, mesh.coord().dp, static_cast<int>(config.parallel.dp),
             runner.context().sequence, mesh.coord().cp),
       tokens_per_step(runner.tokens_per_step() * islands.count()),

@@ -16,6 +16,7 @@
 #include "../train/cli_util.h"
 #include "model/config.h"
 #include "plan/activation_memory.h"
+#include "plan/memory.h"
 #include "plan/stage_partition.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
@@ -167,6 +168,85 @@ std::vector<Layout> layouts() {
 INSTANTIATE_TEST_SUITE_P(EverySchedule, Pipeline, ::testing::ValuesIn(layouts()),
                          [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
+// Tied embeddings with the embedding and the head on different pipeline ranks, under every
+// schedule that separates them (DualPipe's ranks hold both ends: covered by the parity tests):
+// the head's rank keeps a copy of the table, the head's gradient of it joins the first stage's
+// before the reduction and the updated table comes back after each update
+// (parallel/pipeline/tied_embedding.h). The run is the one-process tied run; the first and last
+// pipeline ranks each send one V x C fp32 table per step beside their activations (the last its
+// gradient during the schedule, rank 0 the table after the update: from metrics.jsonl); the head's
+// rank holds the copy's parameters, as plan/'s params_of_rank counts them.
+struct TiedLayout {
+  int pp, dp;
+  std::string schedule;
+  int chunks;
+  std::string name;
+};
+void PrintTo(const TiedLayout& l, std::ostream* os) {
+  *os << l.name;
+}
+class TiedPipeline : public ::testing::TestWithParam<TiedLayout> {};
+
+TEST_P(TiedPipeline, TrainsTheOneProcessTiedRun) {
+  const TiedLayout l = GetParam();
+  const std::string tied = " --set model.tied_embeddings=true";
+  const std::string ref = shared_run(kEnv + flags() + tied);
+  const std::string run = fresh_dir("pipeline_tied_" + l.name);
+  const auto r = run_trillion(
+      kEnv + "launch -n " + std::to_string(l.pp * l.dp) + " -- " + flags() + tied + " --run-dir " +
+      run + " --set parallel.pp=" + std::to_string(l.pp) + " --set parallel.dp=" +
+      std::to_string(l.dp) + " --set parallel.zero=" + std::to_string(l.dp > 1 ? 1 : 0) +
+      " --set parallel.schedule=" + l.schedule +
+      (l.chunks > 1 ? " --set parallel.chunks=" + std::to_string(l.chunks) : std::string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+
+  const schedule::Schedule s = schedule::generate_schedule(schedule::parse_schedule_kind(l.schedule),
+                                                           l.pp, kMicro, l.chunks);
+  const int64_t N = kBatch / l.dp * kSeq, table = 64 * kWidth * 4;  // V x C fp32
+  const auto summary = read_json(run + "/summary.json");
+  auto sends_of = [&](int p) {
+    int64_t sends = 0;
+    for (const schedule::Action& a : s.actions[p]) {
+      if (a.kind == schedule::ActionKind::kSendF || a.kind == schedule::ActionKind::kSendB) ++sends;
+    }
+    return sends * N * kWidth * 4;
+  };
+  // During the schedule (summary.json's pp_sent_bytes) the head's rank also sends the table's
+  // gradient; after the update rank 0 sends the table (its whole step: metrics.jsonl).
+  for (int p = 0; p < l.pp; ++p) {
+    EXPECT_EQ(summary["pipeline"]["pp_sent_bytes"][p].get<int64_t>(),
+              sends_of(p) + (p == l.pp - 1 ? table : 0))
+        << "rank " << p;
+  }
+  for (const auto& m : read_metrics(run)) {
+    EXPECT_EQ(m["comm"]["pp"]["send"].get<double>(), static_cast<double>(sends_of(0) + table))
+        << m.dump();
+  }
+  // Parameters per pipeline rank: plan/'s count (the copy on the head's rank included), fp32.
+  ModelConfig mc;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = 4, mc.n_kv_heads = 2,
+  mc.ffn_hidden = 64, mc.seq_len = kSeq, mc.tied_embeddings = true;
+  mc.validate();
+  plan::Layout pl;
+  pl.pp = l.pp, pl.dp = l.dp, pl.zero = l.dp > 1 ? 1 : 0, pl.chunks = l.chunks;
+  pl.schedule = schedule::parse_schedule_kind(l.schedule);
+  const plan::PipelineShape shape = plan::pipeline_shape(mc.spec(), pl);
+  const double last = plan::params_of_rank(mc.spec(), pl, shape, l.pp - 1).dense;
+  EXPECT_EQ(summary["memory_per_rank"][(l.pp - 1) * l.dp]["current"]["parameters"].get<double>(),
+            last * 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, TiedPipeline,
+    ::testing::Values(TiedLayout{2, 1, "1f1b", 1, "1f1b_pp2"}, TiedLayout{2, 1, "gpipe", 1, "gpipe_pp2"},
+                      TiedLayout{2, 1, "zb-h1", 1, "zbh1_pp2"},
+                      TiedLayout{2, 1, "interleaved", 2, "interleaved_pp2"},
+                      TiedLayout{4, 1, "1f1b", 1, "1f1b_pp4"},
+                      TiedLayout{2, 2, "1f1b", 1, "1f1b_pp2_dp2_zero1"}),
+    [](const ::testing::TestParamInfo<TiedLayout>& i) { return i.param.name; });
+
 // Three stages of an 8-layer model (3 + 3 + 2 layers: uneven, and stated in events.log) with a
 // clip far below the gradient norm, so every step is clipped: the norm must be the one over all
 // stages (a per-stage norm would scale each stage differently and break parity).
@@ -202,8 +282,6 @@ TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::pair<std::string, std::string> cases[] = {
       {"--set parallel.pp=2 --set parallel.zero=2",
        "parallel.zero = 2 with parallel.pp = 2: ZeRO-2/3"},
-      {"--set parallel.pp=2 --set model.tied_embeddings=true",
-       "model.tied_embeddings = true with parallel.pp = 2"},
       {"--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set "
        "train.grad_accum=2",
        "parallel.pp = 2 x 2 chunk(s) = 4 stages for model.n_layers = 2"},

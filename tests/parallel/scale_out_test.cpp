@@ -52,6 +52,7 @@ std::string launch(int n, const std::string& args, const std::string& dir) {
 struct IslandLayout {
   int dp, zero, pp;
   std::string name;
+  int cp = 1;  // > 1: each island is a dp x cp plane (ring attention inside, ZeRO over both)
 };
 void PrintTo(const IslandLayout& l, std::ostream* os) {
   *os << l.name;
@@ -70,9 +71,10 @@ TEST_P(DilocoParity, OneInnerStepUnitOuterLrNoMomentumIsSynchronousDp) {
   const std::string run = fresh_dir("diloco_h1_" + l.name);
   const int islands = 2, per_island = l.dp / islands;
   const auto r = run_trillion(
-      launch(l.dp * l.pp,
+      launch(l.dp * l.pp * l.cp,
              common + " --set parallel.dp=" + std::to_string(l.dp) + " --set parallel.pp=" +
-                 std::to_string(l.pp) + " --set parallel.zero=" + std::to_string(l.zero) +
+                 std::to_string(l.pp) + " --set parallel.cp=" + std::to_string(l.cp) +
+                 " --set parallel.zero=" + std::to_string(l.zero) +
                  " --set diloco.islands=2 --set diloco.inner_steps=1 --set diloco.outer_lr=1 "
                  "--set diloco.outer_momentum=0",
              run));
@@ -88,16 +90,18 @@ TEST_P(DilocoParity, OneInnerStepUnitOuterLrNoMomentumIsSynchronousDp) {
     EXPECT_EQ(mb[s]["diloco"]["sent"], nlohmann::json::array({0}));
     EXPECT_EQ(mb[s]["diloco"]["merged"], nlohmann::json::array({0}));
     // fp32 all-reduce of the elements this rank updates over 2 islands, 2 (2-1)/2 x 4 bytes each:
-    // its ZeRO shard of the island (the buckets are even: P / per_island exactly), or with a
-    // pipeline the first stage's embedding and layer 0.
-    const int64_t held = l.pp > 1 ? kFragment0 : kParams / per_island;
+    // its ZeRO shard of the island's dp x cp plane (the buckets are even: P / (per_island x cp)
+    // exactly; without ZeRO all of P), or with a pipeline the first stage's embedding and layer 0.
+    const int64_t held = l.pp > 1     ? kFragment0
+                         : l.zero > 0 ? kParams / (per_island * l.cp)
+                                      : kParams;
     EXPECT_EQ(bytes(mb[s], "islands", "all_reduce"), held * 4.0) << "step " << s + 1;
   }
   // Optimizer memory: SGD's momentum + the outer model + the outer momentum, 4 bytes each per
   // element this rank updates (its ZeRO shard of the island).
   if (l.pp == 1) {
     const plan::ModelStates f =
-        plan::zero_model_states(static_cast<double>(kParams), l.zero, per_island, 4, 4, 12);
+        plan::zero_model_states(static_cast<double>(kParams), l.zero, per_island * l.cp, 4, 4, 12);
     for (const auto& rank : read_json(run + "/summary.json")["memory_per_rank"]) {
       EXPECT_EQ(rank["current"]["optimizer"].get<double>(), f.optimizer) << rank;
     }
@@ -112,7 +116,8 @@ INSTANTIATE_TEST_SUITE_P(Islands, DilocoParity,
                          ::testing::Values(IslandLayout{2, 0, 1, "dp2_zero0"},
                                            IslandLayout{4, 1, 1, "dp4_zero1"},
                                            IslandLayout{4, 3, 1, "dp4_zero3"},
-                                           IslandLayout{2, 0, 2, "pp2_dp2"}),
+                                           IslandLayout{2, 0, 2, "pp2_dp2"},
+                                           IslandLayout{2, 1, 1, "cp2_dp2_zero1", 2}),
                          [](const auto& i) { return i.param.name; });
 
 // --- H = 20: 1/20 of the bytes between the islands -------------------------------------------
