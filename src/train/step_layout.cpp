@@ -66,6 +66,18 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "which pipelining multiplies; use parallel.zero = 0 or 1 with pipeline parallelism",
         p.zero, p.pp));
   }
+  const bool dualpipe =
+      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
+  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe && recipe_weights_in_store(c)) {
+    // The head's copy of the table would have to be rewritten inside the recipe's store (fp32
+    // master + bf16 copy) after every update; parallel/pipeline/tied_embedding.h rewrites the
+    // model's own fp32 weights only.
+    throw Error(fmt::format(
+        "model.tied_embeddings = true with parallel.pp = {} and precision.recipe = \"{}\": the "
+        "head's copy of the embedding is kept in fp32 weights only; use precision.recipe = "
+        "\"fp32\", tied_embeddings = false, or the dualpipe schedule (its ranks hold both ends)",
+        p.pp, c.precision.recipe));
+  }
   return c;
 }
 
