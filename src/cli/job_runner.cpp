@@ -260,8 +260,14 @@ bool Watchdog::hung(Beat& result, double attempt_age) const {
       b.starting = b.step < 0;
     }
     if (b.pid > 0) {
-      std::ifstream stat(fmt::format("/proc/{}/stat", b.pid));
-      std::string text((std::istreambuf_iterator<char>(stat)), {});
+      // stdio, not ifstream: a process that exits between open and read makes read() fail with
+      // ESRCH, which libstdc++'s filebuf turns into an exception; here it is just "not stopped".
+      std::string text;
+      if (FILE* f = std::fopen(fmt::format("/proc/{}/stat", b.pid).c_str(), "r")) {
+        char chunk[512];
+        for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, f)) > 0;) text.append(chunk, n);
+        std::fclose(f);
+      }
       const size_t paren = text.rfind(')');
       b.stopped = paren != std::string::npos && paren + 2 < text.size() &&
                   (text[paren + 2] == 'T' || text[paren + 2] == 't');

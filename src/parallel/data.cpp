@@ -276,9 +276,10 @@ double DataParallel::gradient_sum_squares() {
 }
 
 std::vector<Tensor> DataParallel::reduced_gradients() {
-  TRILLION_CHECK(options_.stage <= 1, "reduced_gradients: ZeRO-2/3 gradients live in shards");
-  // The store's buffer: the model's gradients, or the bf16 ones (precision.grad_dtype = bf16).
+  // The store's buffer: the model's gradients, or the bf16 ones (precision.grad_dtype = bf16);
+  // under ZeRO-2/3 this rank's shards, laid out alike on ranks that hold the same units.
   const Buffer& grads = grads_store_->optimizer_grads();
+  if (options_.stage >= 2) return {grads.flat()};
   std::vector<Tensor> views;
   if (options_.stage == 0) {
     if (options_.ranges.empty()) return {grads.flat()};

@@ -60,14 +60,16 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "use parallel.zero = 0 or 1",
         p.zero));
   }
-  if (p.pp > 1 && p.zero >= 2) {
-    throw Error(fmt::format(
-        "parallel.zero = {} with parallel.pp = {}: ZeRO-2/3 reduce or gather every micro-batch, "
-        "which pipelining multiplies; use parallel.zero = 0 or 1 with pipeline parallelism",
-        p.zero, p.pp));
-  }
   const bool dualpipe =
       schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
+  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe && p.zero >= 2) {
+    throw Error(fmt::format(
+        "model.tied_embeddings = true with parallel.pp = {} and parallel.zero = {}: the head's "
+        "copy of the embedding exchanges whole gradients and weights, which ZeRO-2/3 keep in "
+        "shards; use parallel.zero = 0 or 1, tied_embeddings = false, or the dualpipe schedule "
+        "(its ranks hold both ends)",
+        p.pp, p.zero));
+  }
   if (p.pp > 1 && c.model.tied_embeddings && !dualpipe && recipe_weights_in_store(c)) {
     // The head's copy of the table would have to be rewritten inside the recipe's store (fp32
     // master + bf16 copy) after every update; parallel/pipeline/tied_embedding.h rewrites the

@@ -17,6 +17,7 @@
 #include "model/config.h"
 #include "plan/activation_memory.h"
 #include "plan/memory.h"
+#include "plan/parameter_table.h"
 #include "plan/stage_partition.h"
 #include "schedule/generators.h"
 #include "schedule/simulator.h"
@@ -247,6 +248,103 @@ INSTANTIATE_TEST_SUITE_P(
                       TiedLayout{2, 2, "1f1b", 1, "1f1b_pp2_dp2_zero1"}),
     [](const ::testing::TestParamInfo<TiedLayout>& i) { return i.param.name; });
 
+// ZeRO-2/3 with pipeline parallelism, pp 2 x dp 2 under every schedule family: the one-process
+// run (1e-5), gradients (ZeRO-2) or gradients and parameters (ZeRO-3) sharded over each stage's
+// dp group with plan/'s bytes of memory, and the dp group's bytes on pipeline rank 0 exactly what
+// plan/'s step model assumes: one reduce-scatter of each chunk's gradients per micro-batch it
+// runs, and an all-gather of the updated parameters once per step (ZeRO-2) or of each chunk's
+// parameters for every forward and backward pass (ZeRO-3).
+struct ZeroLayout {
+  int zero;
+  std::string schedule;
+  int chunks;
+  std::string name;
+};
+void PrintTo(const ZeroLayout& l, std::ostream* os) {
+  *os << l.name;
+}
+class ZeroPipeline : public ::testing::TestWithParam<ZeroLayout> {};
+
+TEST_P(ZeroPipeline, TrainsTheOneProcessRunWithShardedStates) {
+  const ZeroLayout l = GetParam();
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string run = fresh_dir("pipeline_zero_" + l.name);
+  const auto r = run_trillion(
+      kEnv + "launch -n 4 -- " + flags() + " --run-dir " + run +
+      " --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=" + std::to_string(l.zero) +
+      " --set parallel.schedule=" + l.schedule +
+      (l.chunks > 1 ? " --set parallel.chunks=" + std::to_string(l.chunks) : std::string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+
+  ModelConfig mc;
+  mc.vocab_size = 64, mc.d_model = kWidth, mc.n_layers = kLayers, mc.n_heads = 4, mc.n_kv_heads = 2,
+  mc.ffn_hidden = 64, mc.seq_len = kSeq;
+  mc.validate();
+  plan::Layout pl;
+  pl.pp = 2, pl.dp = 2, pl.zero = l.zero, pl.chunks = l.chunks;
+  pl.schedule = schedule::parse_schedule_kind(l.schedule);
+  const plan::PipelineShape shape = plan::pipeline_shape(mc.spec(), pl);
+  const auto summary = read_json(run + "/summary.json");
+  for (int p = 0; p < 2; ++p) {
+    const double held = plan::params_of_rank(mc.spec(), pl, shape, p).dense;
+    const plan::ModelStates f = plan::zero_model_states(held, l.zero, 2, 4, 4, 8);
+    for (int d = 0; d < 2; ++d) {
+      const auto& mem = summary["memory_per_rank"][p * 2 + d]["current"];
+      EXPECT_EQ(mem["gradients"].get<double>(), f.gradients) << "pipeline rank " << p;
+      EXPECT_EQ(mem["parameters"].get<double>(), f.parameters) << "pipeline rank " << p;
+      EXPECT_EQ(mem["optimizer"].get<double>(), f.optimizer) << "pipeline rank " << p;
+    }
+  }
+  // Pipeline rank 0's chunks: passes per step and elements each, from the schedule and plan/.
+  const schedule::Schedule s = schedule::generate_schedule(pl.schedule, 2, kMicro,
+                                                           l.schedule == "dualpipe" ? 2 : l.chunks);
+  const double half = 0.5 * 4;  // (n - 1) / n of each fp32 element over dp 2
+  double reduce_scatter = 0, per_pass = 0;
+  for (int c = 0; c < s.num_chunks; ++c) {
+    int64_t passes = 0;
+    for (const schedule::Action& a : s.actions[0]) {
+      if (a.chunk == c && a.kind == schedule::ActionKind::kBackwardWeight) ++passes;
+    }
+    int stage = -1;
+    for (const auto& path : s.paths) {
+      for (int st = 0; st < static_cast<int>(path.size()); ++st) {
+        if (path[st].rank == 0 && path[st].chunk == c) stage = st;
+      }
+    }
+    const plan::StageUnits& u = shape.stages[stage];
+    double elements = 0;
+    const TensorTable table = plan::parameter_table(mc.spec());
+    for (const TensorSpec& t : table.specs()) {
+      if (t.unit >= u.first_unit && t.unit <= u.last_unit) elements += t.global_numel();
+    }
+    reduce_scatter += passes * elements * half;
+    per_pass += passes * elements * half;
+  }
+  const double rank0 = plan::params_of_rank(mc.spec(), pl, shape, 0).dense * half;
+  for (const auto& m : read_metrics(run)) {
+    const auto& dp = m["comm"]["dp"];
+    EXPECT_EQ(dp["reduce_scatter"].get<double>(), reduce_scatter) << m.dump();
+    if (l.zero == 2) {
+      EXPECT_EQ(dp["all_gather"].get<double>(), rank0) << m.dump();
+    }
+    // Forward + backward; schedules with split B/W passes (zb-h1, DualPipe) skip gathering the
+    // embedding for its W (it reads no parameter: docs/engine.md's gradients_only).
+    if (l.zero == 3 && l.schedule != "zb-h1" && l.schedule != "dualpipe") {
+      EXPECT_EQ(dp["all_gather"].get<double>(), 2 * per_pass) << m.dump();
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, ZeroPipeline,
+    ::testing::Values(ZeroLayout{2, "1f1b", 1, "zero2_1f1b"}, ZeroLayout{3, "1f1b", 1, "zero3_1f1b"},
+                      ZeroLayout{3, "zb-h1", 1, "zero3_zbh1"},
+                      ZeroLayout{2, "interleaved", 2, "zero2_interleaved"},
+                      ZeroLayout{3, "dualpipe", 2, "zero3_dualpipe"}),
+    [](const ::testing::TestParamInfo<ZeroLayout>& i) { return i.param.name; });
+
 // Three stages of an 8-layer model (3 + 3 + 2 layers: uneven, and stated in events.log) with a
 // clip far below the gradient norm, so every step is clipped: the norm must be the one over all
 // stages (a per-stage norm would scale each stage differently and break parity).
@@ -280,8 +378,8 @@ TEST(PipelineLayout, UnevenSplitAndClippingOverAllStagesMatchOneProcess) {
 TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("pipeline_refused");
   const std::pair<std::string, std::string> cases[] = {
-      {"--set parallel.pp=2 --set parallel.zero=2",
-       "parallel.zero = 2 with parallel.pp = 2: ZeRO-2/3"},
+      {"--set parallel.pp=2 --set parallel.zero=2 --set model.tied_embeddings=true",
+       "model.tied_embeddings = true with parallel.pp = 2 and parallel.zero = 2"},
       {"--set parallel.pp=2 --set model.tied_embeddings=true --set precision.recipe=bf16",
        "model.tied_embeddings = true with parallel.pp = 2 and precision.recipe = \"bf16\": the "
        "head's copy"},
