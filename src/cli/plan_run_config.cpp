@@ -61,16 +61,28 @@ bool is_run_config_text(const std::string& text, const std::string& source) {
 
 RunConfigModel read_run_config_model(const std::string& text, const std::string& path) {
   const std::string name = std::filesystem::path(path).stem().string();
-  RunConfigModel r = run_config_plan_inputs(parse_run_config(text, path, {}), name);
+  const RunConfig config = parse_run_config(text, path, {});
+  RunConfigModel r = run_config_plan_inputs(config, name);
   // A key is used when leaving it out or changing it changes what is planned. A [model] key
   // whose every variant the engine refuses (e.g. one that other keys require) is taken as used;
-  // in the other sections such a key (data.path of shards) is not the planner's.
+  // in the other sections such a key (data.path of shards) is not the planner's. A [model] key
+  // that has no other value to try (a string) and whose removal changes nothing in the resolved
+  // config is at the engine's default: whether the plan reads it cannot be seen from this file.
+  const std::string resolved = to_toml(config);
   for (const std::string& key : run_config_keys(text, path).keys) {
-    const std::vector<RunConfig> variants = run_config_variants(text, path, key);
-    bool used = variants.empty() && key.starts_with("model.");
-    for (const RunConfig& v : variants)
-      used = used || !same_plan_inputs(r, run_config_plan_inputs(v, name));
-    (used ? r.used : r.ignored).push_back(key);
+    const RunConfigVariants v = run_config_variants(text, path, key);
+    auto differs = [&](const RunConfig& c) {
+      return !same_plan_inputs(r, run_config_plan_inputs(c, name));
+    };
+    const bool model_key = key.starts_with("model.");
+    bool used = v.without ? differs(*v.without) : model_key && v.changed.empty();
+    for (const RunConfig& c : v.changed) used = used || differs(c);
+    if (used)
+      r.used.push_back(key);
+    else if (model_key && v.changed.empty() && v.without && to_toml(*v.without) == resolved)
+      r.at_default.push_back(key);
+    else
+      r.ignored.push_back(key);
   }
   return r;
 }
@@ -109,10 +121,15 @@ void add_run_config_assumptions(plan::Plan& p, const RunConfigModel& r, bool bat
       fmt::format("{} (the plan is the same without them; the planner searches the layout, "
                   "--layout fixes it)",
                   joined(r.ignored)));
+  if (!r.at_default.empty())
+    p.assumptions.emplace_back(
+        "at the engine's default",
+        fmt::format("{} (the plan is the same without them; other values may change it)",
+                    joined(r.at_default)));
 }
 
 nlohmann::json run_config_json(const RunConfigModel& r) {
-  return {{"path", r.path}, {"used", r.used}, {"ignored", r.ignored}};
+  return {{"path", r.path}, {"used", r.used}, {"ignored", r.ignored}, {"at_default", r.at_default}};
 }
 
 }  // namespace trillion::cli

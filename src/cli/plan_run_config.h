@@ -14,8 +14,10 @@
 // micro-batch is global in the engine) and the training tokens (train.steps x that batch);
 // --batch-tokens, --seq and --tokens replace them. A key counts as used when the config read
 // without it, or with another value of its type (run_config_variants), plans differently; the
-// others are ignored and named so. The layout keys ([parallel], model.recompute, [precision],
-// train.micro_batch's split) are among the ignored ones: the planner searches the layout
+// others are ignored and named so, except [model] strings at the engine's default (router =
+// "sigmoid_bias"), which no variant can test: those are named "at the engine's default". The layout
+// keys ([parallel], model.recompute, [precision], train.micro_batch's split) are among the ignored
+// ones: the planner searches the layout
 // (--layout fixes it).
 #pragma once
 
@@ -32,9 +34,11 @@ namespace trillion::cli {
 
 struct RunConfigModel {
   std::string path;
-  plan::ModelSpec model;                   // default_batch_tokens: the run's batch
-  double tokens = 0;                       // train.steps x the batch
-  std::vector<std::string> used, ignored;  // "section.key", in name order
+  plan::ModelSpec model;  // default_batch_tokens: the run's batch
+  double tokens = 0;      // train.steps x the batch
+  // "section.key", in name order: keys that change the plan; keys that do not (left out or
+  // changed); [model] strings set to the engine's default, which only other values would test.
+  std::vector<std::string> used, ignored, at_default;
 };
 
 // The planner's inputs from a parsed run config; `name` names the model.
@@ -56,7 +60,7 @@ plan::ModelSpec resolve_plan_model(const std::string& name_or_path,
 // which keys were ignored (--batch-tokens / --tokens given: those replace the run's).
 void add_run_config_assumptions(plan::Plan& p, const RunConfigModel& r, bool batch_given,
                                 bool tokens_given);
-// --json's "run_config": {"path", "used": [...], "ignored": [...]}.
+// --json's "run_config": {"path", "used": [...], "ignored": [...], "at_default": [...]}.
 nlohmann::json run_config_json(const RunConfigModel& r);
 
 }  // namespace trillion::cli

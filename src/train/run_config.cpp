@@ -180,8 +180,8 @@ RunConfigKeys run_config_keys(const std::string& text, const std::string& source
   return out;
 }
 
-std::vector<RunConfig> run_config_variants(const std::string& text, const std::string& source,
-                                           const std::string& key) {
+RunConfigVariants run_config_variants(const std::string& text, const std::string& source,
+                                      const std::string& key) {
   const toml::table root = parse_text(text, source);
   const size_t dot = key.find('.');
   if (dot == std::string::npos) return {};
@@ -209,10 +209,14 @@ std::vector<RunConfig> run_config_variants(const std::string& text, const std::s
     const double v = *node->value<double>();
     if (std::isfinite(v)) with(v == 0 ? 1.0 : 2 * v);
   }
-  std::vector<RunConfig> out;
-  for (const toml::table& r : roots) {
+  RunConfigVariants out;
+  for (size_t i = 0; i < roots.size(); ++i) {
     try {
-      out.push_back(from_root(r, source));
+      RunConfig config = from_root(roots[i], source);
+      if (i == 0)
+        out.without = std::move(config);
+      else
+        out.changed.push_back(std::move(config));
     } catch (const std::exception&) {  // a variant the engine refuses says nothing
     }
   }

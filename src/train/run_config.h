@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -201,11 +202,15 @@ struct RunConfigKeys {
   std::vector<std::string> sections, keys;
 };
 RunConfigKeys run_config_keys(const std::string& toml_text, const std::string& source);
-// `toml_text` read with `key` ("section.key") left out, and with it given another value of its
-// type (an integer +1 and x2, a number x2, 0 becoming 1; a boolean negated; strings, arrays and
-// tables are only left out): those of these configs the engine accepts.
-std::vector<RunConfig> run_config_variants(const std::string& toml_text, const std::string& source,
-                                           const std::string& key);
+// `toml_text` read with `key` ("section.key") left out (`without`), and with it given another
+// value of its type (`changed`: an integer +1 and x2, a number x2, 0 becoming 1; a boolean
+// negated; strings, arrays and tables have none): those of these configs the engine accepts.
+struct RunConfigVariants {
+  std::optional<RunConfig> without;
+  std::vector<RunConfig> changed;
+};
+RunConfigVariants run_config_variants(const std::string& toml_text, const std::string& source,
+                                      const std::string& key);
 // The fragment schedule's view of [diloco].
 StreamingConfig streaming_config(const DilocoConfig& d);
 // The fully resolved config as TOML.

@@ -72,9 +72,9 @@ TEST(RunConfigPlan, EveryRunConfigCountsTheEnginesTable) {
     } else {
       EXPECT_EQ(plan::count_model(plan::read_model_file(path)).total, total);
     }
-    // Every key the file sets is named once, used or ignored.
+    // Every key the file sets is named once: used, ignored or at the engine's default.
     const RunConfigKeys keys = run_config_keys(text, path);
-    EXPECT_EQ(r->used.size() + r->ignored.size(), keys.keys.size());
+    EXPECT_EQ(r->used.size() + r->ignored.size() + r->at_default.size(), keys.keys.size());
   }
   EXPECT_GE(runs, 10);
   EXPECT_GE(moe, 2);  // moe-tiny, moe-brown
@@ -95,8 +95,8 @@ TEST(RunConfigPlan, ModelFilesStillReadAsModelFiles) {
 
 // What changes the plan is used, the rest ignored: dimensions, experts, the router kind, the
 // attention kernel, batch and steps are used; numerics, data, optimizer and layout keys (the
-// planner searches the layout) are ignored; a key set to its default (router = "sigmoid_bias")
-// plans as without it, so it is ignored too.
+// planner searches the layout) are ignored; a string set to the engine's default (router =
+// "sigmoid_bias"), which no variant can test, is named as at the default.
 TEST(RunConfigPlan, KeysThatChangeThePlanAreUsedTheRestIgnored) {
   const std::string base =
       "[model]\nvocab_size = 64\nd_model = 32\nn_layers = 3\nn_heads = 4\nn_kv_heads = 2\n"
@@ -124,7 +124,8 @@ TEST(RunConfigPlan, KeysThatChangeThePlanAreUsedTheRestIgnored) {
   EXPECT_EQ(softmax.tokens, 10 * 4 * 2 * 32);
   const RunConfigModel sigmoid =
       read_run_config_model(base + "router = \"sigmoid_bias\"\n" + rest, "h36-b.toml");
-  EXPECT_TRUE(contains(sigmoid.ignored, "model.router"));
+  EXPECT_TRUE(contains(sigmoid.at_default, "model.router"));
+  EXPECT_TRUE(softmax.at_default.empty());
   EXPECT_TRUE(sigmoid.model.router_bias);
   // The router's bias is a row of the table: E values per MoE layer.
   EXPECT_EQ(plan::count_model(sigmoid.model).total - plan::count_model(softmax.model).total, 8 * 2);
@@ -169,8 +170,10 @@ TEST(RunConfigPlan, PlanCommandNamesIgnoredKeys) {
   EXPECT_EQ(j["batch_tokens"].get<double>(), 4 * 32);
   EXPECT_EQ(j["tokens"].get<double>(), 20 * 4 * 32);
   const auto ignored = j["run_config"]["ignored"].get<std::vector<std::string>>();
-  EXPECT_TRUE(contains(ignored, "model.dtype"));
   EXPECT_TRUE(contains(ignored, "optim.lr"));
+  EXPECT_TRUE(contains(ignored, "train.seed"));
+  const auto at_default = j["run_config"]["at_default"].get<std::vector<std::string>>();
+  EXPECT_EQ(at_default, (std::vector<std::string>{"model.dtype", "model.router"}));
   EXPECT_TRUE(contains(j["run_config"]["used"].get<std::vector<std::string>>(), "model.top_k"));
   EXPECT_TRUE(j["assumptions"].contains("ignored"));
 }
