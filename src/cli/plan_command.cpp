@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/parse_arguments.h"
 #include "cli/plan_model_file.h"
+#include "cli/plan_run_config.h"
 #include "core/error.h"
 #include "optim/outer_quantize.h"
 #include "plan/document_attention.h"
@@ -73,7 +74,7 @@ int prefill(const std::string& model_name, const std::string& cluster, long gpus
             const std::string& precision, int top, bool json) {
   if (model_name.empty() || cluster.empty() || gpus == 0)
     throw Error("plan --prefill needs --model, --cluster and --gpus");
-  const plan::ModelSpec m = plan::resolve_model(model_name);
+  const plan::ModelSpec m = resolve_plan_model(model_name);
   const plan::Gpu gpu = plan::resolve_cluster(cluster);
   const double tokens = parse_count(tokens_text, "--prefill");
   if (!(tokens >= 1) || tokens > static_cast<double>(plan::kMaxSeqLen) ||
@@ -155,8 +156,9 @@ int plan_command(int argc, char** argv) {
          inter_dc_gbps = scale_out.inter_dc_bytes_per_second * 8e-9;
   std::string outer_precision = "fp32";
   app.add_option("--model", model_name,
-                 "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t or a model "
-                 "TOML file");
+                 "llama3-8b, llama3-70b, llama3-405b, gpt3-175b, deepseek-v3, moe-2t, a model "
+                 "TOML file (configs/models/) or an engine run config (configs/*.toml: its model, "
+                 "batch and tokens; the keys it ignores are listed)");
   app.add_option("--cluster", cluster,
                  "a100, h100, h800, h200, b200, gb200-nvl72 or a cluster TOML file");
   // Integer ranges print as "1 to 16777216" (CLI::PositiveNumber printed DBL_MAX's 309 digits).
@@ -240,7 +242,7 @@ int plan_command(int argc, char** argv) {
   if (const int rc = parse_arguments(app, argc, argv); rc >= 0) return rc;
   if (!document_lengths.empty()) {
     if (model_name.empty()) throw Error("--document-lengths needs --model");
-    const plan::ModelSpec m = plan::resolve_model(model_name);
+    const plan::ModelSpec m = resolve_plan_model(model_name);
     const int64_t T = seq > 0 ? seq : m.default_seq;
     const plan::DocumentLengths d = parse_document_lengths(document_lengths);
     const double fraction = plan::document_attention_fraction(d, T);
@@ -293,7 +295,9 @@ int plan_command(int argc, char** argv) {
   if (model_name.empty() || cluster.empty() || gpus == 0)
     throw Error("plan needs --model, --cluster and --gpus (or --validate, or --compare A B)");
   plan::PlanInputs in;
-  in.model = plan::resolve_model(model_name);
+  std::optional<RunConfigModel> run_config;
+  in.model = resolve_plan_model(model_name, &run_config);
+  if (run_config && tokens_text.empty()) in.tokens = run_config->tokens;
   in.gpu = plan::resolve_cluster(cluster);
   if (price > 0) in.gpu.usd_per_gpu_hour = price;
   if (failure_rate >= 0) in.gpu.failures_per_gpu_hour = failure_rate / 1000 / 24;
@@ -323,7 +327,21 @@ int plan_command(int argc, char** argv) {
   scale_out.outer_bytes_per_parameter =
       outer_bytes_per_element(parse_outer_precision(outer_precision, "--outer-precision"));
   in.scale_out = scale_out;
-  const plan::Plan p = plan::make_plan(in);
+  plan::Plan p;
+  try {
+    p = plan::make_plan(in);
+  } catch (const Error& e) {
+    if (!run_config || !batch_text.empty()) throw;
+    throw Error(
+        fmt::format("{}\n(the batch is {}'s train.micro_batch x train.grad_accum "
+                    "sequences; --batch-tokens plans another)",
+                    e.what(), run_config->path));
+  }
+  if (run_config) {
+    const bool batch_given =
+        !batch_text.empty() || (seq > 0 && seq != run_config->model.default_seq);
+    add_run_config_assumptions(p, *run_config, batch_given, !tokens_text.empty());
+  }
   if (!html_path.empty()) {
     std::ofstream out(html_path);
     if (!out) throw Error(fmt::format("--html {}: cannot open the file for writing", html_path));
@@ -331,6 +349,7 @@ int plan_command(int argc, char** argv) {
   }
   if (json) {
     nlohmann::json j = plan_to_json(p);
+    if (run_config) j["run_config"] = run_config_json(*run_config);
     const precision::EngineRecipe engine = engine_recipe(p.best().layout);
     j["engine_recipe"] = {
         {"recipe", engine.recipe.empty() ? nlohmann::json() : nlohmann::json(engine.recipe)},

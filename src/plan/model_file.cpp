@@ -69,7 +69,9 @@ class Reader {
     for (const auto& [key, node] : t_)
       if (!used_.count(std::string(key.str())))
         throw Error(
-            fmt::format("{}: unknown key model.{} (known keys: {})", source_, key.str(), known));
+            fmt::format("{}: unknown key model.{} (known keys: {}); an engine run config is "
+                        "planned whole (with its [train] table), read by the engine's parser",
+                        source_, key.str(), known));
   }
 
  private:

@@ -1,6 +1,8 @@
 // Model files: the TOML form of a ModelSpec. The catalog entries are such files
-// (configs/models/*.toml, compiled in); a user's file and an engine run config (its [model]
-// table; other tables are ignored) are read the same way.
+// (configs/models/*.toml, compiled in); a user's file is read the same way. `trillion plan
+// --model` reads a file with any table besides [model] (an engine run config) with the engine's
+// own parser instead (cli/plan_run_config.h: plan/ does not depend on train/); parse_model_toml
+// itself reads only [model] and ignores other tables.
 //
 // [model] keys: vocab_size, d_model, n_layers, n_heads, n_kv_heads (default n_heads), head_dim
 // (default d_model / n_heads), ffn_hidden, seq_len, tied_embeddings; the block's parts

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -122,22 +123,21 @@ toml::table precision_table(const PrecisionConfig& p, int64_t n_layers) {
 
 }  // namespace
 
-RunConfig parse_run_config(const std::string& text, const std::string& source,
-                           const std::vector<std::string>& overrides) {
-  toml::table root;
+namespace {
+
+toml::table parse_text(const std::string& text, const std::string& source) {
   check_toml_subset(text, source);
   check_toml_key_depth(text, source);
   try {
-    root = toml::parse(text, source);
+    return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     throw Error(fmt::format("{}:{}:{}: {}", source, e.source().begin.line, e.source().begin.column,
                             e.description()));
   }
-  std::set<std::string> set_keys;
-  for (const std::string& o : overrides) {
-    apply_override(root, o, source);
-    drop_other_name(root, o, set_keys);
-  }
+}
+
+// A parsed config (its overrides applied) read section by section, then checked across them.
+RunConfig from_root(const toml::table& root, const std::string& source) {
   if (!root.contains("model")) {
     // Every default of [model] is a size of 0, so the first check would blame one key of it.
     throw Error(fmt::format(
@@ -151,6 +151,76 @@ RunConfig parse_run_config(const std::string& text, const std::string& source,
   check_across_sections(rc, source);
   resolve_across_sections(rc);
   return rc;
+}
+
+}  // namespace
+
+RunConfig parse_run_config(const std::string& text, const std::string& source,
+                           const std::vector<std::string>& overrides) {
+  toml::table root = parse_text(text, source);
+  std::set<std::string> set_keys;
+  for (const std::string& o : overrides) {
+    apply_override(root, o, source);
+    drop_other_name(root, o, set_keys);
+  }
+  return from_root(root, source);
+}
+
+RunConfigKeys run_config_keys(const std::string& text, const std::string& source) {
+  const toml::table root = parse_text(text, source);
+  RunConfigKeys out;
+  for (const auto& [name, node] : root) {
+    const toml::table* table = node.as_table();
+    if (table == nullptr) continue;
+    const std::string section(name.str());
+    out.sections.push_back(section);
+    for (const auto& [key, value] : *table)
+      out.keys.push_back(section + "." + std::string(key.str()));
+  }
+  return out;
+}
+
+RunConfigVariants run_config_variants(const std::string& text, const std::string& source,
+                                      const std::string& key) {
+  const toml::table root = parse_text(text, source);
+  const size_t dot = key.find('.');
+  if (dot == std::string::npos) return {};
+  const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+  const toml::table* table = root[section].as_table();
+  const toml::node* node = table == nullptr ? nullptr : table->get(name);
+  if (node == nullptr) return {};
+  std::vector<toml::table> roots;
+  roots.push_back(root);
+  roots.back()[section].as_table()->erase(name);
+  auto with = [&](auto value) {
+    roots.push_back(root);
+    roots.back()[section].as_table()->insert_or_assign(name, value);
+  };
+  constexpr int64_t kLarge = int64_t{1} << 40;  // +1 and x2 stay far from overflow
+  if (const auto b = node->value_exact<bool>()) {
+    with(!*b);
+  } else if (node->is_integer()) {
+    const int64_t v = *node->value<int64_t>();
+    if (v > -kLarge && v < kLarge) {
+      with(v + 1);
+      with(v == 0 ? int64_t{1} : 2 * v);
+    }
+  } else if (node->is_floating_point()) {
+    const double v = *node->value<double>();
+    if (std::isfinite(v)) with(v == 0 ? 1.0 : 2 * v);
+  }
+  RunConfigVariants out;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    try {
+      RunConfig config = from_root(roots[i], source);
+      if (i == 0)
+        out.without = std::move(config);
+      else
+        out.changed.push_back(std::move(config));
+    } catch (const std::exception&) {  // a variant the engine refuses says nothing
+    }
+  }
+  return out;
 }
 
 bool recipe_weights_in_store(const RunConfig& c) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -194,6 +195,22 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
 // The same from TOML text (tests; `source` names it in messages).
 RunConfig parse_run_config(const std::string& toml_text, const std::string& source,
                            const std::vector<std::string>& overrides);
+// For tools that ask which keys of a config matter (the planner's run-config reader,
+// cli/plan_run_config.h): the [sections] `text` has and the "section.key" names it sets, each in
+// name order.
+struct RunConfigKeys {
+  std::vector<std::string> sections, keys;
+};
+RunConfigKeys run_config_keys(const std::string& toml_text, const std::string& source);
+// `toml_text` read with `key` ("section.key") left out (`without`), and with it given another
+// value of its type (`changed`: an integer +1 and x2, a number x2, 0 becoming 1; a boolean
+// negated; strings, arrays and tables have none): those of these configs the engine accepts.
+struct RunConfigVariants {
+  std::optional<RunConfig> without;
+  std::vector<RunConfig> changed;
+};
+RunConfigVariants run_config_variants(const std::string& toml_text, const std::string& source,
+                                      const std::string& key);
 // The fragment schedule's view of [diloco].
 StreamingConfig streaming_config(const DilocoConfig& d);
 // The fully resolved config as TOML.

@@ -1,7 +1,8 @@
 // Fuzz target: the run-config parser (TOML text -> validated RunConfig), and --set overrides
 // (each line "#set section.key=value" of the input is also applied as one). Property: an
 // accepted config's resolved TOML parses again to the same resolved TOML (what --resume relies
-// on).
+// on), and its variants one key at a time (what the planner's run-config reader reads) are each
+// read or refused with an Error.
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const Error&) {
     return 0;
   }
+  for (const std::string& key : run_config_keys(text, "fuzz.toml").keys)
+    run_config_variants(text, "fuzz.toml", key);
   const std::string resolved = to_toml(config);
   try {
     const RunConfig again = parse_run_config(resolved, "resolved.toml", {});

@@ -1,0 +1,135 @@
+// See plan_run_config.h.
+#include "cli/plan_run_config.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "data/file_io.h"
+#include "plan/model_file.h"
+#include "plan/units.h"
+
+namespace trillion::cli {
+
+namespace {
+
+bool names_a_file(const std::string& name) {
+  return name.find('/') != std::string::npos || name.ends_with(".toml");
+}
+
+// Whether two readings of a config plan the same run.
+bool same_plan_inputs(const RunConfigModel& a, const RunConfigModel& b) {
+  return a.model == b.model && a.tokens == b.tokens;
+}
+
+std::string joined(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const std::string& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+RunConfigModel run_config_plan_inputs(const RunConfig& config, const std::string& name) {
+  const ModelConfig& mc = config.model;
+  RunConfigModel r;
+  r.path = config.source;
+  r.model = mc.spec();
+  r.model.name = name;
+  r.model.source = fmt::format("run config {}, read by the engine's parser", config.source);
+  r.model.attention_kernel =
+      mc.tiled_attention ? plan::AttentionKernel::kFlash : plan::AttentionKernel::kMaterialised;
+  const double sequences =
+      static_cast<double>(config.train.micro_batch) * static_cast<double>(config.train.grad_accum);
+  r.model.default_batch_tokens = sequences * static_cast<double>(mc.seq_len);
+  r.tokens = static_cast<double>(config.train.steps) * r.model.default_batch_tokens;
+  return r;
+}
+
+bool is_run_config_text(const std::string& text, const std::string& source) {
+  RunConfigKeys keys;
+  try {
+    keys = run_config_keys(text, source);
+  } catch (const Error&) {
+    return false;
+  }
+  for (const std::string& s : keys.sections)
+    if (s != "model") return true;
+  return false;
+}
+
+RunConfigModel read_run_config_model(const std::string& text, const std::string& path) {
+  const std::string name = std::filesystem::path(path).stem().string();
+  const RunConfig config = parse_run_config(text, path, {});
+  RunConfigModel r = run_config_plan_inputs(config, name);
+  // A key is used when leaving it out or changing it changes what is planned. A [model] key
+  // whose every variant the engine refuses (e.g. one that other keys require) is taken as used;
+  // in the other sections such a key (data.path of shards) is not the planner's. A [model] key
+  // that has no other value to try (a string) and whose removal changes nothing in the resolved
+  // config is at the engine's default: whether the plan reads it cannot be seen from this file.
+  const std::string resolved = to_toml(config);
+  for (const std::string& key : run_config_keys(text, path).keys) {
+    const RunConfigVariants v = run_config_variants(text, path, key);
+    auto differs = [&](const RunConfig& c) {
+      return !same_plan_inputs(r, run_config_plan_inputs(c, name));
+    };
+    const bool model_key = key.starts_with("model.");
+    bool used = v.without ? differs(*v.without) : model_key && v.changed.empty();
+    for (const RunConfig& c : v.changed) used = used || differs(c);
+    if (used)
+      r.used.push_back(key);
+    else if (model_key && v.changed.empty() && v.without && to_toml(*v.without) == resolved)
+      r.at_default.push_back(key);
+    else
+      r.ignored.push_back(key);
+  }
+  return r;
+}
+
+plan::ModelSpec resolve_plan_model(const std::string& name,
+                                   std::optional<RunConfigModel>* run_config) {
+  if (!names_a_file(name)) return plan::resolve_model(name);
+  std::string text;
+  try {
+    text = data::read_file_raw(name);
+  } catch (const Error&) {
+    return plan::resolve_model(name);  // its message names the file and where examples are
+  }
+  if (!is_run_config_text(text, name)) return plan::parse_model_toml(text, name);
+  RunConfigModel r = read_run_config_model(text, name);
+  const plan::ModelSpec m = r.model;
+  if (run_config != nullptr) *run_config = std::move(r);
+  return m;
+}
+
+void add_run_config_assumptions(plan::Plan& p, const RunConfigModel& r, bool batch_given,
+                                bool tokens_given) {
+  const double batch = r.model.default_batch_tokens;
+  const double seq = static_cast<double>(r.model.default_seq);
+  p.assumptions.emplace_back(
+      "run config",
+      fmt::format("{} read by the engine's run-config parser: the model is its [model] as the "
+                  "engine allocates it (ModelConfig::spec()); batch train.micro_batch x "
+                  "train.grad_accum = {:.0f} sequences of model.seq_len = {:.0f} ({} tokens){}; "
+                  "tokens train.steps x batch = {}{}; keys used: {}",
+                  r.path, batch / seq, seq, plan::format_count(batch),
+                  batch_given ? ", replaced by --batch-tokens" : "", plan::format_count(r.tokens),
+                  tokens_given ? ", replaced by --tokens" : "", joined(r.used)));
+  p.assumptions.emplace_back(
+      "ignored",
+      fmt::format("{} (the plan is the same without them; the planner searches the layout, "
+                  "--layout fixes it)",
+                  joined(r.ignored)));
+  if (!r.at_default.empty())
+    p.assumptions.emplace_back(
+        "at the engine's default",
+        fmt::format("{} (the plan is the same without them; other values may change it)",
+                    joined(r.at_default)));
+}
+
+nlohmann::json run_config_json(const RunConfigModel& r) {
+  return {{"path", r.path}, {"used", r.used}, {"ignored", r.ignored}, {"at_default", r.at_default}};
+}
+
+}  // namespace trillion::cli
