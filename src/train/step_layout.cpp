@@ -75,6 +75,25 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "dualpipe schedule (its ranks hold both ends)",
         p.pp));
   }
+  if (c.model.mtp.enabled()) {
+    // The modules shift tokens along the sequence (rows another cp rank holds) and are not
+    // sharded over tp; their embedding lookups need the table on the head's rank.
+    if (p.tp > 1 || p.cp > 1) {
+      throw Error(fmt::format(
+          "model.mtp_depth = {} with parallel.tp = {} and parallel.cp = {}: multi-token "
+          "prediction runs without tensor and context parallelism for now; use tp = 1 and cp = 1 "
+          "(dp, ZeRO and the dualpipe schedule work)",
+          c.model.mtp.depth, p.tp, p.cp));
+    }
+    if (p.pp > 1 && !dualpipe) {
+      throw Error(fmt::format(
+          "model.mtp_depth = {} with parallel.pp = {} and schedule {}: the MTP modules run with "
+          "the head on the last stage and look tokens up in the embedding of the first stage, "
+          "which only the dualpipe schedule puts on the same rank; use parallel.schedule = "
+          "\"dualpipe\" or pp = 1",
+          c.model.mtp.depth, p.pp, p.schedule));
+    }
+  }
   return c;
 }
 
