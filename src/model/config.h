@@ -35,15 +35,16 @@ struct MoeConfig {
 
 // Multi-token prediction (DeepSeek-V3 2412.19437 §2.2): `depth` sequential modules after the main
 // model, module k predicting the token k + 1 ahead (model/mtp.h). The objective is the main loss
-// plus lambda / depth times the sum of the depth losses, lambda = loss_weight until step
-// switch_step and loss_weight_after from then on (DeepSeek-V3: 0.3 for the first 10T tokens, 0.1
-// for the last 4.8T: switch_step = 10T / tokens per step).
+// plus lambda / depth times the sum of the depth losses, lambda = loss_weight for the first
+// switch_step steps and loss_weight_after from then on (DeepSeek-V3: 0.3 for the first 10T
+// tokens, 0.1 for the last 4.8T: switch_step = 10T / tokens per step).
 struct MtpConfig {
   int64_t depth = 0;  // D; 0: no MTP modules
   double loss_weight = 0.3;
   double loss_weight_after = -1;  // < 0: loss_weight for the whole run
-  int64_t switch_step = 0;        // the first step that uses loss_weight_after
+  int64_t switch_step = 0;        // steps that use loss_weight before loss_weight_after
   bool enabled() const { return depth > 0; }
+  // lambda of the step with 0-based index `step` (metrics.jsonl's step - 1).
   double weight_at(int64_t step) const {
     return loss_weight_after >= 0 && step >= switch_step ? loss_weight_after : loss_weight;
   }

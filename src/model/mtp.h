@@ -8,8 +8,8 @@
 // eh_proj follow the released checkpoint: [0, C) act on the embedding, [C, 2C) on the hidden state.
 // Loss sums per depth: L_k = sum over positions of CE^k; positions whose target t_{i+k+1} runs past
 // the sequence, is ignored, or whose token t_{i+k} lies in another document (document masking)
-// are ignored (kIgnoredTarget). The stage adds (lambda / D) sum_k L_k to the objective: backward
-// takes the main loss's grad_scale and scales it by lambda / D itself.
+// are ignored (kIgnoredTarget). The objective adds (lambda / D) sum_k L_k: the stage passes
+// backward scale = its grad_scale * lambda / D (StageModel::set_mtp_loss_weight).
 //
 // Order of accumulation (so backward() and backward_input() + backward_weight() agree bitwise):
 // modules D..1; within one, the head's weight, the block's weights, eh_proj, the norms, then the
