@@ -17,8 +17,11 @@ Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& bloc
       be_(backend),
       depth_(depth),
       eps_(norm_eps) {
-  TRILLION_CHECK(ctx.tp_size() == 1 && ctx.sequence.cp == 1,
-                 "multi-token prediction runs without tensor or context parallelism");
+  // Under tp (without SP) every [N, C] tensor is whole on each rank: the block, the embedding and
+  // the head run their tp shards as the main model's do; the norms and eh_proj are replicated and
+  // get the same gradient on every rank.
+  TRILLION_CHECK(!ctx.sequence_parallel() && ctx.sequence.cp == 1,
+                 "multi-token prediction runs without sequence or context parallelism");
   modules_.assign(slots, std::vector<Module>(depth));
   tokens_.assign(slots, std::vector<std::vector<int32_t>>(depth));
   targets_ = tokens_;

@@ -15,8 +15,10 @@
 // modules D..1; within one, the head's weight, the block's weights, eh_proj, the norms, then the
 // embedding scatter. dh0 += dL/dh^0 (the stage's running residual gradient).
 //
-// Not under tensor, context or sequence parallelism (the shifted tokens would cross ranks; the
-// run config refuses it); the block is dense (a MoE model is refused, model/config.cpp).
+// Tensor parallelism without SP: every [N, C] tensor is whole on each rank, the block, embedding
+// and head run their tp shards. Not under sequence or context parallelism (the shifted tokens
+// would cross ranks; the run config refuses it); the block is dense (a MoE model is refused,
+// model/config.cpp).
 // See model/glossary.h for letters.
 #pragma once
 

@@ -76,14 +76,14 @@ const RunConfig& checked_layout(const RunConfig& c) {
         p.pp));
   }
   if (c.model.mtp.enabled()) {
-    // The modules shift tokens along the sequence (rows another cp rank holds) and are not
-    // sharded over tp; their embedding lookups need the table on the head's rank.
-    if (p.tp > 1 || p.cp > 1) {
+    // The modules shift tokens along the sequence (rows another cp rank, or under SP another
+    // tp rank, holds); their embedding lookups need the table on the head's rank.
+    if ((p.tp > 1 && p.sp) || p.cp > 1) {
       throw Error(fmt::format(
-          "model.mtp_depth = {} with parallel.tp = {} and parallel.cp = {}: multi-token "
-          "prediction runs without tensor and context parallelism for now; use tp = 1 and cp = 1 "
-          "(dp, ZeRO and the dualpipe schedule work)",
-          c.model.mtp.depth, p.tp, p.cp));
+          "model.mtp_depth = {} with parallel.tp = {}{} and parallel.cp = {}: multi-token "
+          "prediction runs without sequence and context parallelism for now; use cp = 1 and, "
+          "with tp > 1, parallel.sp = false (dp, ZeRO, tp and the dualpipe schedule work)",
+          c.model.mtp.depth, p.tp, p.tp > 1 && p.sp ? " with sp" : "", p.cp));
     }
     if (p.pp > 1 && !dualpipe) {
       throw Error(fmt::format(

@@ -1,9 +1,9 @@
 // Multi-token prediction under the layouts that run it, against the one-process run of the same
-// config (configs/mtp-tiny.toml, 3 steps, lambda switching from 0.3 to 0.1 at step 2): dp 2 with
-// ZeRO-3, and pp 2 under DualPipe (the modules with the head on the last stage, the shared
-// embedding's gradient summed over the two model copies). Losses and final weights within 1e-5
-// (`trillion compare`), each step's mtp_loss_1 within 1e-5; the other pipeline schedules, tp and
-// cp are refused by name.
+// config (configs/mtp-tiny.toml, 3 steps, lambda 0.3 for 2 steps then 0.1): dp 2 with ZeRO-3, pp 2
+// under DualPipe (the modules with the head on the last stage, the shared embedding's gradient
+// summed over the two model copies) and tp 2 without sequence parallelism. Losses and final
+// weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5; the other
+// pipeline schedules, SP and cp are refused by name.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -43,7 +43,7 @@ void expect_same_run(const std::string& ref, const std::string& run) {
   }
 }
 
-TEST(MtpLayout, Dp2Zero3AndDualPipeMatchOneProcess) {
+TEST(MtpLayout, Dp2Zero3DualPipeAndTp2MatchOneProcess) {
   const std::string ref = shared_run(kEnv + flags());
   const std::string dp = fresh_dir("h33mtp_dp2_zero3");
   auto r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + dp +
@@ -55,6 +55,12 @@ TEST(MtpLayout, Dp2Zero3AndDualPipeMatchOneProcess) {
                    " --set parallel.pp=2 --set parallel.schedule=dualpipe");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_same_run(ref, pp);
+  // tp 2 without SP: the modules' blocks, embedding lookups and head run their tp shards.
+  const std::string tp = fresh_dir("h33mtp_tp2");
+  r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + tp +
+                   " --set parallel.tp=2 --set parallel.sp=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_run(ref, tp);
 }
 
 TEST(MtpLayout, LayoutsWithoutTheEmbeddingOnTheHeadRankAreRefused) {
@@ -70,10 +76,13 @@ TEST(MtpLayout, LayoutsWithoutTheEmbeddingOnTheHeadRankAreRefused) {
   EXPECT_NE(m.find("model.mtp_depth = 1 with parallel.pp = 2 and schedule 1f1b"), std::string::npos)
       << m;
   EXPECT_NE(m.find("dualpipe"), std::string::npos) << m;
-  m = message({"parallel.tp=2"});
-  EXPECT_NE(m.find("multi-token prediction runs without tensor and context parallelism"),
+  m = message({"parallel.tp=2"});  // with sequence parallelism, the default
+  EXPECT_NE(m.find("parallel.tp = 2 with sp and parallel.cp = 1: multi-token prediction runs "
+                   "without sequence and context parallelism"),
             std::string::npos)
       << m;
+  EXPECT_NE(m.find("parallel.sp = false"), std::string::npos) << m;
+  EXPECT_EQ(message({"parallel.tp=2", "parallel.sp=false"}), "accepted");
   m = message({"parallel.cp=2"});
   EXPECT_NE(m.find("parallel.cp = 2"), std::string::npos) << m;
   EXPECT_EQ(message({"parallel.pp=2", "parallel.schedule=dualpipe", "train.grad_accum=4"}),
