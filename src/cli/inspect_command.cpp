@@ -231,6 +231,12 @@ int inspect_command(int argc, char** argv) {
                 static_cast<long long>(mc.moe.top_k),
                 static_cast<long long>(mc.moe.n_routed_experts));
   }
+  if (mc.mtp.enabled()) {  // DeepSeek-V3 reports its main model and MTP modules apart
+    const int64_t mtp = plan::count_model(mc.spec()).mtp;
+    std::printf("; main model %lld + MTP modules (depth %lld) %lld",
+                static_cast<long long>(total - mtp), static_cast<long long>(mc.mtp.depth),
+                static_cast<long long>(mtp));
+  }
   std::printf("\n");
   std::printf("\n%-28s %-16s %-7s %-16s %4s  %-13s %s\n", "tensor", "global shape", "shard",
               "local shape", "unit", "role", "init");

@@ -98,6 +98,7 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   json j;
   j["model"] = {{"name", p.inputs.model.name},
                 {"parameters", c.total},
+                {"mtp_parameters", c.mtp},
                 {"activated_parameters", c.activated}};
   j["cluster"] = {
       {"name", p.inputs.gpu.name}, {"gpu", p.inputs.gpu.model}, {"gpus", p.inputs.gpus}};

@@ -129,7 +129,11 @@ uint64_t export_gguf(const GgufOptions& o) {
                     "deepseek2 needs MLA attention); "
                     "export it with --format safetensors (DeepSeek-V3 names) instead",
                     o.checkpoint_dir));
-  const TensorTable table = build_parameter_table(m);
+  // The main model only: its tensors' offsets come before the multi-token-prediction modules'
+  // rows, which llama.cpp has no place for (generation never uses them).
+  ModelConfig main_model = m;
+  main_model.mtp.depth = 0;
+  const TensorTable table = build_parameter_table(main_model);
   const CheckpointWeights w = read_checkpoint_weights(o.checkpoint_dir);
   auto value = [&](int64_t i) {
     if (w.dtype_bytes == 8) {

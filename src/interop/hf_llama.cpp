@@ -286,6 +286,9 @@ uint64_t export_hf_llama(const ExportOptions& o) {
   const std::string code = o.dtype == "bf16" ? "BF16" : "F32";
   std::vector<StoredTensor> tensors;
   for (const TensorSpec& s : table.specs()) {
+    // The main model only: Llama has no place for multi-token-prediction modules (and
+    // generation never uses them; docs/deepseek-v3-mtp.md).
+    if (s.name.starts_with("mtp.")) continue;
     for (const HfTensor& t : hf_tensors(s)) {
       tensors.push_back(
           {t.name, code, t.shape,

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace trillion {
@@ -81,9 +83,53 @@ void ModelConfig::validate() {
   } else if (moe.n_routed_experts < 0) {
     throw Error(fmt::format("model.n_routed_experts must be >= 0, got {}", moe.n_routed_experts));
   }
+  validate_mtp();
   if (dtype != DType::f32 && dtype != DType::f64) {
     throw Error(
         fmt::format("model.dtype = {}: the CPU engine computes in f32 or f64", dtype_name(dtype)));
+  }
+}
+
+void ModelConfig::validate_mtp() const {
+  if (mtp.depth < 0 || mtp.depth > 16) {
+    throw Error(fmt::format(
+        "model.mtp_depth = {} must be in [0, 16] (0: no multi-token prediction; DeepSeek-V3 "
+        "uses 1)",
+        mtp.depth));
+  }
+  if (!(mtp.loss_weight >= 0) || !std::isfinite(mtp.loss_weight)) {
+    throw Error(
+        fmt::format("model.mtp_loss_weight = {} must be a finite number >= 0 (DeepSeek-V3: "
+                    "0.3, then 0.1)",
+                    mtp.loss_weight));
+  }
+  const bool after = mtp.loss_weight_after >= 0;
+  if (!std::isfinite(mtp.loss_weight_after) ||
+      (mtp.loss_weight_after < 0 && mtp.loss_weight_after != -1)) {
+    throw Error(fmt::format("model.mtp_loss_weight_after = {} must be a finite number >= 0",
+                            mtp.loss_weight_after));
+  }
+  if (after != (mtp.switch_step > 0)) {
+    throw Error(fmt::format(
+        "model.mtp_loss_weight_after ({}) and model.mtp_loss_weight_switch_step ({}) go "
+        "together: set both (the weight from that step on, a step >= 1) or neither",
+        after ? fmt::format("{}", mtp.loss_weight_after) : std::string("unset"), mtp.switch_step));
+  }
+  if (mtp.switch_step < 0) {
+    throw Error(
+        fmt::format("model.mtp_loss_weight_switch_step = {} must be >= 1", mtp.switch_step));
+  }
+  if (mtp.enabled() && moe.enabled()) {
+    throw Error(fmt::format(
+        "model.mtp_depth = {} with MoE layers: the engine's MTP module has a dense block only "
+        "(DeepSeek-V3's is MoE like its last layer); use a dense model or mtp_depth = 0",
+        mtp.depth));
+  }
+  if (mtp.enabled() && mtp.depth >= seq_len) {
+    throw Error(fmt::format(
+        "model.mtp_depth = {} leaves no position with a target in a sequence of model.seq_len = "
+        "{}; use mtp_depth < seq_len",
+        mtp.depth, seq_len));
   }
 }
 
@@ -146,6 +192,7 @@ plan::ModelSpec ModelConfig::spec() const {
   s.tied_embeddings = tied_embeddings;
   s.default_seq = seq_len;
   s.init_std = init_std;
+  s.mtp_depth = mtp.depth;
   if (moe.enabled()) {
     s.n_dense_layers = moe.n_dense_layers;
     s.n_routed_experts = moe.n_routed_experts;

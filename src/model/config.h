@@ -33,6 +33,23 @@ struct MoeConfig {
   bool enabled() const { return n_routed_experts > 0; }
 };
 
+// Multi-token prediction (DeepSeek-V3 2412.19437 §2.2): `depth` sequential modules after the main
+// model, module k predicting the token k + 1 ahead (model/mtp.h). The objective is the main loss
+// plus lambda / depth times the sum of the depth losses, lambda = loss_weight for the first
+// switch_step steps and loss_weight_after from then on (DeepSeek-V3: 0.3 for the first 10T
+// tokens, 0.1 for the last 4.8T: switch_step = 10T / tokens per step).
+struct MtpConfig {
+  int64_t depth = 0;  // D; 0: no MTP modules
+  double loss_weight = 0.3;
+  double loss_weight_after = -1;  // < 0: loss_weight for the whole run
+  int64_t switch_step = 0;        // steps that use loss_weight before loss_weight_after
+  bool enabled() const { return depth > 0; }
+  // lambda of the step with 0-based index `step` (metrics.jsonl's step - 1).
+  double weight_at(int64_t step) const {
+    return loss_weight_after >= 0 && step >= switch_step ? loss_weight_after : loss_weight;
+  }
+};
+
 struct ModelConfig {
   int64_t vocab_size = 0;  // V
   int64_t d_model = 0;     // C
@@ -53,6 +70,7 @@ struct ModelConfig {
   bool tiled_attention = true;  // attention = "tiled" (FlashAttention) | "materialized"
   int64_t attention_block = 0;  // tile size of tiled attention; 0 = chosen from the cache size
   MoeConfig moe;
+  MtpConfig mtp;
   // Whether layer l is a MoE layer.
   bool moe_layer(int64_t l) const { return moe.enabled() && l >= moe.n_dense_layers; }
 
@@ -66,6 +84,7 @@ struct ModelConfig {
   // Fills the derived defaults (n_kv_heads, head_dim) and throws Error naming the first invalid
   // field and how to fix it.
   void validate();
+  void validate_mtp() const;  // the model.mtp_* keys (called by validate)
   // The planner's description of this model: plan::parameter_table(spec()) is the table the
   // engine allocates, and plan's counts and FLOPs of it are the engine's.
   plan::ModelSpec spec() const;

@@ -55,39 +55,29 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   for (int u = std::max(range.first_unit, 1); u <= std::min(range.last_unit, L); ++u) {
     const std::string p = fmt::format("layers.{}.", u - 1);
     layer_units_.push_back(unit_of(u));
-    LayerSpecs ls{t.index(p + "attn_norm"), t.index(p + "attn.wq"), t.index(p + "attn.wo"),
-                  t.index(p + "mlp_norm")};
-    auto optional = [&](const std::string& name) { return t.contains(name) ? t.index(name) : -1; };
-    if (config.moe_layer(u - 1)) {
-      ls.moe = true;
-      ls.router = t.index(p + "moe.router");
-      ls.router_bias = optional(p + "moe.router_bias");
-      ls.shared_gate = optional(p + "moe.shared.w_gate");
-      ls.shared_down = optional(p + "moe.shared.w_down");
-      ls.experts_gate = t.index(p + "moe.experts.w_gate");
-      ls.experts_up = t.index(p + "moe.experts.w_up");
-      ls.experts_down = t.index(p + "moe.experts.w_down");
-      moe_stats_.layers.push_back(u - 1);
-    } else {
-      ls.w_gate = t.index(p + "mlp.w_gate");
-      ls.w_down = t.index(p + "mlp.w_down");
-    }
-    layer_specs_.push_back(ls);
+    layer_specs_.push_back(find_layer_specs(p, config.moe_layer(u - 1)));
+    if (config.moe_layer(u - 1)) moe_stats_.layers.push_back(u - 1);
   }
   if (has_head()) {
     head_unit_ = unit_of(L + 1);
     final_norm_spec_ = t.index("final_norm");
-    if (config.tied_embeddings) {
+    // A tied head reads the embedding table; MTP modules look tokens up in it.
+    if (config.tied_embeddings || config.mtp.enabled()) {
       if (!t.contains("embed")) {
         throw Error(
-            "tied embeddings need the embedding on the head's rank; use untied embeddings "
-            "(model.tied_embeddings = false) with this pipeline layout");
+            "tied embeddings and multi-token prediction need the embedding on the head's rank; "
+            "use untied embeddings (model.tied_embeddings = false) and model.mtp_depth = 0 with "
+            "this pipeline layout, or the dualpipe schedule");
       }
-      head_spec_ = t.index("embed");
       head_borrows_embedding_ = true;  // the embedding is unit 0's, the head unit L + 1's
       embed_unit_ = unit_of(plan::embedding_unit());
-    } else {
-      head_spec_ = t.index("lm_head");
+      embed_spec_ = t.index("embed");
+    }
+    head_spec_ = t.index(config.tied_embeddings ? "embed" : "lm_head");
+    for (int64_t k = 0; k < config.mtp.depth; ++k) {
+      const std::string p = fmt::format("mtp.{}.", k);
+      mtp_specs_.push_back({t.index(p + "enorm"), t.index(p + "hnorm"), t.index(p + "eh_proj"),
+                            t.index(p + "final_norm"), find_layer_specs(p, false)});
     }
   }
 
@@ -169,6 +159,13 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   Carver take_ws(workspace_);
   carve_workspace(take_ws);
   if (has_head()) head_.set_logits_block(logits, tp_full_);
+  if (!mtp_specs_.empty()) {
+    mtp_ = std::make_unique<Mtp>(config.mtp.depth, config.norm_eps, ctx_, block_, head_, embedding_,
+                                 backend, tracker, dt, options.slots);
+    mtp_->set_site(config.n_layers);
+    mtp_sums_.assign(config.mtp.depth, 0.0);
+    mtp_weight_ = config.mtp.weight_at(0);
+  }
 
   // RoPE table: angle(t, i) = p(t) * theta^(-2i/HD), computed in double, at the global position
   // p(t) of local row t (context parallelism holds chunks of the sequence, sequence_split.h).
@@ -193,6 +190,27 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   for (Pass pass : {Pass::forward, Pass::backward, Pass::backward_input, Pass::backward_weight}) {
     visits_[static_cast<int>(pass)] = visits(pass);
   }
+}
+
+StageModel::LayerSpecs StageModel::find_layer_specs(const std::string& p, bool moe) const {
+  const TensorTable& t = params_.table();
+  LayerSpecs ls{t.index(p + "attn_norm"), t.index(p + "attn.wq"), t.index(p + "attn.wo"),
+                t.index(p + "mlp_norm")};
+  auto optional = [&](const std::string& name) { return t.contains(name) ? t.index(name) : -1; };
+  if (moe) {
+    ls.moe = true;
+    ls.router = t.index(p + "moe.router");
+    ls.router_bias = optional(p + "moe.router_bias");
+    ls.shared_gate = optional(p + "moe.shared.w_gate");
+    ls.shared_down = optional(p + "moe.shared.w_down");
+    ls.experts_gate = t.index(p + "moe.experts.w_gate");
+    ls.experts_up = t.index(p + "moe.experts.w_up");
+    ls.experts_down = t.index(p + "moe.experts.w_down");
+  } else {
+    ls.w_gate = t.index(p + "mlp.w_gate");
+    ls.w_down = t.index(p + "mlp.w_down");
+  }
+  return ls;
 }
 
 std::vector<StageModel::Visit> StageModel::visits(Pass pass) const {
@@ -292,6 +310,7 @@ void StageModel::set_tokens(int slot, const int32_t* tokens) {
 
 void StageModel::set_targets(int slot, const int32_t* targets) {
   slot_at(slot).targets.assign(targets, targets + ctx_.shape.tokens());
+  if (mtp_) mtp_->set_targets(slot, targets);
 }
 
 void StageModel::set_documents(int slot, const int32_t* starts) {
@@ -315,6 +334,7 @@ void StageModel::set_documents(int slot, const int32_t* starts) {
     }
   }
   for (BlockActivations& layer : s.layers) layer.attn.documents = mask;
+  if (mtp_) mtp_->set_documents(slot, mask);
 }
 
 void StageModel::name_site(const Slot& s, size_t i) const {
@@ -334,8 +354,7 @@ LayerRecompute StageModel::layer_recompute(size_t i) const {
   return LayerRecompute::none;
 }
 
-BlockWeights StageModel::block_weights(bool grads, size_t i) const {
-  const LayerSpecs& s = layer_specs_[i];
+BlockWeights StageModel::block_weights(bool grads, const LayerSpecs& s, int64_t layer) const {
   auto at = [&](int spec) { return grads ? params_.grad(spec) : params_.param(spec); };
   const int64_t C = ctx_.shape.d_model;
   // wq|wk|wv and w_gate|w_up are contiguous in the table: view them as one matrix each.
@@ -344,7 +363,6 @@ BlockWeights StageModel::block_weights(bool grads, size_t i) const {
   };
   BlockWeights w;
   // The global layer index: a pipeline stage's GEMMs take the precision one process gives them.
-  const int64_t layer = global_layer(i);
   w.attn.layer = w.mlp.layer = w.moe.layer = w.moe.shared.layer = layer;
   w.attn_norm = at(s.attn_norm);
   w.attn.wqkv = joined(s.wq, ctx_.shape.qkv_width());
@@ -367,6 +385,29 @@ BlockWeights StageModel::block_weights(bool grads, size_t i) const {
   w.moe.up = at(s.experts_up);
   w.moe.down = at(s.experts_down);
   return w;
+}
+
+std::vector<MtpWeights> StageModel::mtp_weights(bool grads) const {
+  auto at = [&](int spec) { return grads ? params_.grad(spec) : params_.param(spec); };
+  std::vector<MtpWeights> w;
+  for (size_t k = 0; k < mtp_specs_.size(); ++k) {
+    const MtpSpecs& m = mtp_specs_[k];
+    w.push_back({at(m.enorm), at(m.hnorm), at(m.eh_proj),
+                 block_weights(grads, m.block, config_.n_layers + static_cast<int64_t>(k)),
+                 at(m.final_norm)});
+  }
+  return w;
+}
+
+MtpShared StageModel::mtp_shared(bool grads) const {
+  auto at = [&](int spec) { return grads ? params_.grad(spec) : params_.param(spec); };
+  return {at(embed_spec_), at(head_spec_)};
+}
+
+std::vector<double> StageModel::take_mtp_losses() {
+  std::vector<double> out = mtp_sums_;
+  std::fill(mtp_sums_.begin(), mtp_sums_.end(), 0.0);
+  return out;
 }
 
 LmHeadWeights StageModel::head_weights(bool grads) const {
@@ -404,6 +445,11 @@ double StageModel::forward(int slot) {
   TRILLION_CHECK(!s.targets.empty(), "forward of the last stage before set_targets");
   enter_head(Pass::forward, v);
   head_.forward(output(slot), head_weights(false), s.head, s.targets.data());
+  if (mtp_) {
+    mtp_->forward(slot, s.microbatch, output(slot), mtp_weights(false), mtp_shared(false),
+                  cos_sin_);
+    for (size_t k = 0; k < mtp_sums_.size(); ++k) mtp_sums_[k] += mtp_->losses(slot)[k];
+  }
   leave_head(Pass::forward, v);
   const int64_t N = ctx_.shape.tokens();
   std::vector<double> host(N);
@@ -424,6 +470,12 @@ void StageModel::backward(int slot, double grad_scale) {
     be_.fill(s.grad, 0.0);
     head_.backward(s.grad, s.d_normed, head_weights(true), output(slot), head_weights(false),
                    s.head, s.targets.data(), grad_scale);
+    if (mtp_) {
+      mtp_->backward_input(slot, s.microbatch, output(slot), s.grad, mtp_weights(false),
+                           mtp_shared(false), scratch_, cos_sin_, mtp_scale(grad_scale));
+      mtp_->backward_weight(slot, mtp_weights(true), mtp_weights(false), mtp_shared(true),
+                            mtp_shared(false), output(slot), mtp_scale(grad_scale));
+    }
     leave_head(Pass::backward, v);
     k = head_borrows_embedding_ ? 2 : 1;
   }
@@ -458,6 +510,10 @@ void StageModel::backward_input(int slot, double grad_scale) {
     be_.fill(s.grad, 0.0);
     head_.backward_input(s.grad, s.d_normed, output(slot), head_weights(false), s.head,
                          s.targets.data(), grad_scale);
+    if (mtp_) {
+      mtp_->backward_input(slot, s.microbatch, output(slot), s.grad, mtp_weights(false),
+                           mtp_shared(false), scratch_, cos_sin_, mtp_scale(grad_scale));
+    }
     leave_head(Pass::backward_input, v);
     k = head_borrows_embedding_ ? 2 : 1;
   }
@@ -486,6 +542,10 @@ void StageModel::backward_weight(int slot) {
     enter_head(Pass::backward_weight, v);
     head_.backward_weight(head_weights(true), s.d_normed, output(slot), head_weights(false), s.head,
                           s.targets.data(), s.grad_scale);
+    if (mtp_) {
+      mtp_->backward_weight(slot, mtp_weights(true), mtp_weights(false), mtp_shared(true),
+                            mtp_shared(false), output(slot), mtp_scale(s.grad_scale));
+    }
     leave_head(Pass::backward_weight, v);
     k = head_borrows_embedding_ ? 2 : 1;
   }

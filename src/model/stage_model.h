@@ -29,6 +29,7 @@
 #include "model/config.h"
 #include "model/embedding.h"
 #include "model/lm_head.h"
+#include "model/mtp.h"
 #include "model/parameters.h"
 #include "plan/activation_memory.h"
 
@@ -100,6 +101,13 @@ class StageModel {
   void backward_input(int slot, double grad_scale);
   void backward_weight(int slot);
 
+  // Multi-token prediction (model/mtp.h; head stage with model.mtp_depth > 0): the weight lambda
+  // of the step (the objective adds lambda / D times the depth losses), and the sums over
+  // positions of each depth's loss of every forward since the last call (then reset).
+  bool has_mtp() const { return mtp_ != nullptr; }
+  void set_mtp_loss_weight(double lambda) { mtp_weight_ = lambda; }
+  std::vector<double> take_mtp_losses();
+
  private:
   struct LayerSpecs {  // table indices of one layer's tensors (-1: absent)
     int attn_norm, wq, wo, mlp_norm, w_gate = -1, w_down = -1;
@@ -128,7 +136,20 @@ class StageModel {
   LayerRecompute layer_recompute(size_t i) const;
   // Names layer i of `slot`'s micro-batch as the site of the GEMMs that follow (LinearPrecision).
   void name_site(const Slot& s, size_t i) const;
-  BlockWeights block_weights(bool grads, size_t i) const;
+  BlockWeights block_weights(bool grads, size_t i) const {
+    return block_weights(grads, layer_specs_[i], global_layer(i));
+  }
+  BlockWeights block_weights(bool grads, const LayerSpecs& s, int64_t layer) const;
+  LayerSpecs find_layer_specs(const std::string& prefix, bool moe) const;
+  struct MtpSpecs {  // table indices of one MTP module's tensors
+    int enorm, hnorm, eh_proj, final_norm;
+    LayerSpecs block;
+  };
+  std::vector<MtpWeights> mtp_weights(bool grads) const;
+  MtpShared mtp_shared(bool grads) const;
+  double mtp_scale(double grad_scale) const {
+    return grad_scale * mtp_weight_ / static_cast<double>(config_.mtp.depth);
+  }
   LmHeadWeights head_weights(bool grads) const;
   // Refills the shared recompute buffer with layer i of `slot` unless it already holds it.
   void ensure_recomputed(int slot, size_t i);
@@ -163,6 +184,10 @@ class StageModel {
   std::vector<Visit> visits_[4];                   // per Pass
   std::vector<std::vector<MoeState>> moe_states_;  // [slot][layer] (MoE layers)
   MoeStepStats moe_stats_;
+  std::unique_ptr<Mtp> mtp_;  // nullptr unless the head's stage with model.mtp_depth > 0
+  std::vector<MtpSpecs> mtp_specs_;
+  std::vector<double> mtp_sums_;  // [D] since take_mtp_losses
+  double mtp_weight_ = 0;
   void count_routing(int slot, size_t i);
   BlockScratch scratch_;
   Tensor cos_sin_;  // [T, HD] (restart_positions: [T_whole, HD], one row per position)

@@ -226,6 +226,10 @@ ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
     throw Error(fmt::format("{}: MoE keys need n_routed_experts > 0", source));
   }
   m.ffn_hidden = r.integer("ffn_hidden", 0, m.dense_layers() > 0);
+  m.mtp_depth = r.integer("mtp_depth", 0);
+  if (m.mtp_depth < 0 || m.mtp_depth > 16)
+    throw Error(fmt::format("{}: mtp_depth = {} must be in [0, 16] (DeepSeek-V3 uses 1)", source,
+                            m.mtp_depth));
   if (mlp.empty() && m.ffn_hidden == 4 * m.d_model)
     throw Error(fmt::format(
         "{}: ffn_hidden = {} is 4 x d_model, GPT's GELU width; say which MLP it is: mlp = "
@@ -270,6 +274,7 @@ std::string describe_block(const ModelSpec& m) {
   if (m.linear_biases) out += ", biases";
   if (m.dropout > 0) out += fmt::format(", dropout {:g}", m.dropout);
   if (m.tied_embeddings) out += ", tied embeddings";
+  if (m.mtp_depth > 0) out += fmt::format(", MTP depth {}", m.mtp_depth);
   return out;
 }
 

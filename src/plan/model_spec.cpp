@@ -18,8 +18,18 @@ ModelCounts sum_table(const ModelSpec& m) {
   const TensorTable table = parameter_table(m);
   int64_t attention = 0, layer_norms = 0, mlp = 0, router = 0, routed = 0, embedding = 0;
   int64_t head = 0, matmul_dense = 0;
+  int64_t mtp = 0, mtp_matmul = 0, mtp_routed = 0;
   for (const TensorSpec& s : table.specs()) {
     const int64_t n = s.global_numel();
+    if (s.name.starts_with("mtp.")) {  // counted apart, so the per-layer counts stay per layer
+      mtp += n;
+      if (s.role == TensorRole::routed_expert) {
+        mtp_routed += n;
+      } else if (s.global_shape.size() >= 2) {
+        mtp_matmul += n;
+      }
+      continue;
+    }
     switch (s.role) {
       case TensorRole::attention:
         attention += n;
@@ -57,13 +67,20 @@ ModelCounts sum_table(const ModelSpec& m) {
   c.expert = m.moe_layers() > 0 ? routed / (m.moe_layers() * m.n_routed_experts) : 0;
   c.embedding = embedding;
   c.head = head;
-  c.routed_total = routed;
+  c.routed_total = routed + mtp_routed;
   c.total = table.total_elements();
   c.dense_total = c.total - c.routed_total;
-  const int64_t active_experts = m.moe_layers() * m.top_k * c.expert;
+  c.mtp = mtp;
+  // An MTP module's block is MoE when the last layer is; each module multiplies its tokens by
+  // the shared output head once more.
+  const bool mtp_moe = m.moe_layers() > 0;
+  const int64_t active_experts =
+      (m.moe_layers() + (mtp_moe ? m.mtp_depth : 0)) * m.top_k * c.expert;
   c.activated = c.dense_total + active_experts;
   // A tied head still multiplies: the embedding matrix is used once more as the output layer.
-  c.matmul_active = matmul_dense + active_experts + (m.tied_embeddings ? m.vocab * m.d_model : 0);
+  c.matmul_active = matmul_dense + mtp_matmul + active_experts +
+                    (m.tied_embeddings ? m.vocab * m.d_model : 0) +
+                    m.mtp_depth * m.vocab * m.d_model;
   return c;
 }
 
@@ -99,7 +116,8 @@ double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len, Atte
 
 double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops a) {
   return 6.0 * static_cast<double>(count_model(m).matmul_active) +
-         static_cast<double>(m.n_layers) * attention_flops_per_token_layer(m, seq_len, a);
+         static_cast<double>(m.n_layers + m.mtp_depth) *
+             attention_flops_per_token_layer(m, seq_len, a);
 }
 
 void require_engine_block(const ModelSpec& m) {

@@ -53,6 +53,10 @@ struct ModelSpec {
   int64_t moe_max_nodes = 0;
   // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means ordinary GQA.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  // Multi-token prediction (DeepSeek-V3 §2.2): this many MTP modules after the main model, each
+  // two norms, a [C, 2C] projection, one block like the last layer and its own final norm; they
+  // share the embedding and the output head (plan/parameter_table.h).
+  int64_t mtp_depth = 0;
   int64_t default_seq = 4096;
   double default_batch_tokens = 0;  // tokens per step the model was trained with (0: unknown)
   double init_std = 0.02;           // std of the normal init of matrices (the engine's init)
@@ -74,16 +78,17 @@ struct ModelSpec {
 // Parameter counts by where they live (each a count of parameters, not bytes), summed from the
 // parameter table.
 struct ModelCounts {
-  int64_t attention = 0;     // one layer's attention matrices (+ MLA's latent norms)
-  int64_t dense_mlp = 0;     // one dense layer's MLP
-  int64_t norms = 0;         // one layer's norm weights (and LayerNorm biases)
-  int64_t expert = 0;        // one routed or shared expert
-  int64_t router = 0;        // one MoE layer's gate (+ its routing bias)
-  int64_t embedding = 0;     // V*C (+ the learned position table)
-  int64_t head = 0;          // V*C unless tied, + final norm
-  int64_t dense_total = 0;   // everything that is not a routed expert
-  int64_t routed_total = 0;  // all routed experts of all layers
-  int64_t total = 0;
+  int64_t attention = 0;      // one layer's attention matrices (+ MLA's latent norms)
+  int64_t dense_mlp = 0;      // one dense layer's MLP
+  int64_t norms = 0;          // one layer's norm weights (and LayerNorm biases)
+  int64_t expert = 0;         // one routed or shared expert
+  int64_t router = 0;         // one MoE layer's gate (+ its routing bias)
+  int64_t embedding = 0;      // V*C (+ the learned position table)
+  int64_t head = 0;           // V*C unless tied, + final norm
+  int64_t dense_total = 0;    // everything that is not a routed expert
+  int64_t routed_total = 0;   // all routed experts of all layers
+  int64_t total = 0;          // everything allocated, the MTP modules included
+  int64_t mtp = 0;            // the MTP modules (DeepSeek-V3 reports them apart: 671B + 14B)
   int64_t activated = 0;      // per token: dense_total + top_k routed experts per MoE layer
   int64_t matmul_active = 0;  // weights that multiply per token (activated minus embedding, norms)
 };

@@ -108,9 +108,8 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
   // GPT's learned positions: one row per position, replicated (Megatron does not split them).
   if (m.position == PositionKind::kLearned)
     b.matrix("pos_embed", {m.default_seq, C}, TensorRole::embedding, kReplicated);
-  for (int64_t l = 0; l < m.n_layers; ++l) {
-    b.unit = layer_unit(l);
-    const std::string p = fmt::format("layers.{}.", l);
+  // One transformer block's tensors under prefix p: a main layer, or an MTP module's block.
+  auto add_block = [&](const std::string& p, bool dense) {
     b.block_norm(p + "attn_norm", C, m.norm);
     if (m.is_mla()) {
       // DeepSeek-V2 §2.1: queries through a low-rank latent (or directly), keys and values
@@ -142,7 +141,7 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
       }
     }
     b.block_norm(p + "mlp_norm", C, m.norm);
-    if (l < m.dense_layers()) {
+    if (dense) {
       // w_gate, w_up back to back form the [2F, C] matrix of one GEMM.
       b.mlp(p + "mlp.", C, m.ffn_hidden, swiglu, TensorRole::mlp, biases);
     } else {
@@ -158,10 +157,26 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
       b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExperts);
       b.output(p + "moe.experts.w_down", {E, C, FE}, TensorRole::routed_expert, kExperts);
     }
+  };
+  for (int64_t l = 0; l < m.n_layers; ++l) {
+    b.unit = layer_unit(l);
+    add_block(fmt::format("layers.{}.", l), l < m.dense_layers());
   }
   b.unit = head_unit(m);
   b.block_norm("final_norm", C, m.norm);
   if (!m.tied_embeddings) b.matrix("lm_head", {V, C}, TensorRole::head, kColumn);
+  // Multi-token prediction (DeepSeek-V3 §2.2), in the head's unit (the modules run on the head's
+  // stage): module k has enorm and hnorm [C], eh_proj [C, 2C] (columns [0, C) act on the normed
+  // embedding, [C, 2C) on the normed hidden state, as the released checkpoint's eh_proj), a block
+  // dense or MoE like the last layer, and its own final norm (the checkpoint's shared_head.norm).
+  for (int64_t k = 0; k < m.mtp_depth; ++k) {
+    const std::string p = fmt::format("mtp.{}.", k);
+    b.norm(p + "enorm", C);
+    b.norm(p + "hnorm", C);
+    b.matrix(p + "eh_proj", {C, 2 * C}, TensorRole::other, kReplicated);
+    add_block(p, m.n_layers - 1 < m.dense_layers());
+    b.block_norm(p + "final_norm", C, m.norm);
+  }
   return std::move(b.table);
 }
 

@@ -12,6 +12,8 @@
 //               moe.shared.{w_gate, w_up, w_down} for the shared experts, moe.experts.{w_gate,
 //               w_up} [E, FE, C] and moe.experts.w_down [E, C, FE])
 //   unit L + 1  final_norm [C], lm_head [V, C] (absent when tied: the head reads embed)
+//               then, for multi-token prediction, mtp.{k} for k < mtp_depth: enorm, hnorm [C],
+//               eh_proj [C, 2C], a block's tensors (attn_norm ... as layers.{l}), final_norm [C]
 // LayerNorm adds a bias after each norm weight (attn_norm_bias, ...); linear_biases adds attn.bq,
 // bk, bv, bo and mlp.b_gate, b_up, b_down after the block's matrices (column-parallel biases split
 // like their outputs, row-parallel ones replicated); biases init to zeros.

@@ -137,7 +137,8 @@ PrefillEstimate estimate_prefill(const ModelSpec& m, const Gpu& gpu, int64_t S,
   const ModelCounts c = count_model(m);
   const double layers = std::ceil(static_cast<double>(m.n_layers) / l.pp);
   const double layer_params =
-      static_cast<double>(c.total - c.embedding - c.head) / static_cast<double>(m.n_layers);
+      static_cast<double>(c.total - c.mtp - c.embedding - c.head) /  // inference: no MTP
+      static_cast<double>(m.n_layers);
   const double ends = l.pp == 1 ? static_cast<double>(c.embedding + c.head)
                                 : static_cast<double>(std::max(c.embedding, c.head));
   r.weights = (layers * layer_params + ends) / l.tp * e;

@@ -39,9 +39,13 @@ Parts memory_parts(const MemoryBreakdown& m) {
 
 std::string header(const Plan& p) {
   const ModelCounts c = count_model(p.inputs.model);
+  // DeepSeek-V3's way: the main model, then its MTP modules (671B + 14B).
+  const std::string total =
+      c.mtp > 0 ? fmt::format("{} + {} MTP", format_count(static_cast<double>(c.total - c.mtp)),
+                              format_count(static_cast<double>(c.mtp)))
+                : format_count(static_cast<double>(c.total));
   return fmt::format("{} ({} parameters, {} activated per token) on {} x {}", p.inputs.model.name,
-                     format_count(static_cast<double>(c.total)),
-                     format_count(static_cast<double>(c.activated)), p.inputs.gpus,
+                     total, format_count(static_cast<double>(c.activated)), p.inputs.gpus,
                      p.inputs.gpu.model);
 }
 

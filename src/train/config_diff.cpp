@@ -60,7 +60,8 @@ bool breaks_checkpoint(const std::string& key) {
       "model.n_heads",        "model.n_kv_heads",       "model.head_dim",
       "model.ffn_hidden",     "model.tied_embeddings",  "model.dtype",
       "model.n_dense_layers", "model.n_routed_experts", "model.n_shared_experts",
-      "model.expert_ffn",     "model.router",           "optim.name"};
+      "model.expert_ffn",     "model.router",           "optim.name",
+      "model.mtp_depth"};
   for (const char* k : kShape) {
     if (key == k) return true;
   }

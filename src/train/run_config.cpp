@@ -101,6 +101,14 @@ toml::table model_table(const ModelConfig& m) {
     model.insert("capacity_factor", m.moe.capacity_factor);
     model.insert("max_groups", m.moe.max_groups);
   }
+  if (m.mtp.enabled()) {  // likewise only with multi-token prediction
+    model.insert("mtp_depth", m.mtp.depth);
+    model.insert("mtp_loss_weight", m.mtp.loss_weight);
+    if (m.mtp.loss_weight_after >= 0) {
+      model.insert("mtp_loss_weight_after", m.mtp.loss_weight_after);
+      model.insert("mtp_loss_weight_switch_step", m.mtp.switch_step);
+    }
+  }
   return model;
 }
 

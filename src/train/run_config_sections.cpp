@@ -168,6 +168,10 @@ void read_model_section(const toml::table& root, const std::string& source, Mode
   m.read("balance_loss_alpha", mc.moe.balance_loss_alpha);
   m.read("capacity_factor", mc.moe.capacity_factor);
   m.read("max_groups", mc.moe.max_groups);
+  m.read("mtp_depth", mc.mtp.depth);
+  m.read("mtp_loss_weight", mc.mtp.loss_weight);
+  m.read("mtp_loss_weight_after", mc.mtp.loss_weight_after);
+  m.read("mtp_loss_weight_switch_step", mc.mtp.switch_step);
   m.reject_unknown();
   naming_source(source, "", [&] {
     mc.dtype = parse_dtype(dtype);

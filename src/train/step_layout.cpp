@@ -85,6 +85,25 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "\"fp32\", tied_embeddings = false, or the dualpipe schedule (its ranks hold both ends)",
         p.pp, c.precision.recipe));
   }
+  if (c.model.mtp.enabled()) {
+    // The modules shift tokens along the sequence (rows another cp rank, or under SP another
+    // tp rank, holds); their embedding lookups need the table on the head's rank.
+    if ((p.tp > 1 && p.sp) || p.cp > 1) {
+      throw Error(fmt::format(
+          "model.mtp_depth = {} with parallel.tp = {}{} and parallel.cp = {}: multi-token "
+          "prediction runs without sequence and context parallelism for now; use cp = 1 and, "
+          "with tp > 1, parallel.sp = false (dp, ZeRO, tp and the dualpipe schedule work)",
+          c.model.mtp.depth, p.tp, p.tp > 1 && p.sp ? " with sp" : "", p.cp));
+    }
+    if (p.pp > 1 && !dualpipe) {
+      throw Error(fmt::format(
+          "model.mtp_depth = {} with parallel.pp = {} and schedule {}: the MTP modules run with "
+          "the head on the last stage and look tokens up in the embedding of the first stage, "
+          "which only the dualpipe schedule puts on the same rank; use parallel.schedule = "
+          "\"dualpipe\" or pp = 1",
+          c.model.mtp.depth, p.pp, p.schedule));
+    }
+  }
   return c;
 }
 

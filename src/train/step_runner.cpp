@@ -347,6 +347,7 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches, const
   if (expert_parallel_) expert_parallel_->finish_step();
   if (tied_) tied_->copy_weights();  // the head's copy := the updated table
   if (config_.model.moe.enabled()) finish_moe_step(st);
+  if (config_.model.mtp.enabled()) finish_mtp_step(st, step_index);
   st.tokens = tokens_per_step();
   st.seconds = timer.seconds();
   count_communication(st, before);
@@ -368,6 +369,10 @@ double StepRunner::forward_backward(int64_t step_index, const BatchSource& batch
   parallel_->begin_step();
   if (expert_parallel_) expert_parallel_->begin_step();
   if (precision_) precision_->begin_step(step_index);
+  for (auto& stage : stages_) {  // evaluations since the last step left their MTP sums: drop them
+    stage->take_mtp_losses();
+    stage->set_mtp_loss_weight(config_.model.mtp.weight_at(step_index));
+  }
   const std::vector<double> sums = executor_->run(
       [&](int64_t micro, int32_t* tokens, int32_t* targets) {
         batches(step_index, micro, tokens, targets);
@@ -532,6 +537,22 @@ void StepRunner::finish_moe_step(StepStats& st) {
   st.moe_bias_norm = std::sqrt(bias_sq);
   st.moe_max_load_ratio =
       *std::max_element(st.moe_layer_load_ratio.begin(), st.moe_layer_load_ratio.end());
+}
+
+// Each micro-batch's head ran on one rank of the pp group (DualPipe: one of the two ends) and
+// each token on one rank of dp x cp: the sums over both are the step's.
+void StepRunner::finish_mtp_step(StepStats& st, int64_t step_index) {
+  std::vector<double> v(config_.model.mtp.depth, 0.0);
+  for (auto& stage : stages_) {
+    const std::vector<double> sums = stage->take_mtp_losses();
+    for (size_t k = 0; k < sums.size(); ++k) v[k] += sums[k];
+  }
+  const Tensor all(v.data(), DType::f64, {static_cast<int64_t>(v.size())});
+  if (pp_.size() > 1) pp_.all_reduce(all);
+  if (reduce_.size() > 1) reduce_.all_reduce(all);
+  for (double& x : v) x /= static_cast<double>(tokens_per_step());
+  st.mtp_losses = v;
+  st.mtp_loss_weight = config_.model.mtp.weight_at(step_index);
 }
 
 void StepRunner::to_global(const Buffer& local, const Buffer& global) {

@@ -67,6 +67,10 @@ struct StepStats {
   int64_t moe_dropped_tokens = 0;            // assignments over capacity
   double moe_balance_loss = 0;               // mean over sequences of the layers' balance losses
   double moe_bias_norm = 0;                  // L2 norm of every routing bias after its update
+  // Multi-token prediction: [k - 1] = depth k's loss, summed over positions over the step's
+  // global tokens (DeepSeek-V3's L_MTP^k; ignored positions count 0), and the weight lambda.
+  std::vector<double> mtp_losses;
+  double mtp_loss_weight = 0;
   // The gradient noise scale's measurements (optim/noise_scale.h, batches in tokens): each dp
   // rank's gradient (under ZeRO-2/3 each micro-batch's) as the small-batch estimates, the step's
   // as the big one. Valid with two or more estimates, without DualPipe's two model copies and
@@ -225,6 +229,7 @@ class StepRunner {
   // MoE: the step's expert loads over the data-parallel group, the aux-loss-free bias update and
   // the routing metrics.
   void finish_moe_step(StepStats& st);
+  void finish_mtp_step(StepStats& st, int64_t step_index);
   void count_communication(StepStats& st, const CommSnapshot& before);
   // Assembles a local-layout buffer into the global layout over the pp group (one holder of
   // each tensor contributes).

@@ -179,6 +179,10 @@ nlohmann::json TrainingLoop::metrics_line(const StepStats& st, const DilocoStep&
     line["moe_balance_loss"] = st.moe_balance_loss;
     line["moe_bias_norm"] = st.moe_bias_norm;
   }
+  for (size_t k = 0; k < st.mtp_losses.size(); ++k) {
+    line[fmt::format("mtp_loss_{}", k + 1)] = st.mtp_losses[k];
+  }
+  if (mc.mtp.enabled()) line["mtp_loss_weight"] = st.mtp_loss_weight;
   return line;
 }
 

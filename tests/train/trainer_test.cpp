@@ -198,3 +198,28 @@ TEST(RunConfig, CheckpointIntervalAndKeepAcceptTheirOldNames) {
             7);
   EXPECT_EQ(parse_run_config(text, "resolved", {}).checkpoint.interval, 5);
 }
+
+// configs/mtp-tiny.toml end to end: metrics.jsonl has each depth's loss and the weight schedule
+// (0.3 for 10 steps, then 0.1), both losses fall; generate and both exports take the main model.
+TEST(MultiTokenPrediction, TrainsLogsEachDepthGeneratesAndExportsTheMainModel) {
+  const std::string dir = fresh_dir("h33mtp_train");
+  const auto r = run_trillion("train " + config_path("mtp-tiny.toml") + " --run-dir " + dir +
+                              " --quiet --set train.log_every=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto lines = read_metrics(dir);
+  ASSERT_EQ(lines.size(), 20u);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_EQ(lines[i]["mtp_loss_weight"].get<double>(), i < 10 ? 0.3 : 0.1) << "step " << i + 1;
+  }
+  EXPECT_LT(lines.back()["loss"].get<double>(), lines.front()["loss"].get<double>() - 0.1);
+  EXPECT_LT(lines.back()["mtp_loss_1"].get<double>(),
+            lines.front()["mtp_loss_1"].get<double>() - 0.05);
+  const auto g = run_trillion("generate --checkpoint " + dir + " --prompt-ids '1 2 3' --max-tokens 4");
+  EXPECT_EQ(g.exit_code, 0) << g.output;
+  const auto st = run_trillion("export --checkpoint " + dir + " --format safetensors --out " + dir +
+                               "/hf 2>&1");
+  EXPECT_EQ(st.exit_code, 0) << st.output;
+  const auto gg = run_trillion("export --checkpoint " + dir + " --format gguf --out " + dir +
+                               "/m.gguf 2>&1");
+  EXPECT_EQ(gg.exit_code, 0) << gg.output;
+}

@@ -1,0 +1,93 @@
+// Multi-token prediction under the layouts that run it, against the one-process run of the same
+// config (configs/mtp-tiny.toml, 3 steps, lambda 0.3 for 2 steps then 0.1): dp 2 with ZeRO-3, pp 2
+// under DualPipe (the modules with the head on the last stage, the shared embedding's gradient
+// summed over the two model copies) and tp 2 without sequence parallelism. Losses and final
+// weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5; the other
+// pipeline schedules, SP and cp are refused by name.
+#include <gtest/gtest.h>
+
+#include "../train/cli_util.h"
+#include "core/error.h"
+#include "train/run_config.h"
+#include "train/step_layout.h"
+
+namespace trillion {
+namespace {
+
+using testing::config_path;
+using testing::fresh_dir;
+using testing::one_thread_per_rank;
+using testing::read_metrics;
+using testing::run_trillion;
+using testing::shared_run;
+
+const std::string kEnv = one_thread_per_rank();
+
+std::string flags() {
+  return "train " + config_path("mtp-tiny.toml") +
+         " --quiet --set train.steps=3 --set train.grad_accum=4 --set train.log_every=1"
+         " --set model.mtp_loss_weight_switch_step=2";
+}
+
+void expect_same_run(const std::string& ref, const std::string& run) {
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  const auto a = read_metrics(ref), b = read_metrics(run);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double want = a[i]["mtp_loss_1"].get<double>();
+    EXPECT_GT(want, 1.0);
+    EXPECT_NEAR(b[i]["mtp_loss_1"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
+    EXPECT_EQ(b[i]["mtp_loss_weight"].get<double>(), i + 1 < 3 ? 0.3 : 0.1) << "step " << i + 1;
+  }
+}
+
+TEST(MtpLayout, Dp2Zero3DualPipeAndTp2MatchOneProcess) {
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string dp = fresh_dir("h33mtp_dp2_zero3");
+  auto r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + dp +
+                        " --set parallel.dp=2 --set parallel.zero=3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_run(ref, dp);
+  const std::string pp = fresh_dir("h33mtp_pp2_dualpipe");
+  r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + pp +
+                   " --set parallel.pp=2 --set parallel.schedule=dualpipe");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_run(ref, pp);
+  // tp 2 without SP: the modules' blocks, embedding lookups and head run their tp shards.
+  const std::string tp = fresh_dir("h33mtp_tp2");
+  r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + tp +
+                   " --set parallel.tp=2 --set parallel.sp=false");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  expect_same_run(ref, tp);
+}
+
+TEST(MtpLayout, LayoutsWithoutTheEmbeddingOnTheHeadRankAreRefused) {
+  auto message = [](const std::vector<std::string>& set) {
+    try {
+      checked_layout(load_run_config(config_path("mtp-tiny.toml"), set));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::string m = message({"parallel.pp=2", "parallel.schedule=1f1b"});
+  EXPECT_NE(m.find("model.mtp_depth = 1 with parallel.pp = 2 and schedule 1f1b"), std::string::npos)
+      << m;
+  EXPECT_NE(m.find("dualpipe"), std::string::npos) << m;
+  m = message({"parallel.tp=2"});  // with sequence parallelism, the default
+  EXPECT_NE(m.find("parallel.tp = 2 with sp and parallel.cp = 1: multi-token prediction runs "
+                   "without sequence and context parallelism"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("parallel.sp = false"), std::string::npos) << m;
+  EXPECT_EQ(message({"parallel.tp=2", "parallel.sp=false"}), "accepted");
+  m = message({"parallel.cp=2"});
+  EXPECT_NE(m.find("parallel.cp = 2"), std::string::npos) << m;
+  EXPECT_EQ(message({"parallel.pp=2", "parallel.schedule=dualpipe", "train.grad_accum=4"}),
+            "accepted");
+}
+
+}  // namespace
+}  // namespace trillion
