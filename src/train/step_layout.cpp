@@ -67,41 +67,38 @@ const RunConfig& checked_layout(const RunConfig& c) {
   }
   const bool dualpipe =
       schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
-  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe && p.zero >= 2) {
+  // A tied head or MTP modules on a rank without the embedding read a copy of the table
+  // (parallel/pipeline/tied_embedding.h).
+  const bool copy = p.pp > 1 && !dualpipe && (c.model.tied_embeddings || c.model.mtp.enabled());
+  const std::string reader = c.model.tied_embeddings ? "model.tied_embeddings = true"
+                                                     : fmt::format("model.mtp_depth = {}",
+                                                                   c.model.mtp.depth);
+  if (copy && p.zero >= 2) {
     throw Error(fmt::format(
-        "model.tied_embeddings = true with parallel.pp = {} and parallel.zero = {}: the head's "
-        "copy of the embedding exchanges whole gradients and weights, which ZeRO-2/3 keep in "
-        "shards; use parallel.zero = 0 or 1, tied_embeddings = false, or the dualpipe schedule "
-        "(its ranks hold both ends)",
-        p.pp, p.zero));
+        "{} with parallel.pp = {} and parallel.zero = {}: the head's copy of the embedding "
+        "exchanges whole gradients and weights, which ZeRO-2/3 keep in shards; use "
+        "parallel.zero = 0 or 1, or the dualpipe schedule (its ranks hold both ends)",
+        reader, p.pp, p.zero));
   }
-  if (p.pp > 1 && c.model.tied_embeddings && !dualpipe && recipe_weights_in_store(c)) {
+  if (copy && recipe_weights_in_store(c)) {
     // The head's copy of the table would have to be rewritten inside the recipe's store (fp32
     // master + bf16 copy) after every update; parallel/pipeline/tied_embedding.h rewrites the
     // model's own fp32 weights only.
     throw Error(fmt::format(
-        "model.tied_embeddings = true with parallel.pp = {} and precision.recipe = \"{}\": the "
-        "head's copy of the embedding is kept in fp32 weights only; use precision.recipe = "
-        "\"fp32\", tied_embeddings = false, or the dualpipe schedule (its ranks hold both ends)",
-        p.pp, c.precision.recipe));
+        "{} with parallel.pp = {} and precision.recipe = \"{}\": the head's copy of the "
+        "embedding is kept in fp32 weights only; use precision.recipe = \"fp32\", or the "
+        "dualpipe schedule (its ranks hold both ends)",
+        reader, p.pp, c.precision.recipe));
   }
   if (c.model.mtp.enabled()) {
     // The modules shift tokens along the sequence (rows another cp rank, or under SP another
-    // tp rank, holds); their embedding lookups need the table on the head's rank.
+    // tp rank, holds).
     if ((p.tp > 1 && p.sp) || p.cp > 1) {
       throw Error(fmt::format(
           "model.mtp_depth = {} with parallel.tp = {}{} and parallel.cp = {}: multi-token "
           "prediction runs without sequence and context parallelism for now; use cp = 1 and, "
-          "with tp > 1, parallel.sp = false (dp, ZeRO, tp and the dualpipe schedule work)",
+          "with tp > 1, parallel.sp = false (dp, ZeRO, tp and pp work)",
           c.model.mtp.depth, p.tp, p.tp > 1 && p.sp ? " with sp" : "", p.cp));
-    }
-    if (p.pp > 1 && !dualpipe) {
-      throw Error(fmt::format(
-          "model.mtp_depth = {} with parallel.pp = {} and schedule {}: the MTP modules run with "
-          "the head on the last stage and look tokens up in the embedding of the first stage, "
-          "which only the dualpipe schedule puts on the same rank; use parallel.schedule = "
-          "\"dualpipe\" or pp = 1",
-          c.model.mtp.depth, p.pp, p.schedule));
     }
   }
   return c;

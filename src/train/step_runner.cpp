@@ -28,12 +28,12 @@ comm::Communicator& group_or(comm::Communicator* g, std::unique_ptr<comm::Commun
   return *local;
 }
 
-// Tied embeddings on a pipeline whose ends are on different ranks: which end this rank holds
-// (none without tied embeddings, with pp = 1, under DualPipe — its ranks hold both ends — and on
-// the middle ranks).
+// A tied head or MTP modules (which look tokens up in the embedding) on a pipeline whose ends are
+// on different ranks: which end this rank holds (none without either, with pp = 1, under
+// DualPipe — its ranks hold both ends — and on the middle ranks).
 enum class TiedEnd { none, first, last };
 TiedEnd tied_end(const ModelConfig& m, int pp, const RankStages& stages) {
-  if (!m.tied_embeddings || pp <= 1) return TiedEnd::none;
+  if (!(m.tied_embeddings || m.mtp.enabled()) || pp <= 1) return TiedEnd::none;
   const bool embedding = stages.holds(plan::embedding_unit());
   const bool head = stages.holds(static_cast<int>(m.n_layers) + 1);
   if (embedding == head) return TiedEnd::none;

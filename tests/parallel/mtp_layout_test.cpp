@@ -1,9 +1,10 @@
 // Multi-token prediction under the layouts that run it, against the one-process run of the same
 // config (configs/mtp-tiny.toml, 3 steps, lambda 0.3 for 2 steps then 0.1): dp 2 with ZeRO-3, pp 2
 // under DualPipe (the modules with the head on the last stage, the shared embedding's gradient
-// summed over the two model copies) and tp 2 without sequence parallelism. Losses and final
-// weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5; the other
-// pipeline schedules, SP and cp are refused by name.
+// summed over the two model copies), pp 2 under 1F1B and zb-h1 (the head's rank reads a copy of
+// the embedding: parallel/pipeline/tied_embedding.h) and tp 2 without sequence parallelism.
+// Losses and final weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5;
+// SP, cp, and a copy under ZeRO-2/3 are refused by name.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -55,6 +56,13 @@ TEST(MtpLayout, Dp2Zero3DualPipeAndTp2MatchOneProcess) {
                    " --set parallel.pp=2 --set parallel.schedule=dualpipe");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_same_run(ref, pp);
+  for (const char* schedule : {"1f1b", "zb-h1"}) {
+    const std::string copy = fresh_dir(std::string("h33mtp_pp2_") + schedule);
+    r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + copy +
+                     " --set parallel.pp=2 --set parallel.schedule=" + schedule);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    expect_same_run(ref, copy);
+  }
   // tp 2 without SP: the modules' blocks, embedding lookups and head run their tp shards.
   const std::string tp = fresh_dir("h33mtp_tp2");
   r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + tp +
@@ -63,7 +71,7 @@ TEST(MtpLayout, Dp2Zero3DualPipeAndTp2MatchOneProcess) {
   expect_same_run(ref, tp);
 }
 
-TEST(MtpLayout, LayoutsWithoutTheEmbeddingOnTheHeadRankAreRefused) {
+TEST(MtpLayout, LayoutsThatCannotRunAreRefusedByName) {
   auto message = [](const std::vector<std::string>& set) {
     try {
       checked_layout(load_run_config(config_path("mtp-tiny.toml"), set));
@@ -72,10 +80,13 @@ TEST(MtpLayout, LayoutsWithoutTheEmbeddingOnTheHeadRankAreRefused) {
     }
     return std::string("accepted");
   };
-  std::string m = message({"parallel.pp=2", "parallel.schedule=1f1b"});
-  EXPECT_NE(m.find("model.mtp_depth = 1 with parallel.pp = 2 and schedule 1f1b"), std::string::npos)
+  std::string m = message({"parallel.pp=2", "parallel.dp=2", "parallel.zero=2"});
+  EXPECT_NE(m.find("model.mtp_depth = 1 with parallel.pp = 2 and parallel.zero = 2: the head's "
+                   "copy of the embedding"),
+            std::string::npos)
       << m;
   EXPECT_NE(m.find("dualpipe"), std::string::npos) << m;
+  EXPECT_EQ(message({"parallel.pp=2", "parallel.schedule=1f1b"}), "accepted");
   m = message({"parallel.tp=2"});  // with sequence parallelism, the default
   EXPECT_NE(m.find("parallel.tp = 2 with sp and parallel.cp = 1: multi-token prediction runs "
                    "without sequence and context parallelism"),
