@@ -17,6 +17,7 @@ void ModelConfig::validate() {
   positive("n_heads", n_heads);
   positive("ffn_hidden", ffn_hidden);
   positive("seq_len", seq_len);
+  if (mla) validate_mla();
   if (n_kv_heads == 0) n_kv_heads = n_heads;
   positive("n_kv_heads", n_kv_heads);
   if (head_dim == 0) {
@@ -87,6 +88,52 @@ void ModelConfig::validate() {
   }
 }
 
+void ModelConfig::validate_mla() {
+  const MlaConfig& d = mla_dims;
+  auto at_least = [](const char* key, int64_t v, int64_t low) {
+    if (v < low) {
+      throw Error(fmt::format("model.{} = {} must be >= {} with attention = \"mla\" (DeepSeek-V3: "
+                              "q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, "
+                              "qk_rope_head_dim 64, v_head_dim 128)",
+                              key, v, low));
+    }
+  };
+  at_least("q_lora_rank", d.q_lora_rank, 0);
+  at_least("kv_lora_rank", d.kv_lora_rank, 1);
+  at_least("qk_nope_head_dim", d.qk_nope_head_dim, 1);
+  at_least("qk_rope_head_dim", d.qk_rope_head_dim, 2);
+  at_least("v_head_dim", d.v_head_dim, 1);
+  if (d.qk_rope_head_dim % 2 != 0) {
+    throw Error(fmt::format("model.qk_rope_head_dim = {} must be even for rotary embeddings",
+                            d.qk_rope_head_dim));
+  }
+  // Every head has its own key and value (from the shared latent): n_kv_heads = n_heads, and
+  // the query/key head is qk_nope + qk_rope wide. Either may be written out (a resolved config
+  // does) but must then agree.
+  const int64_t qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
+  if (head_dim != 0 && head_dim != qk) {
+    throw Error(fmt::format(
+        "model.head_dim = {} with attention = \"mla\": the query/key head dim is qk_nope_head_dim "
+        "+ qk_rope_head_dim = {}; remove head_dim",
+        head_dim, qk));
+  }
+  if (n_kv_heads != 0 && n_kv_heads != n_heads) {
+    throw Error(fmt::format(
+        "model.n_kv_heads = {} with attention = \"mla\": every head has its own key and value "
+        "(n_kv_heads = n_heads = {}); remove n_kv_heads",
+        n_kv_heads, n_heads));
+  }
+  if (d.v_head_dim != qk) {
+    // The backend's attention cores take one head dim for Q, K and V in this build.
+    throw Error(fmt::format(
+        "model.v_head_dim = {} must equal qk_nope_head_dim + qk_rope_head_dim = {} in this build "
+        "(the attention cores take one head dim)",
+        d.v_head_dim, qk));
+  }
+  head_dim = qk;
+  n_kv_heads = n_heads;
+}
+
 void ModelConfig::set_recompute(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string kind = text.substr(0, colon);
@@ -146,6 +193,13 @@ plan::ModelSpec ModelConfig::spec() const {
   s.tied_embeddings = tied_embeddings;
   s.default_seq = seq_len;
   s.init_std = init_std;
+  if (mla) {
+    s.q_lora_rank = mla_dims.q_lora_rank;
+    s.kv_lora_rank = mla_dims.kv_lora_rank;
+    s.qk_nope_dim = mla_dims.qk_nope_head_dim;
+    s.qk_rope_dim = mla_dims.qk_rope_head_dim;
+    s.v_head_dim = mla_dims.v_head_dim;
+  }
   if (moe.enabled()) {
     s.n_dense_layers = moe.n_dense_layers;
     s.n_routed_experts = moe.n_routed_experts;

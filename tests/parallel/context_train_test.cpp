@@ -217,7 +217,7 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
       {"--set parallel.cp=2 --set parallel.cp_split=striped",
        "parallel.cp_split = \"striped\": expected \"zigzag\""},
       {"--set parallel.cp=2 --set model.attention=materialized",
-       "parallel.cp = 2 needs model.attention = \"tiled\""},
+       "parallel.cp = 2 needs model.attention_kernel = \"tiled\""},
       {"--set parallel.cp=2 --set diloco.islands=2",
        "parallel.cp = 2 with diloco.islands = 2: DiLoCo islands of context-parallel ranks are not "
        "in this build; use cp = 1"},
