@@ -268,10 +268,9 @@ int inspect_command(int argc, char** argv) {
         "attention: mla, %s core: q_lora_rank %lld%s, kv_lora_rank %lld, qk head %lld (nope %lld "
         "+ rope %lld, one rope key shared by all heads), v_head_dim %lld\n",
         mc.tiled_attention ? "tiled" : "materialized", static_cast<long long>(d.q_lora_rank),
-        d.q_lora_rank == 0 ? " (no query compression)" : "",
-        static_cast<long long>(d.kv_lora_rank), static_cast<long long>(mc.head_dim),
-        static_cast<long long>(d.qk_nope_head_dim), static_cast<long long>(d.qk_rope_head_dim),
-        static_cast<long long>(d.v_head_dim));
+        d.q_lora_rank == 0 ? " (no query compression)" : "", static_cast<long long>(d.kv_lora_rank),
+        static_cast<long long>(mc.head_dim), static_cast<long long>(d.qk_nope_head_dim),
+        static_cast<long long>(d.qk_rope_head_dim), static_cast<long long>(d.v_head_dim));
   } else {
     std::printf("attention: gqa, %s core\n", mc.tiled_attention ? "tiled" : "materialized");
   }

@@ -92,10 +92,11 @@ void ModelConfig::validate_mla() {
   const MlaConfig& d = mla_dims;
   auto at_least = [](const char* key, int64_t v, int64_t low) {
     if (v < low) {
-      throw Error(fmt::format("model.{} = {} must be >= {} with attention = \"mla\" (DeepSeek-V3: "
-                              "q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, "
-                              "qk_rope_head_dim 64, v_head_dim 128)",
-                              key, v, low));
+      throw Error(
+          fmt::format("model.{} = {} must be >= {} with attention = \"mla\" (DeepSeek-V3: "
+                      "q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, "
+                      "qk_rope_head_dim 64, v_head_dim 128)",
+                      key, v, low));
     }
   };
   at_least("q_lora_rank", d.q_lora_rank, 0);

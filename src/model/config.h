@@ -38,8 +38,8 @@ struct MoeConfig {
 // through a kv_lora_rank latent plus one decoupled RoPE key of qk_rope_head_dim shared by all
 // heads. Query/key heads are qk_nope_head_dim + qk_rope_head_dim wide, value heads v_head_dim.
 struct MlaConfig {
-  int64_t q_lora_rank = 0;   // DQ (0: no query compression)
-  int64_t kv_lora_rank = 0;  // DC
+  int64_t q_lora_rank = 0;       // DQ (0: no query compression)
+  int64_t kv_lora_rank = 0;      // DC
   int64_t qk_nope_head_dim = 0;  // DN
   int64_t qk_rope_head_dim = 0;  // DR
   int64_t v_head_dim = 0;        // VD

@@ -108,8 +108,7 @@ void Mla::forward(Tensor out, const Tensor& x, const MlaWeights& w, const MlaAct
     be_.copy(qkv.columns(key0 + h * HD + DN, key0 + (h + 1) * HD), k_rope);
   }
   recompute_core(core);
-  linear_gemm(ctx_, w.layer, be_, GemmPass::forward, out, false, true, core.heads, w.wo, 1.0,
-              1.0);
+  linear_gemm(ctx_, w.layer, be_, GemmPass::forward, out, false, true, core.heads, w.wo, 1.0, 1.0);
 }
 
 void Mla::backward_input(Tensor dx, const Tensor& dout, const MlaWeights& w,

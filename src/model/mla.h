@@ -22,14 +22,14 @@
 
 namespace trillion {
 
-struct MlaWeights {  // parameters or their gradients (same layout)
-  Tensor wq_a;       // [DQ, C] (empty when q_lora_rank = 0)
-  Tensor q_norm;     // [DQ]
-  Tensor wq;         // [NH*HD, DQ] (wq_b), or [NH*HD, C] without query compression
-  Tensor wkv_a;      // [DC + DR, C]: the kv latent's rows, then the rope key's
-  Tensor kv_norm;    // [DC]
-  Tensor wkv_b;      // [NH*(DN + VD), DC]: per head its k_nope rows, then its v rows
-  Tensor wo;         // [C, NH*VD]
+struct MlaWeights {    // parameters or their gradients (same layout)
+  Tensor wq_a;         // [DQ, C] (empty when q_lora_rank = 0)
+  Tensor q_norm;       // [DQ]
+  Tensor wq;           // [NH*HD, DQ] (wq_b), or [NH*HD, C] without query compression
+  Tensor wkv_a;        // [DC + DR, C]: the kv latent's rows, then the rope key's
+  Tensor kv_norm;      // [DC]
+  Tensor wkv_b;        // [NH*(DN + VD), DC]: per head its k_nope rows, then its v rows
+  Tensor wo;           // [C, NH*VD]
   int64_t layer = -1;  // the global block (as AttentionWeights::layer)
 };
 

@@ -44,7 +44,7 @@ class TensorParallel {
   bool sp_;
   Backend& be_;
   std::vector<OptimSegment> replicated_;  // the segments of tensors not split over tp
-  std::vector<OptimSegment> partial_;  // those whose gradients are partial sums over tp
+  std::vector<OptimSegment> partial_;     // those whose gradients are partial sums over tp
   int64_t partial_elements_ = 0;
 };
 

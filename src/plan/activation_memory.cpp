@@ -28,9 +28,9 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   // MLA's latents (whole on every tp rank, N rows: built from the gathered input under SP):
   // cq, cq_norm, ckv, ckv_norm and the two latent rstd.
   const bool q_latent = m.is_mla() && m.q_lora_rank > 0;
-  const int64_t latents =
-      m.is_mla() ? N * (2 * m.kv_lora_rank + 2 * m.q_lora_rank) * elem + N * (q_latent ? 2 : 1) * stat
-                 : 0;
+  const int64_t latents = m.is_mla() ? N * (2 * m.kv_lora_rank + 2 * m.q_lora_rank) * elem +
+                                           N * (q_latent ? 2 : 1) * stat
+                                     : 0;
   const int64_t all = (Nr * (C + C + C + C) + N * (QKV + A + 2 * F + F)) * elem + 2 * Nr * stat +
                       attn_state + 2 * gathered + latents;
   const int64_t out = Nr * C * elem;

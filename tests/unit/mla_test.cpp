@@ -3,13 +3,14 @@
 // cores) and of a whole MLA model; split dgrad/wgrad equals the fused backward; two
 // micro-batches equal one double batch; every recompute policy gives bitwise the same gradients
 // and carves exactly plan/'s activation bytes; config errors name the key.
+#include "model/mla.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
-#include "model/mla.h"
 #include "model/transformer.h"
 #include "plan/activation_memory.h"
 #include "plan/parameter_table.h"
