@@ -9,16 +9,21 @@ namespace trillion {
 BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, MoeState* moe) const {
   const int64_t N = ctx_.residual_tokens(), C = ctx_.shape.d_model;
   const bool sp = ctx_.sequence_parallel();
+  const bool norm_up = r == LayerRecompute::norm_up;
+  TRILLION_CHECK(!(norm_up && sp), "norm-up recompute does not run under sequence parallelism");
   Carver& base = r == LayerRecompute::full ? shared : kept;  // full keeps only out
-  Carver& core = r == LayerRecompute::none ? kept : shared;  // attention core, SwiGLU output
+  // The attention core and the SwiGLU output.
+  Carver& core = r == LayerRecompute::none || norm_up ? kept : shared;
+  Carver& normed = norm_up ? shared : base;  // the norm outputs (and MLA's up-projections)
   BlockActivations a;
-  a.norm1 = base.take({N, C});
+  a.norm1 = normed.take({N, C});
   a.rstd1 = base.take({N});
   if (sp) a.norm1_full = base.take({ctx_.shape.tokens(), C});
-  a.attn = attention_.carve(base, core);  // MLA's core has the same shapes (LocalShape)
-  if (mla_) a.mla = mla_->carve(base);
+  // MLA's core has the same shapes (LocalShape); norm-up recomputes its qkv.
+  a.attn = attention_.carve(mla_ ? normed : base, core);
+  if (mla_) a.mla = mla_->carve(base, normed, norm_up);
   a.mid = base.take({N, C});
-  a.norm2 = base.take({N, C});
+  a.norm2 = normed.take({N, C});
   a.rstd2 = base.take({N});
   if (sp) a.norm2_full = base.take({ctx_.shape.tokens(), C});
   if (moe != nullptr) {
@@ -59,6 +64,10 @@ void Block::recompute(const BlockWeights& w, const BlockActivations& a, const Te
                       LayerRecompute r) {
   if (r == LayerRecompute::full) {
     forward(w, a, cos_sin, /*write_out=*/false);
+  } else if (r == LayerRecompute::norm_up) {
+    be_.rmsnorm_forward(a.norm1, a.rstd1, a.x, w.attn_norm, eps_);
+    if (mla_) mla_->recompute_up(a.norm1, w.mla, a.mla, a.attn, cos_sin);
+    be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
   } else if (r == LayerRecompute::selective) {
     if (mla_) {
       mla_->recompute_core(a.attn);

@@ -25,8 +25,12 @@
 namespace trillion {
 
 // What a layer keeps for backward: everything, everything but the attention core and the SwiGLU
-// output (selective), or only its output (full). See plan/activation_memory.h.
-enum class LayerRecompute { none, selective, full };
+// output (selective), only its output (full), or everything but the norm outputs and MLA's
+// up-projections (norm_up). See plan/activation_memory.h.
+// norm_up (DeepSeek-V3 §3.2.3): keeps everything but the norm outputs and, under MLA, the normed
+// latents and the up-projected qkv (recomputed from the kept pre-norm latents and the rotated
+// shared key).
+enum class LayerRecompute { none, selective, full, norm_up };
 
 struct BlockWeights {  // parameters or their gradients (same layout)
   Tensor attn_norm;    // [C]

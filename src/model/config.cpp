@@ -139,6 +139,11 @@ void ModelConfig::set_recompute(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string kind = text.substr(0, colon);
   recompute_every = 1;
+  recompute_norm_up = text == "norm-up";
+  if (recompute_norm_up) {
+    recompute = plan::Recompute::kNone;
+    return;
+  }
   if (colon != std::string::npos) {
     int64_t k = 0;
     try {
@@ -164,11 +169,13 @@ void ModelConfig::set_recompute(const std::string& text) {
     recompute = plan::Recompute::kFull;
   } else {
     throw Error(
-        fmt::format("model.recompute = '{}': expected none, selective, full or full:K", text));
+        fmt::format("model.recompute = '{}': expected none, selective, full, full:K or norm-up",
+                    text));
   }
 }
 
 std::string ModelConfig::recompute_string() const {
+  if (recompute_norm_up) return "norm-up";
   switch (recompute) {
     case plan::Recompute::kNone:
       return "none";

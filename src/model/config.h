@@ -62,6 +62,9 @@ struct ModelConfig {
   // Activation recomputation (config key recompute = none | selective | full | full:K).
   plan::Recompute recompute = plan::Recompute::kNone;
   int64_t recompute_every = 1;  // full:K recomputes layers l with l % K == 0
+  // recompute = "norm-up" (DeepSeek-V3 §3.2.3): recompute kNone plus every RMSNorm output and
+  // MLA's up-projected Q, K, V recomputed in backward (plan::RecomputePolicy::kNormUp).
+  bool recompute_norm_up = false;
   // attention_kernel = "tiled" (FlashAttention) | "materialized": the attention core of both
   // modules (the legacy spelling attention = "tiled" | "materialized" means GQA with that core).
   bool tiled_attention = true;
@@ -72,11 +75,12 @@ struct ModelConfig {
   // Whether layer l is a MoE layer.
   bool moe_layer(int64_t l) const { return moe.enabled() && l >= moe.n_dense_layers; }
 
-  // Parses "none", "selective", "full" or "full:K" into recompute / recompute_every.
+  // Parses "none", "selective", "full", "full:K" or "norm-up" into recompute / recompute_every
+  // / recompute_norm_up.
   void set_recompute(const std::string& text);
   std::string recompute_string() const;
   plan::ActivationPolicy activation_policy() const {
-    return {recompute, recompute_every, tiled_attention};
+    return {recompute, recompute_every, tiled_attention, recompute_norm_up};
   }
 
   // The RoPE width of a head: qk_rope_head_dim under MLA, else head_dim.

@@ -17,17 +17,18 @@ AttentionShape masked(AttentionShape s, const DocumentMask& documents) {
 }
 }  // namespace
 
-MlaActivations Mla::carve(Carver& kept) const {
+MlaActivations Mla::carve(Carver& kept, Carver& normed, bool norm_up) const {
   const int64_t N = ctx_.shape.tokens();
   MlaActivations a;
   if (d_.q_lora_rank > 0) {
     a.cq = kept.take({N, d_.q_lora_rank});
     a.rstd_q = kept.take({N});
-    a.cq_norm = kept.take({N, d_.q_lora_rank});
+    a.cq_norm = normed.take({N, d_.q_lora_rank});
   }
   a.ckv = kept.take({N, d_.kv_lora_rank});
   a.rstd_kv = kept.take({N});
-  a.ckv_norm = kept.take({N, d_.kv_lora_rank});
+  a.ckv_norm = normed.take({N, d_.kv_lora_rank});
+  if (norm_up) a.k_rope = kept.take({N, d_.qk_rope_head_dim});
   return a;
 }
 
@@ -44,16 +45,18 @@ MlaStash Mla::carve_stash(Carver& c) const {
   return g;
 }
 
-void Mla::rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& documents,
-               bool forward) {
-  const LocalShape& s = ctx_.shape;
-  const int64_t HD = qk(), DN = d_.qk_nope_head_dim;
+AttentionShape Mla::rope_shape(const DocumentMask& documents) const {
   // One head of width DR at a time: the backend's RoPE rotates (i, i + DR/2) of each head.
-  const AttentionShape one =
-      masked(AttentionShape{s.batch, s.seq, 1, 0, d_.qk_rope_head_dim}, documents);
-  const int64_t key0 = s.heads * HD;  // key head 0
-  for (int64_t h = 0; h <= s.heads; ++h) {
-    const int64_t first = (h < s.heads ? h * HD : key0) + DN;
+  return masked(AttentionShape{ctx_.shape.batch, ctx_.shape.seq, 1, 0, d_.qk_rope_head_dim},
+                documents);
+}
+
+void Mla::rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& documents,
+               bool forward, bool key) {
+  const int64_t NH = ctx_.shape.heads, HD = qk(), DN = d_.qk_nope_head_dim;
+  const AttentionShape one = rope_shape(documents);
+  for (int64_t h = 0; h < NH + (key ? 1 : 0); ++h) {
+    const int64_t first = h * HD + DN;  // h = NH: key head 0
     const Tensor cols = qkv.columns(first, first + d_.qk_rope_head_dim);
     if (forward) {
       be_.rope_forward(cols, cos_sin, one);
@@ -73,42 +76,61 @@ void Mla::recompute_core(const AttentionActivations& core) {
   }
 }
 
-void Mla::forward(Tensor out, const Tensor& x, const MlaWeights& w, const MlaActivations& a,
-                  const AttentionActivations& core, const Tensor& cos_sin) {
-  const LocalShape& s = ctx_.shape;
-  const int64_t NH = s.heads, HD = qk(), DN = d_.qk_nope_head_dim, DR = d_.qk_rope_head_dim;
-  const int64_t VD = d_.v_head_dim, DC = d_.kv_lora_rank, key0 = NH * HD, value0 = 2 * NH * HD;
+void Mla::up_project(const Tensor& x, const MlaWeights& w, const MlaActivations& a,
+                     const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& documents,
+                     const Tensor& k_rope) {
+  const int64_t NH = ctx_.shape.heads, HD = qk(), DN = d_.qk_nope_head_dim;
+  const int64_t VD = d_.v_head_dim, key0 = NH * HD, value0 = 2 * NH * HD;
   auto gemm = [&](Tensor y, const Tensor& in, const Tensor& W) {
     linear_gemm(ctx_, w.layer, be_, GemmPass::forward, y, false, true, in, W, 1.0, 0.0);
   };
-  const Tensor& qkv = core.qkv;
   // Queries: [N, NH*HD], every head [nope | rope].
   const Tensor q = qkv.columns(0, key0);
   if (d_.q_lora_rank > 0) {
-    gemm(a.cq, x, w.wq_a);
     be_.rmsnorm_forward(a.cq_norm, a.rstd_q, a.cq, w.q_norm, eps_);
     gemm(q, a.cq_norm, w.wq);
   } else {
     gemm(q, x, w.wq);
   }
-  // The kv latent and its norm; the rope key lands in key head 0's rope columns.
-  gemm(a.ckv, x, w.wkv_a.rows(0, DC));
-  be_.rmsnorm_forward(a.ckv_norm, a.rstd_kv, a.ckv, w.kv_norm, eps_);
-  const Tensor k_rope = qkv.columns(key0 + DN, key0 + HD);
-  gemm(k_rope, x, w.wkv_a.rows(DC, DC + DR));
   // Per head: k_nope_h and v_h from the normed latent, straight into K and V.
+  be_.rmsnorm_forward(a.ckv_norm, a.rstd_kv, a.ckv, w.kv_norm, eps_);
   for (int64_t h = 0; h < NH; ++h) {
     const int64_t r = h * (DN + VD);
     gemm(qkv.columns(key0 + h * HD, key0 + h * HD + DN), a.ckv_norm, w.wkv_b.rows(r, r + DN));
     gemm(qkv.columns(value0 + h * VD, value0 + (h + 1) * VD), a.ckv_norm,
          w.wkv_b.rows(r + DN, r + DN + VD));
   }
-  rope(qkv, cos_sin, core.documents, /*forward=*/true);
-  for (int64_t h = 1; h < NH; ++h) {  // the one rope key, shared by every head
-    be_.copy(qkv.columns(key0 + h * HD + DN, key0 + (h + 1) * HD), k_rope);
+  rope(qkv, cos_sin, documents, /*forward=*/true, /*key=*/false);
+  for (int64_t h = 0; h < NH; ++h) {  // the one rotated key, shared by every head
+    const Tensor cols = qkv.columns(key0 + h * HD + DN, key0 + (h + 1) * HD);
+    if (cols.raw() != k_rope.raw()) be_.copy(cols, k_rope);
   }
+}
+
+void Mla::forward(Tensor out, const Tensor& x, const MlaWeights& w, const MlaActivations& a,
+                  const AttentionActivations& core, const Tensor& cos_sin) {
+  const int64_t HD = qk(), DN = d_.qk_nope_head_dim, DR = d_.qk_rope_head_dim;
+  const int64_t DC = d_.kv_lora_rank, key0 = ctx_.shape.heads * HD;
+  auto gemm = [&](Tensor y, const Tensor& in, const Tensor& W) {
+    linear_gemm(ctx_, w.layer, be_, GemmPass::forward, y, false, true, in, W, 1.0, 0.0);
+  };
+  const Tensor& qkv = core.qkv;
+  // Down-projections: the latents, and the rope key into key head 0's rope columns (rotated).
+  if (d_.q_lora_rank > 0) gemm(a.cq, x, w.wq_a);
+  gemm(a.ckv, x, w.wkv_a.rows(0, DC));
+  const Tensor k_rope = qkv.columns(key0 + DN, key0 + HD);
+  gemm(k_rope, x, w.wkv_a.rows(DC, DC + DR));
+  be_.rope_forward(k_rope, cos_sin, rope_shape(core.documents));
+  if (!a.k_rope.empty()) be_.copy(a.k_rope, k_rope);  // norm-up keeps it
+  up_project(x, w, a, qkv, cos_sin, core.documents, k_rope);
   recompute_core(core);
   linear_gemm(ctx_, w.layer, be_, GemmPass::forward, out, false, true, core.heads, w.wo, 1.0, 1.0);
+}
+
+void Mla::recompute_up(const Tensor& x, const MlaWeights& w, const MlaActivations& a,
+                       const AttentionActivations& core, const Tensor& cos_sin) {
+  TRILLION_CHECK(!a.k_rope.empty(), "norm-up recompute needs the kept rope key");
+  up_project(x, w, a, core.qkv, cos_sin, core.documents, a.k_rope);
 }
 
 void Mla::backward_input(Tensor dx, const Tensor& dout, const MlaWeights& w,

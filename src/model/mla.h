@@ -40,6 +40,7 @@ struct MlaActivations {  // the latents forward keeps for backward (the core is 
   Tensor ckv;            // [N, DC] kv latent before its norm
   Tensor rstd_kv;        // [N]
   Tensor ckv_norm;       // [N, DC] wkv_b's input
+  Tensor k_rope;         // [N, DR] the rotated shared key (norm-up recompute only)
 };
 
 struct MlaStash {     // kept from backward_input for backward_weight (with the core's d_qkv)
@@ -56,7 +57,9 @@ class Mla {
       bool tiled, AttentionBlocks blocks)
       : be_(backend), ctx_(ctx), d_(dims), eps_(norm_eps), tiled_(tiled), blocks_(blocks) {}
 
-  MlaActivations carve(Carver& kept) const;
+  // The latents from `kept`; their normed copies from `normed` (norm-up: the shared recompute
+  // buffer), and with norm_up the rotated shared key from `kept`.
+  MlaActivations carve(Carver& kept, Carver& normed, bool norm_up = false) const;
   MlaStash carve_stash(Carver& c) const;
 
   // out[N, C] += Wo · mla(x); x [N, C] is the normed input. core: the block's attention core
@@ -65,6 +68,11 @@ class Mla {
                const AttentionActivations& core, const Tensor& cos_sin);
   // Recomputes the core's state and heads from qkv (bitwise what forward wrote).
   void recompute_core(const AttentionActivations& core);
+  // norm-up (DeepSeek-V3 §3.2.3): recomputes the normed latents and the up-projected qkv from x
+  // (the recomputed norm1), the kept pre-norm latents and the kept rotated key k_rope (bitwise
+  // what forward wrote).
+  void recompute_up(const Tensor& x, const MlaWeights& w, const MlaActivations& a,
+                    const AttentionActivations& core, const Tensor& cos_sin);
   // dx[N, C] = dL/dx from dout[N, C]; fills d_qkv (the core's stash) and `stash`.
   void backward_input(Tensor dx, const Tensor& dout, const MlaWeights& w, const MlaActivations& a,
                       const AttentionActivations& core, const AttentionStash& d_core,
@@ -76,9 +84,15 @@ class Mla {
 
  private:
   int64_t qk() const { return d_.qk_nope_head_dim + d_.qk_rope_head_dim; }  // HD
-  // RoPE (sign +1) or its transpose (-1) on the rope columns of every query head and on the
-  // shared key (key head 0's rope columns).
-  void rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& documents, bool forward);
+  AttentionShape rope_shape(const DocumentMask& documents) const;  // one head of width DR
+  // RoPE (forward) or its transpose on the rope columns of every query head and, with key, on
+  // the shared key (key head 0's rope columns).
+  void rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& documents, bool forward,
+            bool key = true);
+  // The normed latents, the queries and the per-head keys and values into qkv, then RoPE on the
+  // queries; the shared key's columns of heads 1.. are copied from `k_rope` (rotated).
+  void up_project(const Tensor& x, const MlaWeights& w, const MlaActivations& a, const Tensor& qkv,
+                  const Tensor& cos_sin, const DocumentMask& documents, const Tensor& k_rope);
 
   Backend& be_;
   const ParallelContext& ctx_;

@@ -332,6 +332,7 @@ void StageModel::name_site(const Slot& s, size_t i) const {
 }
 
 LayerRecompute StageModel::layer_recompute(size_t i) const {
+  if (config_.recompute_norm_up) return LayerRecompute::norm_up;
   switch (config_.recompute) {
     case plan::Recompute::kNone:
       return LayerRecompute::none;

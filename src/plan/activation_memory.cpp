@@ -36,9 +36,15 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   const int64_t out = Nr * C * elem;
   // Selective drops the attention core (state + output) and the SwiGLU output.
   const int64_t selective_dropped = N * (A + F) * elem + attn_state;
+  // norm-up drops both norm outputs and, with MLA, the normed latents and the up-projected qkv,
+  // keeping the rotated shared key instead (the engine refuses norm-up with SP).
+  const int64_t norm_up_dropped =
+      2 * Nr * C * elem +
+      (m.is_mla() ? N * (QKV + m.q_lora_rank + m.kv_lora_rank) * elem : 0);
+  const int64_t norm_up_kept = m.is_mla() ? N * m.qk_rope_dim * elem : 0;
 
   ActivationBytes r;
-  bool any_full = false, any_selective = false;
+  bool any_full = false, any_selective = false, any_norm_up = false;
   const int64_t first = stage.first_layer;
   const int64_t last = stage.n_layers < 0 ? m.n_layers : first + stage.n_layers;
   for (int64_t l = first; l < last; ++l) {
@@ -48,6 +54,9 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
     } else if (p.recompute == Recompute::kSelective) {
       r.stored += all - selective_dropped;
       any_selective = true;
+    } else if (p.norm_up) {
+      r.stored += all - norm_up_dropped + norm_up_kept;
+      any_norm_up = true;
     } else {
       r.stored += all;
     }
@@ -61,6 +70,7 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   if (any_layer) r.scratch = sp ? N * C * elem : 0;
   if (any_full) r.scratch += all - out;
   if (any_selective) r.scratch += selective_dropped;
+  if (any_norm_up) r.scratch += norm_up_dropped;
   return r;
 }
 
@@ -82,12 +92,23 @@ double recompute_flops_per_token(const ModelSpec& m, int64_t T, const Activation
   const double attention_core = 2.0 * T * NH * static_cast<double>(m.qk_dim() + m.v_dim()) *
                                 (attention == AttentionFlops::kCausal ? 0.5 : 1.0);
   const double layer_forward = 2.0 * (qkv_weights + A * C + 3.0 * C * F) + attention_core;
+  // norm-up: MLA's up-projections (queries from their latent, or from x without one; per-head keys
+  // and values from the kv latent) run again; norms are not matmuls.
+  double up_projections = 0;
+  if (m.is_mla()) {
+    const double HD = static_cast<double>(m.qk_dim());
+    up_projections = 2.0 * (NH * HD * (m.q_lora_rank > 0 ? static_cast<double>(m.q_lora_rank) : C) +
+                            NH * static_cast<double>(m.qk_nope_dim + m.v_head_dim) *
+                                static_cast<double>(m.kv_lora_rank));
+  }
   double extra = 2.0 * m.vocab * C;  // LM head logits recomputed in backward
   for (int64_t l = 0; l < m.n_layers; ++l) {
     if (layer_is_full(p, l)) {
       extra += layer_forward;
     } else if (p.recompute == Recompute::kSelective) {
       extra += attention_core;
+    } else if (p.norm_up) {
+      extra += up_projections;
     }
   }
   return extra;

@@ -59,6 +59,10 @@ struct ActivationPolicy {
   Recompute recompute = Recompute::kNone;
   int64_t full_every = 1;  // full recompute on layers l with l % full_every == 0
   bool tiled_attention = true;
+  // DeepSeek-V3's norm-up (with recompute kNone): every layer recomputes its RMSNorm outputs and
+  // MLA's up-projected Q, K, V (the qkv buffer) in backward; MLA then keeps the rotated shared key
+  // k_R (N*DR) instead.
+  bool norm_up = false;
 };
 
 struct ActivationBytes {

@@ -239,6 +239,7 @@ TEST(MpiTensorParallel, MlaBlockMatchesOneProcess) {
   }
   check_block(true, LayerRecompute::selective, 12);
   check_block(false, LayerRecompute::full, 12);
+  check_block(false, LayerRecompute::norm_up, 12);
 }
 TEST(MpiTensorParallel, RecomputePoliciesMatchOneProcess) {
   REQUIRE_MPI(2);

@@ -117,7 +117,7 @@ TEST_P(MlaSublayerTest, InputAndEveryWeightMatchFiniteDifferencesInF64) {
   auto carve = [&](Carver& c, AttentionActivations& core, MlaActivations& a, AttentionStash& dc,
                    MlaStash& dm, Tensor& d_heads) {
     core = core_module.carve(c, c);
-    a = mla.carve(c);
+    a = mla.carve(c, c);
     dc = core_module.carve_stash(c);
     dm = mla.carve_stash(c);
     d_heads = core_module.carve_scratch(c);
@@ -233,7 +233,7 @@ TEST(MlaRecompute, EveryPolicyGivesBitwiseTheSameGradientsAndPlansBytesExactly) 
     for (bool tiled : {true, false}) {
       std::vector<char> reference;
       double reference_loss = 0;
-      for (const char* policy : {"none", "selective", "full", "full:2"}) {
+      for (const char* policy : {"none", "selective", "full", "full:2", "norm-up"}) {
         MemoryTracker tracker;
         auto be = make_cpu_backend(tracker);
         ModelConfig c = tiny_mla(DType::f32, q_lora);
@@ -262,6 +262,43 @@ TEST(MlaRecompute, EveryPolicyGivesBitwiseTheSameGradientsAndPlansBytesExactly) 
       }
     }
   }
+}
+
+// DeepSeek-V3's norm-up on a GQA model recomputes only the two norm outputs: bitwise the same
+// gradients as none, plan/'s bytes, and less stored than none.
+TEST(MlaRecompute, NormUpOnGqaRecomputesTheNorms) {
+  auto tokens = random_tokens(18, 19, 12), targets = random_tokens(18, 19, 13);
+  std::vector<char> reference;
+  int64_t stored[2] = {0, 0};
+  for (const char* policy : {"none", "norm-up"}) {
+    MemoryTracker tracker;
+    auto be = make_cpu_backend(tracker);
+    ModelConfig c = tiny_mla(DType::f32, 0);
+    c.mla = false;
+    c.n_kv_heads = 2;
+    c.set_recompute(policy);
+    EXPECT_EQ(c.recompute_string(), policy);
+    Transformer m(c, {3, 6}, *be, tracker, /*split_backward=*/true);
+    const plan::ActivationBytes predicted = plan::engine_activation_bytes(
+        m.config().spec(), 3, 6, m.config().activation_policy(), 4, 4);
+    EXPECT_EQ(tracker.current(MemoryCategory::activations),
+              static_cast<size_t>(predicted.total()))
+        << policy;
+    stored[reference.empty() ? 0 : 1] = predicted.stored;
+    m.init_parameters(21);
+    m.zero_grad();
+    m.forward(tokens.data(), targets.data());
+    m.backward_input(1.0 / 18);
+    m.backward_weight();
+    const char* g = static_cast<const char*>(m.gradients().raw());
+    if (reference.empty()) {
+      reference.assign(g, g + m.gradients().bytes());
+      continue;
+    }
+    EXPECT_EQ(std::memcmp(g, reference.data(), reference.size()), 0) << policy;
+  }
+  // Two [N, C] norm outputs per layer fewer (fp32).
+  EXPECT_EQ(stored[0] - stored[1], 2 * 2 * 18 * 16 * 4);
 }
 
 TEST(MlaConfig, SpecIsTheParameterTableTheEngineAllocates) {
