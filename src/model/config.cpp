@@ -168,9 +168,8 @@ void ModelConfig::set_recompute(const std::string& text) {
   } else if (kind == "full") {
     recompute = plan::Recompute::kFull;
   } else {
-    throw Error(
-        fmt::format("model.recompute = '{}': expected none, selective, full, full:K or norm-up",
-                    text));
+    throw Error(fmt::format(
+        "model.recompute = '{}': expected none, selective, full, full:K or norm-up", text));
   }
 }
 

@@ -84,7 +84,8 @@ class Mla {
 
  private:
   int64_t qk() const { return d_.qk_nope_head_dim + d_.qk_rope_head_dim; }  // HD
-  AttentionShape rope_shape(const DocumentMask& documents) const;  // one head of width DR
+  // The RoPE shape of one head of width DR.
+  AttentionShape rope_shape(const DocumentMask& documents) const;
   // RoPE (forward) or its transpose on the rope columns of every query head and, with key, on
   // the shared key (key head 0's rope columns).
   void rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& documents, bool forward,

@@ -39,8 +39,7 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   // norm-up drops both norm outputs and, with MLA, the normed latents and the up-projected qkv,
   // keeping the rotated shared key instead (the engine refuses norm-up with SP).
   const int64_t norm_up_dropped =
-      2 * Nr * C * elem +
-      (m.is_mla() ? N * (QKV + m.q_lora_rank + m.kv_lora_rank) * elem : 0);
+      2 * Nr * C * elem + (m.is_mla() ? N * (QKV + m.q_lora_rank + m.kv_lora_rank) * elem : 0);
   const int64_t norm_up_kept = m.is_mla() ? N * m.qk_rope_dim * elem : 0;
 
   ActivationBytes r;

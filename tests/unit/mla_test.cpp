@@ -281,8 +281,7 @@ TEST(MlaRecompute, NormUpOnGqaRecomputesTheNorms) {
     Transformer m(c, {3, 6}, *be, tracker, /*split_backward=*/true);
     const plan::ActivationBytes predicted = plan::engine_activation_bytes(
         m.config().spec(), 3, 6, m.config().activation_policy(), 4, 4);
-    EXPECT_EQ(tracker.current(MemoryCategory::activations),
-              static_cast<size_t>(predicted.total()))
+    EXPECT_EQ(tracker.current(MemoryCategory::activations), static_cast<size_t>(predicted.total()))
         << policy;
     stored[reference.empty() ? 0 : 1] = predicted.stored;
     m.init_parameters(21);
