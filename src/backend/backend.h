@@ -6,7 +6,8 @@
 //   - activation gradients are written (=), parameter gradients accumulate (+=); ops that write
 //     the residual-stream gradient accumulate into it (+=), and say so.
 // Dimension letters: N rows (= B*T tokens), C model width, F ffn width, V vocab, NH heads,
-// KV kv heads, HD head dim, QKV = (NH + 2*KV) * HD.
+// KV kv heads, HD query/key head dim, VD value head dim (= HD except under MLA),
+// QKV = (NH + KV) * HD + KV * VD.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +38,18 @@ struct DocumentMask {
 // and its logits' gradient is 0. The cross-entropy ops accept it in place of a vocabulary id.
 constexpr int32_t kIgnoredTarget = -1;
 
+// The attention core's sizes. HD is the query/key head dim (the scores' dot products, the softmax
+// scale 1/sqrt(HD)); VD the value head dim, which multi-head latent attention (DeepSeek-V2/V3)
+// sets apart from HD (qk 192 = nope 128 + rope 64, v 128). A qkv row is Q [NH*HD] | K [KV*HD] |
+// V [KV*VD]; the output row is [NH*VD].
 struct AttentionShape {
   int64_t B = 0, T = 0, NH = 0, KV = 0, HD = 0;
+  int64_t VD = 0;            // value head dim; 0 = HD
   DocumentMask documents{};  // none by default: causal attention
-  int64_t qkv_width() const { return (NH + 2 * KV) * HD; }
+  int64_t v_dim() const { return VD > 0 ? VD : HD; }
+  int64_t qkv_width() const { return (NH + KV) * HD + KV * v_dim(); }
+  int64_t kv_width() const { return KV * (HD + v_dim()); }  // K | V columns: [KV*HD | KV*VD]
+  int64_t out_width() const { return NH * v_dim(); }        // the heads' output [NH*VD]
 };
 
 // Tile sizes of the tiled (FlashAttention) kernels; 0 = chosen from the cache size.
@@ -81,24 +90,28 @@ struct AdamWParams {
 //                  position t): rotates the pairs (i, i + HD/2) by angle t * theta^(-2i/HD)
 //                  ("rotate half" convention). cos_sin is [T, HD] holding cos in the first HD/2
 //                  columns and sin in the last HD/2. With s.documents.rope, row n uses table
-//                  row rope[n] instead (cos_sin then covers every row rope names).
+//                  row rope[n] instead (cos_sin then covers every row rope names). V (the last
+//                  KV*VD columns) is untouched.
 //   rope_backward  the transpose rotation, in place on dqkv.
 //   Every attention op below honours s.documents (DocumentMask): a key outside the query's
 //   document is masked like a future key; the tiled kernels skip key tiles wholly before the
 //   document of the tile's first query, exactly as they skip tiles above the diagonal.
+//   Every attention op below takes qkv rows Q [NH*HD] | K [KV*HD] | V [KV*VD] and writes or
+//   reads output rows [NH*VD]; scores are Q K^T over HD, scaled by 1/sqrt(HD) whatever VD is.
 //   attention_forward    causal grouped-query attention, materialised: probs[B, NH, T, T] (saved
-//                        for backward), out[N, NH*HD] from qkv[N, QKV]. Scale 1/sqrt(HD).
+//                        for backward), out[N, NH*VD] from qkv[N, QKV]. Scale 1/sqrt(HD).
 //   attention_backward   dqkv[N, QKV] = gradient of the attention core (written).
 //   flash_attention_forward   causal grouped-query attention, tiled (FlashAttention-2, Dao
 //                        2307.08691): query blocks x key/value blocks with an online softmax
 //                        (running max and sum); only lse[B, NH, T] (the log-sum-exp of each score
 //                        row) is kept for backward, never the T x T matrix. Blocks above the
 //                        diagonal are skipped. Same result as attention_forward up to rounding.
-//   flash_attention_backward  dqkv[N, QKV] (written) from dout and the forward's out and lse;
-//                        probabilities are recomputed block by block.
+//   flash_attention_backward  dqkv[N, QKV] (written) from dout[N, NH*VD] and the forward's out
+//                        and lse; probabilities are recomputed block by block.
 //   flash_attention_block_forward  one (query span, key span) block of causal attention, merged
-//                        into (out, lse): queries are the first NH*HD columns of q[B*T, >= NH*HD]
-//                        (a qkv buffer), keys and values kv[B*T, 2*KV*HD] = K | V; key position
+//                        into (out[B*T, NH*VD], lse): queries are the first NH*HD columns of
+//                        q[B*T, >= NH*HD] (a qkv buffer), keys and values
+//                        kv[B*T, KV*HD + KV*VD] = K | V; key position
 //                        <= query position is visible. For each query row of the span with a
 //                        visible key, (out, lse) := the exact merge of the old (out, lse) with
 //                        this block's (softmax-weighted output, log-sum-exp):
@@ -108,8 +121,8 @@ struct AdamWParams {
 //                        are skipped.
 //   flash_attention_block_backward  the same block's gradient from the merged (final) out and
 //                        lse: dq[B*T, >= NH*HD] (first NH*HD columns) += for the query span's
-//                        rows, dkv[B*T, 2*KV*HD] += for the key span's rows (both accumulate, so
-//                        the blocks of a ring add up).
+//                        rows, dkv[B*T, KV*HD + KV*VD] += for the key span's rows (both
+//                        accumulate, so the blocks of a ring add up).
 //   swiglu_forward   out[N, F] = silu(gate) * up, gate_up[N, 2F] = [gate | up].
 //   swiglu_backward  dgate_up[N, 2F] from dout[N, F] (written).
 //   cross_entropy_forward   row-wise log-sum-exp and loss of logits[n, V]: lse[n], losses[n] =
@@ -127,9 +140,10 @@ struct AdamWParams {
 //   adamw_update  AdamW with decoupled weight decay (Loshchilov & Hutter 1711.05101), one tensor.
 //   fill, copy (converts dtype if they differ), add (y += x), scale (x *= alpha),
 //   sum_squares (in double, deterministic).
-// What the tiled attention kernels' forward passes computed since the backend was made: 4 HD
-// FLOPs per score element (Q K^T and P V) of every computed tile, and of every tile skipped
-// because it lies wholly before its queries' documents (tiles above the diagonal are not counted).
+// What the tiled attention kernels' forward passes computed since the backend was made:
+// 2 (HD + VD) FLOPs per score element (Q K^T over HD, P V over VD) of every computed tile, and of
+// every tile skipped because it lies wholly before its queries' documents (tiles above the diagonal
+// are not counted).
 struct AttentionTileFlops {
   double computed_flops = 0, skipped_flops = 0;
 };

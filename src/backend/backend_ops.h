@@ -2,7 +2,8 @@
 //   X(return type, name, profile group, (parameters), (arguments))
 // and expands into the pure virtual interface (backend.h), every implementation's overrides
 // (TRILLION_BACKEND_OVERRIDES) and the profiling decorator's timed forwarders, so adding an op is
-// one edit here plus its kernels. The contracts of each op are documented in backend.h.
+// one edit here plus its kernels. The contracts of each op are documented in backend.h (the
+// attention ops: qkv rows Q [NH*HD] | K [KV*HD] | V [KV*VD], outputs [NH*VD], kv = K | V).
 #pragma once
 
 #define TRILLION_BACKEND_OPS(X)                                                                    \

@@ -35,8 +35,11 @@ double gemm_flops(const Tensor& C, bool ta, const Tensor& A) {
   const double K = static_cast<double>(ta ? A.size(A.rank() - 2) : A.size(A.rank() - 1));
   return 2.0 * static_cast<double>(C.numel()) * K;
 }
-double attention_flops(const AttentionShape& s, double passes) {  // 2 GEMMs of 2 B NH T^2 HD
-  return passes * 2.0 * s.B * s.NH * static_cast<double>(s.T) * s.T * s.HD;
+// Causal attention core over a (query rows x key rows) square, full-square convention: forward
+// Q K^T (2 B NH Tq Tk HD) and P V (2 B NH Tq Tk VD); backward twice that (dV = P^T dO and
+// dP = dO V^T over VD, dQ and dK over HD). passes: 1 forward, 2 backward.
+double attention_flops(const AttentionShape& s, double query_rows, double key_rows, double passes) {
+  return passes * 2.0 * s.B * s.NH * query_rows * key_rows * static_cast<double>(s.HD + s.v_dim());
 }
 
 // FLOPs of the ops that count them; ops without an entry count none.
@@ -49,30 +52,29 @@ struct OpFlops {
     return gemm_flops(C, ta, A);
   }
   double attention_forward(Tensor, Tensor, const Tensor&, const AttentionShape& s) const {
-    return attention_flops(s, 2);
+    return attention_flops(s, s.T, s.T, 1);
   }
   double attention_backward(Tensor, const Tensor&, const Tensor&, const Tensor&,
                             const AttentionShape& s) const {
-    return attention_flops(s, 4);
+    return attention_flops(s, s.T, s.T, 2);
   }
   double flash_attention_forward(Tensor, Tensor, const Tensor&, const AttentionShape& s,
                                  AttentionBlocks) const {
-    return attention_flops(s, 2);
+    return attention_flops(s, s.T, s.T, 1);
   }
   double flash_attention_backward(Tensor, const Tensor&, const Tensor&, const Tensor&,
                                   const Tensor&, const AttentionShape& s, AttentionBlocks) const {
-    return attention_flops(s, 4);
+    return attention_flops(s, s.T, s.T, 2);
   }
   double flash_attention_block_forward(Tensor, Tensor, const Tensor&, const Tensor&,
                                        const AttentionShape& s, AttentionSpan q, AttentionSpan k,
                                        AttentionBlocks) const {
-    return 2.0 * 2.0 * s.B * s.NH * static_cast<double>(q.len) * k.len * s.HD;
+    return attention_flops(s, q.len, k.len, 1);
   }
-  double flash_attention_block_backward(Tensor, Tensor, const Tensor&, const Tensor&,
-                                        const Tensor&, const Tensor&, const Tensor&,
-                                        const AttentionShape& s, AttentionSpan q, AttentionSpan k,
-                                        AttentionBlocks) const {
-    return 4.0 * 2.0 * s.B * s.NH * static_cast<double>(q.len) * k.len * s.HD;
+  double flash_attention_block_backward(Tensor, Tensor, const Tensor&, const Tensor&, const Tensor&,
+                                        const Tensor&, const Tensor&, const AttentionShape& s,
+                                        AttentionSpan q, AttentionSpan k, AttentionBlocks) const {
+    return attention_flops(s, q.len, k.len, 2);
   }
 };
 
@@ -104,11 +106,11 @@ struct OpBytes {
     return bytes_of(dout) + bytes_of(x);
   }
   double rope_forward(Tensor qkv, const Tensor&, const AttentionShape& s) const {
-    // q and k rows read and written; v untouched.
-    return 2 * bytes_of(qkv) * static_cast<double>(s.NH + s.KV) / (s.NH + 2 * s.KV);
+    // q and k columns read and written; v untouched.
+    return 2 * bytes_of(qkv) * static_cast<double>((s.NH + s.KV) * s.HD) / s.qkv_width();
   }
   double rope_backward(Tensor dqkv, const Tensor&, const AttentionShape& s) const {
-    return 2 * bytes_of(dqkv) * static_cast<double>(s.NH + s.KV) / (s.NH + 2 * s.KV);
+    return 2 * bytes_of(dqkv) * static_cast<double>((s.NH + s.KV) * s.HD) / s.qkv_width();
   }
   double swiglu_forward(Tensor out, const Tensor& gate_up) const {
     return bytes_of(out) + bytes_of(gate_up);

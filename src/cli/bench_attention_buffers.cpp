@@ -12,7 +12,7 @@ AttentionBenchBuffers::AttentionBenchBuffers(Backend& backend, MemoryTracker& tr
                                              std::string_view purpose)
     : rows_(s.B * s.T),
       width_(s.qkv_width()),
-      heads_width_(s.NH * s.HD),
+      heads_width_(s.out_width()),
       qkv_(tracker, MemoryCategory::activations, DType::f32, rows_ * width_),
       out_(tracker, MemoryCategory::activations, DType::f32, rows_ * heads_width_),
       dout_(tracker, MemoryCategory::activations, DType::f32, rows_ * heads_width_),

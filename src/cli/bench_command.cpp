@@ -305,6 +305,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
 
 struct AttentionBenchOptions {
   int64_t seq = 2048, batch = 1, heads = 8, kv_heads = 0, head_dim = 64, block = 0;
+  int64_t v_head_dim = 0;  // 0: head_dim (MLA sets it apart)
   std::string impl = "tiled";
   int reps = 3;
 };
@@ -316,7 +317,8 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
   if (!tiled && o.impl != "materialized") {
     throw Error("--impl must be tiled or materialized, got '" + o.impl + "'");
   }
-  AttentionShape s{o.batch, o.seq, o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads, o.head_dim};
+  AttentionShape s{o.batch,    o.seq,       o.heads, o.kv_heads > 0 ? o.kv_heads : o.heads,
+                   o.head_dim, o.v_head_dim};
   if (s.NH % s.KV != 0) throw Error("--kv-heads must divide --heads");
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
@@ -343,8 +345,9 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
     best = std::min(best, t.seconds());
   }
   const size_t workspace = tracker.peak_total() - base;
-  // Model FLOPs of causal attention forward + backward, full-square convention (12 B NH T^2 HD).
-  const double flops = 12.0 * s.B * s.NH * static_cast<double>(s.T) * s.T * s.HD;
+  // Model FLOPs of causal attention forward + backward, full-square convention:
+  // 6 B NH T^2 (HD + VD) (12 B NH T^2 HD when VD = HD).
+  const double flops = 6.0 * s.B * s.NH * static_cast<double>(s.T) * s.T * (s.HD + s.v_dim());
   if (json) {
     std::printf("%s\n", nlohmann::json{{"impl", o.impl},
                                        {"seq", s.T},
@@ -352,6 +355,7 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
                                        {"heads", s.NH},
                                        {"kv_heads", s.KV},
                                        {"head_dim", s.HD},
+                                       {"v_head_dim", s.v_dim()},
                                        {"seconds_fwd_bwd", best},
                                        {"gflops", flops / best / 1e9},
                                        {"peak_workspace_bytes", workspace}}
@@ -359,11 +363,12 @@ int bench_attention(const AttentionBenchOptions& o, bool json) {
                             .c_str());
   } else {
     std::printf(
-        "%s attention, B %lld T %lld heads %lld/%lld dim %lld: %.4f s fwd+bwd, %.1f "
+        "%s attention, B %lld T %lld heads %lld/%lld dim %lld%s: %.4f s fwd+bwd, %.1f "
         "GFLOP/s, peak workspace %.2f MiB\n",
         o.impl.c_str(), static_cast<long long>(s.B), static_cast<long long>(s.T),
         static_cast<long long>(s.NH), static_cast<long long>(s.KV), static_cast<long long>(s.HD),
-        best, flops / best / 1e9, workspace / 1048576.0);
+        s.v_dim() == s.HD ? "" : fmt::format(" (v {})", s.v_dim()).c_str(), best,
+        flops / best / 1e9, workspace / 1048576.0);
   }
   return 0;
 }
@@ -412,6 +417,8 @@ int bench_command(int argc, char** argv) {
   attention->add_option("--kv-heads", ao.kv_heads, "key/value heads (default: --heads)")
       ->check(CLI::Range(1, 1024));
   attention->add_option("--head-dim", ao.head_dim, "head dimension")->check(CLI::Range(2, 1024));
+  attention->add_option("--v-head-dim", ao.v_head_dim, "value head dimension (0: --head-dim)")
+      ->check(CLI::Range(0, 1024));
   attention->add_option("--impl", ao.impl, "tiled or materialized");
   attention->add_option("--block", ao.block, "tile size (0: from the cache size)")
       ->check(CLI::Range(0, 1 << 20));
@@ -479,9 +486,9 @@ int bench_command(int argc, char** argv) {
         cp_split));
   }
   if (attention->parsed() && cp > 1) {
-    return bench_ring_attention(
-        {cp, ao.seq, ao.batch, ao.heads, ao.kv_heads, ao.head_dim, ao.block, cp_split, ao.reps},
-        json);
+    return bench_ring_attention({cp, ao.seq, ao.batch, ao.heads, ao.kv_heads, ao.head_dim, ao.block,
+                                 ao.v_head_dim, cp_split, ao.reps},
+                                json);
   }
   if (attention->parsed()) return bench_attention(ao, json);
   return bench_step(config, overrides, steps, size, json, profile);

@@ -67,21 +67,22 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
   ls.batch = o.batch, ls.seq = o.seq / o.cp, ls.heads = o.heads;
   ls.kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads, ls.head_dim = o.head_dim;
   if (ls.heads % ls.kv_heads != 0) throw Error("--kv-heads must divide --heads");
-  const AttentionShape s = ls.attention();
+  AttentionShape s = ls.attention();
+  s.VD = o.v_head_dim;
   const int64_t N = s.B * s.T;
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
   const AttentionBenchBuffers buffers(*be, tracker, s, 1 + world.rank(), "bench:ring-attention");
   Buffer lse(tracker, MemoryCategory::activations, DType::f32, s.B * s.NH * s.T);
-  parallel::RingAttention ring(*be, tracker, world, split, ls, o.seq, DType::f32,
+  parallel::RingAttention ring(*be, tracker, world, split, s, o.seq, DType::f32,
                                {o.block, o.block});
   const Tensor q = buffers.qkv(), out = buffers.out(), g = buffers.dout(), dq = buffers.dqkv(),
                l = lse.view(0, {s.B, s.NH, s.T});
   // The ring's hops alone: plan/'s bytes of one forward + backward, one K/V block per hop.
   const uint64_t block = ring.block_bytes();
   const int hops = static_cast<int>(plan::context_ring_bytes(o.cp, block).total() / block);
-  Buffer a(tracker, MemoryCategory::workspace, DType::f32, N * 2 * s.KV * s.HD);
-  Buffer b(tracker, MemoryCategory::workspace, DType::f32, N * 2 * s.KV * s.HD);
+  Buffer a(tracker, MemoryCategory::workspace, DType::f32, N * s.kv_width());
+  Buffer b(tracker, MemoryCategory::workspace, DType::f32, N * s.kv_width());
   parallel::CpRing cp_ring(world);
 
   const int me = world.rank(), reps = o.reps;
@@ -161,6 +162,7 @@ int bench_ring_attention(const RingBenchOptions& o, bool json) {
                                        {"heads", s.NH},
                                        {"kv_heads", s.KV},
                                        {"head_dim", s.HD},
+                                       {"v_head_dim", s.v_dim()},
                                        {"block_bytes", block},
                                        {"hops", hops},
                                        {"reps", reps},

@@ -17,6 +17,7 @@ namespace trillion::cli {
 struct RingBenchOptions {
   int cp = 2;
   int64_t seq = 8192, batch = 1, heads = 8, kv_heads = 0, head_dim = 64, block = 0;
+  int64_t v_head_dim = 0;  // 0: head_dim
   std::string split = "zigzag";
   int reps = 3;
 };

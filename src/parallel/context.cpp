@@ -49,17 +49,17 @@ bool any_visible(const AttentionSpan& q, const AttentionSpan& k, const DocumentM
 RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
                              SequenceSplit split, const LocalShape& shape, int64_t seq_len,
                              DType dtype, AttentionBlocks blocks)
-    : be_(backend),
-      ring_(cp),
-      split_(split),
-      shape_(shape.attention()),
-      seq_len_(seq_len),
-      blocks_(blocks) {
+    : RingAttention(backend, tracker, cp, split, shape.attention(), seq_len, dtype, blocks) {}
+
+RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
+                             SequenceSplit split, const AttentionShape& shape, int64_t seq_len,
+                             DType dtype, AttentionBlocks blocks)
+    : be_(backend), ring_(cp), split_(split), shape_(shape), seq_len_(seq_len), blocks_(blocks) {
   TRILLION_CHECK(cp.size() > 1, "RingAttention: one process attends with the local kernel");
-  TRILLION_CHECK(split.cp == cp.size() && shape.seq * cp.size() == seq_len,
+  TRILLION_CHECK(split.cp == cp.size() && shape.T * cp.size() == seq_len,
                  "RingAttention: the split, the cp group and the local shape disagree");
   split_.spans(seq_len, cp.rank());  // throws the user-facing error if T does not cut evenly
-  const int64_t N = shape_.B * shape_.T, W = 2 * shape_.KV * shape_.HD;
+  const int64_t N = shape_.B * shape_.T, W = shape_.kv_width();  // K | V: KV*HD + KV*VD
   buffers_ = Buffer(tracker, MemoryCategory::workspace, dtype, 5 * N * W);
   for (int i = 0; i < 2; ++i) kv_[i] = buffers_.view(i * N * W, {N, W});
   for (int i = 0; i < 3; ++i) dkv_[i] = buffers_.view((2 + i) * N * W, {N, W});
@@ -162,13 +162,13 @@ uint64_t RingAttention::block_bytes() const {
 }
 
 double RingAttention::forward_flops() const {
-  return 4.0 * static_cast<double>(shape_.NH * shape_.HD) *
+  return 2.0 * static_cast<double>(shape_.NH * (shape_.HD + shape_.v_dim())) *
          static_cast<double>(counters_.forward.visible_pairs_batch);
 }
 
 Tensor RingAttention::kv_of(const Tensor& qkv) const {
   const int64_t q = shape_.NH * shape_.HD;
-  return qkv.columns(q, q + 2 * shape_.KV * shape_.HD);
+  return qkv.columns(q, q + shape_.kv_width());
 }
 
 }  // namespace trillion::parallel

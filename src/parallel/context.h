@@ -13,12 +13,13 @@
 // skipped); under a document mask (packed sequences) so are pairs whose keys all lie before the
 // documents of their queries in every batch row. The K/V blocks still go all the way round (the
 // bytes do not depend on the documents); zigzag keeps one early and one late span per rank. GQA:
-// K/V blocks hold the rank's KV heads, shared by NH/KV query heads each. Counters, per pass
-// (forward, backward): visible (query, key) pairs per rank give the causal attention FLOPs (4 HD
-// per pair and head forward: Q K^T and P V), the measure of load balance; computed and skipped span
-// pairs. Backward visits the same pairs as forward. Buffers (workspace, per rank): 2 K/V blocks
-// (current + receiving) and 3 dK/dV blocks (this step's, the one being sent, the one arriving),
-// each B * T/cp * 2 KV HD elements.
+// K/V blocks hold the rank's KV heads, shared by NH/KV query heads each; a block row is
+// K [KV*HD] | V [KV*VD] (VD = the value head dim, = HD except under MLA, whose per-head K and V
+// travel as KV = NH heads). Counters, per pass (forward, backward): visible (query, key) pairs per
+// rank give the causal attention FLOPs (2 (HD + VD) per pair and head forward: Q K^T and P V),
+// the measure of load balance; computed and skipped span pairs. Backward visits the same pairs as
+// forward. Buffers (workspace, per rank): 2 K/V blocks (current + receiving) and 3 dK/dV blocks
+// (this step's, the one being sent, the one arriving), each B * T/cp * KV (HD + VD) elements.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,10 @@ class RingAttention final : public ContextAttention {
   RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
                 SequenceSplit split, const LocalShape& shape, int64_t seq_len, DType dtype,
                 AttentionBlocks blocks);
+  // The same from this rank's attention core shape (T = T_local; VD may differ from HD).
+  RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
+                SequenceSplit split, const AttentionShape& shape, int64_t seq_len, DType dtype,
+                AttentionBlocks blocks);
 
   void forward(Tensor out, Tensor lse, const Tensor& qkv,
                const DocumentMask& documents = {}) override;
@@ -73,11 +78,12 @@ class RingAttention final : public ContextAttention {
   void set_serialized(bool on) { serialized_ = on; }
   // Bytes of one rank's K/V block (what one ring hop carries).
   uint64_t block_bytes() const;
-  // Causal attention FLOPs this rank did in forward passes (4 HD per visible pair and head).
+  // Causal attention FLOPs this rank did in forward passes (2 (HD + VD) per visible pair and
+  // head).
   double forward_flops() const;
 
  private:
-  Tensor kv_of(const Tensor& qkv) const;  // the K | V columns of qkv, [N, 2 KV HD] (a view)
+  Tensor kv_of(const Tensor& qkv) const;  // the K | V columns of qkv, [N, KV (HD + VD)] (a view)
   // ring_.start, and under set_serialized(true) its wait.
   void start(const Tensor& send, const Tensor& recv, RingStream stream);
   // The invariant that plan/'s ring bytes are the engine's: what one call sent, checked.

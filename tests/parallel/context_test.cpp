@@ -5,7 +5,10 @@
 // divide the chunks, every rank's out, lse and dQKV rows equal the reference rows at their global
 // positions to 1e-11; the cp group's counters hold exactly plan/context_ring.h's bytes; zigzag's
 // visible (query, key) pairs are equal on every rank in forward and in backward, contiguous's
-// are not (max/mean printed); the skipped span pairs are exactly the masked chunk pairs.
+// are not (max/mean printed); the skipped span pairs are exactly the masked chunk pairs. MLA's
+// core (value head dim VD != query/key head dim HD, K/V per query head): the block kernel over
+// spans and the zigzag ring equal the whole sequence, and the ring's bytes and buffers are
+// plan/'s MLA formulas (K | V rows of KV (HD + VD)).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,7 +27,13 @@ namespace {
 constexpr int64_t kB = 2, kT = 40, kNH = 4, kKV = 2, kHD = 8;
 constexpr AttentionBlocks kTiles{4, 4};
 
-AttentionShape shape_of(int64_t T) { return {kB, T, kNH, kKV, kHD}; }
+// GQA with VD = HD by default; MLA's core: KV = NH, VD = 12 != HD = 8.
+AttentionShape shape_of(int64_t T, int64_t KV = kKV, int64_t VD = 0) {
+  return {kB, T, kNH, KV, kHD, VD};
+}
+AttentionShape mla_shape_of(int64_t T) {
+  return shape_of(T, kNH, 12);
+}
 
 std::vector<double> random_values(int64_t n, uint64_t seed) {
   Philox rng(seed, "context-test");
@@ -42,13 +51,12 @@ struct Reference {
   std::vector<double> qkv, dout, out, lse, dqkv;
 };
 
-Reference reference(Backend& be) {
-  const AttentionShape s = shape_of(kT);
+Reference reference(Backend& be, const AttentionShape& s) {
   const int64_t N = kB * kT;
   Reference r;
   r.qkv = random_values(N * s.qkv_width(), 1);
-  r.dout = random_values(N * kNH * kHD, 2);
-  r.out.assign(N * kNH * kHD, 0);
+  r.dout = random_values(N * s.out_width(), 2);
+  r.out.assign(N * s.out_width(), 0);
   r.lse.assign(kB * kNH * kT, 0);
   r.dqkv.assign(r.qkv.size(), 0);
   be.flash_attention_forward(t2(r.out, N), t2(r.lse, kB * kNH), t2(r.qkv, N), s, kTiles);
@@ -61,10 +69,10 @@ void expect_close(double got, double want, double tol, const char* what, int64_t
   ASSERT_NEAR(got, want, tol * (1 + std::abs(want))) << what << " element " << i;
 }
 
-TEST(ContextAttention, BlockKernelOverSpansEqualsWholeSequence) {
+void check_block_kernel_over_spans(const AttentionShape& s) {
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  const Reference r = reference(*be);
+  const Reference r = reference(*be, s);
   // The sequence as three uneven spans stored out of order: rows [0,7) hold positions 25..31,
   // rows [7,22) positions 0..14, rows [22,40) positions 15..24 and 32..39 in two spans.
   const std::vector<AttentionSpan> spans{{0, 7, 25}, {7, 15, 0}, {22, 10, 15}, {32, 8, 32}};
@@ -72,48 +80,59 @@ TEST(ContextAttention, BlockKernelOverSpansEqualsWholeSequence) {
   for (const AttentionSpan& sp : spans) {
     for (int64_t i = 0; i < sp.len; ++i) pos[sp.row + i] = sp.position + i;
   }
-  const AttentionShape s = shape_of(kT);
-  const int64_t N = kB * kT, Q = kNH * kHD, W = 2 * kKV * kHD, QKV = s.qkv_width();
-  std::vector<double> qkv(N * QKV), dout(N * Q), out(N * Q, 0), lse(kB * kNH * kT),
-      dq(N * QKV, 0), kv(N * W), dkv(N * W, 0);
+  // Q: the query columns of qkv (NH HD), O: the output's (NH VD), W: K | V.
+  const int64_t N = kB * kT, Q = kNH * kHD, O = s.out_width(), W = s.kv_width(),
+                QKV = s.qkv_width();
+  std::vector<double> qkv(N * QKV), dout(N * O), out(N * O, 0), lse(kB * kNH * kT), dq(N * QKV, 0),
+      kv(N * W), dkv(N * W, 0);
   for (int64_t b = 0; b < kB; ++b) {
     for (int64_t t = 0; t < kT; ++t) {
       const int64_t from = b * kT + pos[t], to = b * kT + t;
       for (int64_t c = 0; c < QKV; ++c) qkv[to * QKV + c] = r.qkv[from * QKV + c];
       for (int64_t c = 0; c < W; ++c) kv[to * W + c] = r.qkv[from * QKV + Q + c];
-      for (int64_t c = 0; c < Q; ++c) dout[to * Q + c] = r.dout[from * Q + c];
+      for (int64_t c = 0; c < O; ++c) dout[to * O + c] = r.dout[from * O + c];
     }
   }
   std::fill(lse.begin(), lse.end(), -std::numeric_limits<double>::infinity());
   for (const AttentionSpan& q : spans) {
     for (const AttentionSpan& k : spans) {
-      be->flash_attention_block_forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N), t2(kv, N), s,
-                                        q, k, kTiles);
+      be->flash_attention_block_forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N), t2(kv, N), s, q,
+                                        k, kTiles);
     }
   }
   for (const AttentionSpan& q : spans) {
     for (const AttentionSpan& k : spans) {
-      be->flash_attention_block_backward(t2(dq, N), t2(dkv, N), t2(dout, N), t2(out, N),
-                                         t2(qkv, N), t2(kv, N), t2(lse, kB * kNH), s, q, k,
-                                         kTiles);
+      be->flash_attention_block_backward(t2(dq, N), t2(dkv, N), t2(dout, N), t2(out, N), t2(qkv, N),
+                                         t2(kv, N), t2(lse, kB * kNH), s, q, k, kTiles);
     }
   }
   for (int64_t b = 0; b < kB; ++b) {
     for (int64_t t = 0; t < kT; ++t) {
       const int64_t from = b * kT + pos[t], to = b * kT + t;
+      for (int64_t c = 0; c < O; ++c) {
+        expect_close(out[to * O + c], r.out[from * O + c], 1e-12, "out", to * O + c);
+      }
       for (int64_t c = 0; c < Q; ++c) {
-        expect_close(out[to * Q + c], r.out[from * Q + c], 1e-12, "out", to * Q + c);
         expect_close(dq[to * QKV + c], r.dqkv[from * QKV + c], 1e-11, "dq", to * QKV + c);
       }
       for (int64_t c = 0; c < W; ++c) {
         expect_close(dkv[to * W + c], r.dqkv[from * QKV + Q + c], 1e-11, "dkv", to * W + c);
       }
       for (int64_t h = 0; h < kNH; ++h) {
-        expect_close(lse[(b * kNH + h) * kT + t], r.lse[(b * kNH + h) * kT + pos[t]], 1e-12,
-                     "lse", t);
+        expect_close(lse[(b * kNH + h) * kT + t], r.lse[(b * kNH + h) * kT + pos[t]], 1e-12, "lse",
+                     t);
       }
     }
   }
+}
+
+TEST(ContextAttention, BlockKernelOverSpansEqualsWholeSequence) {
+  check_block_kernel_over_spans(shape_of(kT));
+}
+
+TEST(ContextAttention, BlockKernelOverSpansWithValueHeadDim) {
+  check_block_kernel_over_spans(mla_shape_of(kT));      // VD > HD, K/V per head (MLA)
+  check_block_kernel_over_spans(shape_of(kT, kKV, 5));  // VD < HD, grouped
 }
 
 TEST(ContextAttention, SplitsAndTheirErrors) {
@@ -144,16 +163,17 @@ TEST(ContextAttention, SplitsAndTheirErrors) {
   EXPECT_EQ(con_pairs[3], 12 * 4 + 10);
 }
 
-// One rank's run of ring attention for `kind`, checked against the reference.
-void run_ring(CpSplit kind) {
+// One rank's run of ring attention for `kind` over the core shape `s` (T = the whole sequence),
+// checked against the reference; `spec` is the same model for plan/'s formulas.
+void run_ring(CpSplit kind, const AttentionShape& s, const plan::ModelSpec& spec) {
   comm::Communicator& world = *testing::mpi_world();
   const int cp = world.size(), rank = world.rank();
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  const Reference r = reference(*be);
+  const Reference r = reference(*be, s);
   const SequenceSplit split{cp, kind};
   const std::vector<int64_t> pos = split.positions(kT, rank);
-  const int64_t Tl = kT / cp, N = kB * Tl, Q = kNH * kHD, QKV = shape_of(kT).qkv_width();
+  const int64_t Tl = kT / cp, N = kB * Tl, Q = s.out_width(), QKV = s.qkv_width();
   std::vector<double> qkv(N * QKV), dout(N * Q), out(N * Q), lse(kB * kNH * Tl), dqkv(N * QKV);
   for (int64_t b = 0; b < kB; ++b) {
     for (int64_t t = 0; t < Tl; ++t) {
@@ -162,13 +182,11 @@ void run_ring(CpSplit kind) {
       std::copy_n(&r.dout[from * Q], Q, &dout[to * Q]);
     }
   }
-  LocalShape ls;
-  ls.batch = kB, ls.seq = Tl, ls.heads = kNH, ls.kv_heads = kKV, ls.head_dim = kHD;
+  AttentionShape local = s;
+  local.T = Tl;
   const size_t workspace_before = tracker.current(MemoryCategory::workspace);
-  parallel::RingAttention ring(*be, tracker, world, split, ls, kT, DType::f64, kTiles);
+  parallel::RingAttention ring(*be, tracker, world, split, local, kT, DType::f64, kTiles);
   // The ring's buffers (2 K/V + 3 dK/dV blocks) are what plan/ says.
-  plan::ModelSpec spec;
-  spec.n_heads = kNH, spec.n_kv_heads = kKV, spec.head_dim = kHD;
   EXPECT_EQ(tracker.current(MemoryCategory::workspace) - workspace_before,
             static_cast<size_t>(plan::context_ring_buffer_bytes(spec, kB, kT, 8, {1, false, cp})));
   const comm::CommCounters before = world.counters();
@@ -186,14 +204,16 @@ void run_ring(CpSplit kind) {
         expect_close(dqkv[to * QKV + c], r.dqkv[from * QKV + c], 1e-11, "dqkv", to * QKV + c);
       }
       for (int64_t h = 0; h < kNH; ++h) {
-        expect_close(lse[(b * kNH + h) * Tl + t], r.lse[(b * kNH + h) * kT + pos[t]], 1e-12,
-                     "lse", t);
+        expect_close(lse[(b * kNH + h) * Tl + t], r.lse[(b * kNH + h) * kT + pos[t]], 1e-12, "lse",
+                     t);
       }
     }
   }
-  // Bytes: one rank's K/V block is B * T/cp * 2 KV HD doubles.
-  const uint64_t block = static_cast<uint64_t>(N * 2 * kKV * kHD * 8);
+  // Bytes: one rank's K/V block is B * T/cp * KV (HD + VD) doubles, plan/'s block.
+  const uint64_t block = static_cast<uint64_t>(N * s.KV * (s.HD + s.v_dim()) * 8);
   EXPECT_EQ(ring.block_bytes(), block);
+  EXPECT_EQ(block,
+            static_cast<uint64_t>(plan::context_ring_block_bytes(spec, kB, kT, 8, {1, false, cp})));
   using comm::Collective;
   const plan::RingBytes want = plan::context_ring_bytes(cp, block);
   EXPECT_EQ(want.forward, (cp - 1) * block);
@@ -241,14 +261,30 @@ void run_ring(CpSplit kind) {
   }
 }
 
+plan::ModelSpec gqa_spec() {
+  plan::ModelSpec spec;
+  spec.n_heads = kNH, spec.n_kv_heads = kKV, spec.head_dim = kHD;
+  return spec;
+}
+
 TEST(MpiContextAttention, ZigzagRingEqualsOneProcess) {
   REQUIRE_MPI(2);
-  run_ring(CpSplit::zigzag);
+  run_ring(CpSplit::zigzag, shape_of(kT), gqa_spec());
 }
 
 TEST(MpiContextAttention, ContiguousRingEqualsOneProcess) {
   REQUIRE_MPI(2);
-  run_ring(CpSplit::contiguous);
+  run_ring(CpSplit::contiguous, shape_of(kT), gqa_spec());
+}
+
+// MLA's core: qk head dim 8 (nope 6 + rope 2), v head dim 12, K and V per query head (the ring
+// sends per-head K/V, plan/'s MLA block).
+TEST(MpiContextAttention, ZigzagRingWithValueHeadDimEqualsOneProcess) {
+  REQUIRE_MPI(2);
+  plan::ModelSpec spec;
+  spec.n_heads = kNH, spec.n_kv_heads = kNH, spec.head_dim = kHD;
+  spec.kv_lora_rank = 16, spec.qk_nope_dim = 6, spec.qk_rope_dim = 2, spec.v_head_dim = 12;
+  run_ring(CpSplit::zigzag, mla_shape_of(kT), spec);
 }
 
 // Packed documents: sequence 0 holds documents [0,12) [12,30) [30,40), sequence 1 [0,25)
@@ -272,8 +308,8 @@ TEST(MpiContextAttention, DocumentMaskedZigzagRingEqualsOneProcess) {
   std::vector<double> qkv = random_values(N * QKV, 1), dout = random_values(N * Q, 2);
   std::vector<double> out(N * Q), lse(kB * kNH * kT), dqkv(N * QKV);
   be->flash_attention_forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N), s, kTiles);
-  be->flash_attention_backward(t2(dqkv, N), t2(dout, N), t2(out, N), t2(qkv, N),
-                               t2(lse, kB * kNH), s, kTiles);
+  be->flash_attention_backward(t2(dqkv, N), t2(dout, N), t2(out, N), t2(qkv, N), t2(lse, kB * kNH),
+                               s, kTiles);
   const SequenceSplit split{cp, CpSplit::zigzag};
   const std::vector<int64_t> pos = split.positions(kT, rank);
   const int64_t Tl = kT / cp, Nl = kB * Tl;
@@ -320,9 +356,10 @@ TEST(MpiContextAttention, DocumentMaskedZigzagRingEqualsOneProcess) {
     EXPECT_EQ(counts.forward.blocks_skipped, 5);
   }
   if (rank == 0) {
-    std::printf("[ring cp=%d zigzag, documents] visible pairs %.0f of causal %lld, per rank "
-                "max/mean %.3f\n",
-                cp, total, static_cast<long long>(kB * kT * (kT + 1) / 2), mx / (total / cp));
+    std::printf(
+        "[ring cp=%d zigzag, documents] visible pairs %.0f of causal %lld, per rank "
+        "max/mean %.3f\n",
+        cp, total, static_cast<long long>(kB * kT * (kT + 1) / 2), mx / (total / cp));
   }
 }
 

@@ -154,6 +154,44 @@ TEST_F(BackendTest, AttentionGradientsWithGroupedHeads) {
   }
 }
 
+// MLA's attention core: value head dim VD != query/key head dim HD (VD < HD and VD > HD, MHA and
+// GQA). Every column of Q | K | V is checked, materialised and tiled (tiles of 4 that do not
+// divide T), the softmax scale being 1/sqrt(HD).
+TEST_F(BackendTest, AttentionGradientsWithValueHeadDim) {
+  for (const AttentionShape& s :
+       {AttentionShape{2, 6, 4, 2, 12, 8}, AttentionShape{1, 7, 4, 4, 8, 12},
+        AttentionShape{1, 5, 4, 2, 8, 12}}) {
+    const int64_t N = s.B * s.T, W = s.qkv_width(), O = s.out_width();
+    ASSERT_EQ(W, (s.NH + s.KV) * s.HD + s.KV * s.VD);
+    auto qkv = random_vector(N * W, 32), R = random_vector(N * O, 33);
+    std::vector<double> out(N * O), probs(s.B * s.NH * s.T * s.T), lse(s.B * s.NH * s.T);
+    for (const bool tiled : {false, true}) {
+      auto loss = [&] {
+        if (tiled) {
+          be->flash_attention_forward(host(out, {N, O}), host(lse, {s.B, s.NH, s.T}),
+                                      host(qkv, {N, W}), s, {4, 4});
+        } else {
+          be->attention_forward(host(out, {N, O}), host(probs, {s.B, s.NH, s.T, s.T}),
+                                host(qkv, {N, W}), s);
+        }
+        return dot(out, R);
+      };
+      loss();
+      std::vector<double> dqkv(N * W, 7.0);  // garbage: backward must overwrite
+      if (tiled) {
+        be->flash_attention_backward(host(dqkv, {N, W}), host(R, {N, O}), host(out, {N, O}),
+                                     host(qkv, {N, W}), host(lse, {s.B, s.NH, s.T}), s, {4, 4});
+      } else {
+        be->attention_backward(host(dqkv, {N, W}), host(R, {N, O}), host(qkv, {N, W}),
+                               host(probs, {s.B, s.NH, s.T, s.T}), s);
+      }
+      // Every 7th element: 7 is prime to the row widths, so every column of Q | K | V is hit.
+      EXPECT_LT(gradient_error(loss, qkv.data(), N * W, dqkv.data(), N * W / 7), 1e-6)
+          << (tiled ? "tiled" : "materialised") << " HD " << s.HD << " VD " << s.VD;
+    }
+  }
+}
+
 TEST_F(BackendTest, SwigluGradients) {
   const int64_t N = 4, F = 6;
   auto gu = random_vector(N * 2 * F, 40), R = random_vector(N * F, 41);

@@ -5,6 +5,8 @@
 // (never reads the old out); backward zeroes dqkv, then the block accumulates dQ | dK | dV into
 // it. Same arithmetic, in the same order, as before the kernels were shared: bitwise equal.
 // Memory beyond inputs and outputs: lse (B*NH*T) and per-thread tiles plus one T-vector.
+// The value head dim VD may differ from the query/key head dim HD (MLA): qkv rows are
+// Q [NH*HD] | K [KV*HD] | V [KV*VD], out rows [NH*VD].
 #include <unistd.h>
 
 #include <limits>
@@ -27,7 +29,8 @@ AttentionBlocks choose_attention_blocks(int64_t head_dim, int64_t seq_len, size_
 }
 
 namespace {
-// The K | V columns of a qkv (or dqkv) buffer [B*T, QKV], as the block kernels take them.
+// The K | V columns of a qkv (or dqkv) buffer [B*T, QKV], [B*T, KV*HD + KV*VD], as the block
+// kernels take them.
 Tensor kv_columns(const Tensor& qkv, const AttentionShape& s) {
   const Matrix m = as_matrix(qkv);
   const Tensor rows2d = qkv.rank() == 2 ? qkv : qkv.view({m.rows, m.cols});
@@ -40,7 +43,7 @@ void CpuBackend::flash_attention_forward(Tensor out, Tensor lse, const Tensor& q
   check_same_dtype(out, qkv, "flash_attention_forward");
   check_same_dtype(lse, qkv, "flash_attention_forward");
   const Matrix mq = as_matrix(qkv), mo = as_matrix(out);
-  TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols == s.qkv_width() && mo.cols == s.NH * s.HD &&
+  TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols == s.qkv_width() && mo.cols == s.out_width() &&
                      lse.numel() == s.B * s.NH * s.T && s.NH % s.KV == 0,
                  "flash_attention_forward shapes");
   const AttentionSpan all{0, s.T, 0};
@@ -56,7 +59,7 @@ void CpuBackend::flash_attention_backward(Tensor dqkv, const Tensor& dout, const
   check_same_dtype(dout, qkv, "flash_attention_backward");
   const Matrix mq = as_matrix(qkv), md = as_matrix(dqkv), mg = as_matrix(dout), mo = as_matrix(out);
   TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols == s.qkv_width() && md.rows == mq.rows &&
-                     md.cols == mq.cols && mg.cols == s.NH * s.HD && mo.cols == s.NH * s.HD &&
+                     md.cols == mq.cols && mg.cols == s.out_width() && mo.cols == s.out_width() &&
                      lse.numel() == s.B * s.NH * s.T && s.NH % s.KV == 0,
                  "flash_attention_backward shapes");
   const AttentionSpan all{0, s.T, 0};

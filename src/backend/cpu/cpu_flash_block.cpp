@@ -13,6 +13,8 @@
 // not decrease along a sequence) is skipped like a tile above the diagonal, and counted.
 // Threads own disjoint outputs: forward (batch, head, query tile) rows; backward (batch, kv group)
 // owns dK, dV of the group and dQ of its heads.
+// Head dims: Q and K have HD columns per head, V and the output VD (= HD except under MLA), so
+// kv rows are K [KV*HD] | V [KV*VD]; the scale is 1/sqrt(HD) whatever VD is.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -61,17 +63,18 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
   check_same_dtype(lse, q, "flash_attention_block_forward");
   const Matrix mq = as_matrix(q), mk = as_matrix(kv), mo = as_matrix(out);
   TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols >= s.NH * s.HD && mk.rows == s.B * s.T &&
-                     mk.cols == 2 * s.KV * s.HD && mo.cols == s.NH * s.HD &&
+                     mk.cols == s.kv_width() && mo.cols == s.out_width() &&
                      lse.numel() == s.B * s.NH * s.T,
                  "flash_attention_block_forward shapes");
   check_spans(s, qs, ks, "flash_attention_block_forward");
   // Nothing visible: every key after every query, or before every query's document.
   if (!any_visible(s, qs, ks)) return;
-  const AttentionBlocks bl =
-      choose_attention_blocks(s.HD, std::max(qs.len, ks.len), dtype_size(q.dtype()), requested);
+  const int64_t VD = s.v_dim();
+  const AttentionBlocks bl = choose_attention_blocks(std::max(s.HD, VD), std::max(qs.len, ks.len),
+                                                     dtype_size(q.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv, nq = (qs.len + Br - 1) / Br;
   const int nthreads = threads();
-  const int64_t per_thread = Br * Bc + Br * s.HD + 2 * Br;
+  const int64_t per_thread = Br * Bc + Br * VD + 2 * Br;
   Tensor work = scratch(q.dtype(), nthreads * per_thread);
   dispatch(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -90,16 +93,16 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
       for (int64_t h = 0; h < s.NH; ++h) {
         for (int64_t qb = 0; qb < nq; ++qb) {
           T* S = pw + omp_get_thread_num() * per_thread;  // [Br, Bc]
-          T* acc = S + Br * Bc;                           // [Br, HD]
-          T* m = acc + Br * s.HD;                         // [Br]
+          T* acc = S + Br * Bc;                           // [Br, VD]
+          T* m = acc + Br * VD;                           // [Br]
           T* l = m + Br;                                  // [Br]
           const int64_t q0 = qb * Br, rows = std::min(Br, qs.len - q0);
           const int64_t qpos0 = qs.position + q0;  // global position of the tile's first query
           const T* qp = pq + (b * s.T + qs.row + q0) * mq.ld + h * s.HD;
           const T* kbase = pk + (b * s.T + ks.row) * mk.ld + (h / group) * s.HD;
-          const T* vbase = kbase + s.KV * s.HD;
+          const T* vbase = pk + (b * s.T + ks.row) * mk.ld + s.KV * s.HD + (h / group) * VD;
           for (int64_t r = 0; r < rows; ++r) m[r] = neg_inf, l[r] = 0;
-          for (int64_t i = 0; i < rows * s.HD; ++i) acc[i] = 0;
+          for (int64_t i = 0; i < rows * VD; ++i) acc[i] = 0;
           // Key tiles holding a key at or before the tile's last query position.
           const int64_t first_key = s.documents.first_key(b, qpos0);
           for (int64_t k0 = 0; k0 < ks.len && ks.position + k0 <= qpos0 + rows - 1; k0 += Bc) {
@@ -110,8 +113,8 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
               continue;
             }
             computed += rows * cols;
-            blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld,
-                         mk.ld, T(0), S, Bc);
+            blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld, mk.ld,
+                         T(0), S, Bc);
             for (int64_t r = 0; r < rows; ++r) {
               T* sr = S + r * Bc;
               const auto [lo, hi] = visible_range(s, b, qpos0 + r, kpos0, cols);
@@ -126,34 +129,36 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
               for (int64_t c = lo; c < hi; ++c) sum += sr[c] = exp_any<T>(sr[c] - mx);
               l[r] = l[r] * correction + sum;
               m[r] = mx;
-              T* ar = acc + r * s.HD;
-              for (int64_t d = 0; d < s.HD; ++d) ar[d] *= correction;
+              T* ar = acc + r * VD;
+              for (int64_t d = 0; d < VD; ++d) ar[d] *= correction;
             }
-            blas_gemm<T>(false, false, rows, s.HD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld,
-                         T(1), acc, s.HD);
+            blas_gemm<T>(false, false, rows, VD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld, T(1),
+                         acc, VD);
           }
           for (int64_t r = 0; r < rows; ++r) {
             if (l[r] == T(0)) continue;  // no visible key in the block: (out, lse) unchanged
-            T* o = po + (b * s.T + qs.row + q0 + r) * mo.ld + h * s.HD;
+            T* o = po + (b * s.T + qs.row + q0 + r) * mo.ld + h * VD;
             T& row_lse = pl[(b * s.NH + h) * s.T + qs.row + q0 + r];
             const T block_lse = m[r] + std::log(l[r]);
             const T inv = T(1) / l[r];
             if (row_lse == neg_inf) {
-              for (int64_t d = 0; d < s.HD; ++d) o[d] = acc[r * s.HD + d] * inv;
+              for (int64_t d = 0; d < VD; ++d) o[d] = acc[r * VD + d] * inv;
               row_lse = block_lse;
               continue;
             }
             const T top = std::max(row_lse, block_lse);
             const T merged = top + std::log(std::exp(row_lse - top) + std::exp(block_lse - top));
             const T w_old = std::exp(row_lse - merged), w_new = std::exp(block_lse - merged) * inv;
-            for (int64_t d = 0; d < s.HD; ++d) o[d] = o[d] * w_old + acc[r * s.HD + d] * w_new;
+            for (int64_t d = 0; d < VD; ++d) o[d] = o[d] * w_old + acc[r * VD + d] * w_new;
             row_lse = merged;
           }
         }
       }
     }
-    tiles_.computed_flops += 4.0 * static_cast<double>(s.HD) * static_cast<double>(computed);
-    tiles_.skipped_flops += 4.0 * static_cast<double>(s.HD) * static_cast<double>(skipped);
+    // 2 (HD + VD) per score element: Q K^T over HD, P V over VD.
+    const double per_score = 2.0 * static_cast<double>(s.HD + VD);
+    tiles_.computed_flops += per_score * static_cast<double>(computed);
+    tiles_.skipped_flops += per_score * static_cast<double>(skipped);
   });
 }
 
@@ -168,15 +173,15 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
   const Matrix mq = as_matrix(q), mk = as_matrix(kv), mdq = as_matrix(dq), mdk = as_matrix(dkv),
                mg = as_matrix(dout), mo = as_matrix(out);
   TRILLION_CHECK(mq.rows == s.B * s.T && mq.cols >= s.NH * s.HD && mk.rows == s.B * s.T &&
-                     mk.cols == 2 * s.KV * s.HD && mdq.rows == mq.rows &&
-                     mdq.cols >= s.NH * s.HD && mdk.rows == mk.rows && mdk.cols == mk.cols &&
-                     mg.cols == s.NH * s.HD && mo.cols == s.NH * s.HD &&
-                     lse.numel() == s.B * s.NH * s.T,
+                     mk.cols == s.kv_width() && mdq.rows == mq.rows && mdq.cols >= s.NH * s.HD &&
+                     mdk.rows == mk.rows && mdk.cols == mk.cols && mg.cols == s.out_width() &&
+                     mo.cols == s.out_width() && lse.numel() == s.B * s.NH * s.T,
                  "flash_attention_block_backward shapes");
   check_spans(s, qs, ks, "flash_attention_block_backward");
   if (!any_visible(s, qs, ks)) return;
-  const AttentionBlocks bl =
-      choose_attention_blocks(s.HD, std::max(qs.len, ks.len), dtype_size(q.dtype()), requested);
+  const int64_t VD = s.v_dim();
+  const AttentionBlocks bl = choose_attention_blocks(std::max(s.HD, VD), std::max(qs.len, ks.len),
+                                                     dtype_size(q.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv;
   const int nthreads = threads();
   const int64_t per_thread = 2 * Br * Bc + qs.len;
@@ -200,19 +205,19 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
         T* dP = P + Br * Bc;                            // [Br, Bc]
         T* D = dP + Br * Bc;                            // [qs.len]
         const T* k = pk + (b * s.T + ks.row) * mk.ld + g * s.HD;
-        const T* v = k + s.KV * s.HD;
+        const T* v = pk + (b * s.T + ks.row) * mk.ld + s.KV * s.HD + g * VD;
         T* dk = pdk + (b * s.T + ks.row) * mdk.ld + g * s.HD;
-        T* dv = dk + s.KV * s.HD;
+        T* dv = pdk + (b * s.T + ks.row) * mdk.ld + s.KV * s.HD + g * VD;
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const int64_t qrow0 = b * s.T + qs.row;
           const T* qh = pq + qrow0 * mq.ld + h * s.HD;
-          const T* d_o = pg + qrow0 * mg.ld + h * s.HD;
-          const T* o = po + qrow0 * mo.ld + h * s.HD;
+          const T* d_o = pg + qrow0 * mg.ld + h * VD;
+          const T* o = po + qrow0 * mo.ld + h * VD;
           const T* lrow = pl + (b * s.NH + h) * s.T + qs.row;
           T* dqh = pdq + qrow0 * mdq.ld + h * s.HD;
           for (int64_t t = 0; t < qs.len; ++t) {
             T acc = 0;
-            for (int64_t d = 0; d < s.HD; ++d) acc += d_o[t * mg.ld + d] * o[t * mo.ld + d];
+            for (int64_t d = 0; d < VD; ++d) acc += d_o[t * mg.ld + d] * o[t * mo.ld + d];
             D[t] = acc;
           }
           for (int64_t q0 = 0; q0 < qs.len; q0 += Br) {
@@ -235,9 +240,9 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
                 for (int64_t c = hi; c < cols; ++c) pr[c] = 0;
               }
               // dV_j += P^T dO_i ; dP = dO_i V_j^T
-              blas_gemm<T>(true, false, cols, s.HD, rows, T(1), P, Bc, d_o + q0 * mg.ld, mg.ld,
-                           T(1), dv + k0 * mdk.ld, mdk.ld);
-              blas_gemm<T>(false, true, rows, cols, s.HD, T(1), d_o + q0 * mg.ld, mg.ld,
+              blas_gemm<T>(true, false, cols, VD, rows, T(1), P, Bc, d_o + q0 * mg.ld, mg.ld, T(1),
+                           dv + k0 * mdk.ld, mdk.ld);
+              blas_gemm<T>(false, true, rows, cols, VD, T(1), d_o + q0 * mg.ld, mg.ld,
                            v + k0 * mk.ld, mk.ld, T(0), dP, Bc);
               for (int64_t r = 0; r < rows; ++r) {
                 for (int64_t c = 0; c < cols; ++c) {
