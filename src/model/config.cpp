@@ -124,13 +124,6 @@ void ModelConfig::validate_mla() {
         "(n_kv_heads = n_heads = {}); remove n_kv_heads",
         n_kv_heads, n_heads));
   }
-  if (d.v_head_dim != qk) {
-    // The backend's attention cores take one head dim for Q, K and V in this build.
-    throw Error(fmt::format(
-        "model.v_head_dim = {} must equal qk_nope_head_dim + qk_rope_head_dim = {} in this build "
-        "(the attention cores take one head dim)",
-        d.v_head_dim, qk));
-  }
   head_dim = qk;
   n_kv_heads = n_heads;
 }

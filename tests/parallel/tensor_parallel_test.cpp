@@ -39,7 +39,8 @@ ModelConfig tp_config(int64_t q_lora_rank = -1) {
   if (q_lora_rank >= 0) {
     c.n_kv_heads = 0;
     c.mla = true;
-    c.mla_dims = {q_lora_rank, /*kv_lora_rank=*/8, /*qk_nope=*/4, /*qk_rope=*/4, /*v=*/8};
+    // v_head_dim 6 != the qk head dim 8
+    c.mla_dims = {q_lora_rank, /*kv_lora_rank=*/8, /*qk_nope=*/4, /*qk_rope=*/4, /*v=*/6};
   }
   c.validate();
   return c;

@@ -207,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelRun, ::testing::ValuesIn(layouts
 TEST(TensorParallelLayout, MlaTrainsTheOneProcessRun) {
   const std::string mla =
       " --set model.attention=mla --set model.q_lora_rank=16 --set model.kv_lora_rank=16"
-      " --set model.qk_nope_head_dim=4 --set model.qk_rope_head_dim=4 --set model.v_head_dim=8";
+      " --set model.qk_nope_head_dim=4 --set model.qk_rope_head_dim=4 --set model.v_head_dim=6";
   const std::string ref = shared_run(kEnv + flags(mla));
   for (bool sp : {false, true}) {
     const std::string run = fresh_dir(std::string("tensor_mla_") + (sp ? "sp" : "nosp"));

@@ -1,6 +1,6 @@
 // Multi-head latent attention (model/mla.h): f64 finite-difference gradients of the MLA sublayer
 // (its input and every weight; with and without query compression, tiled and materialised
-// cores) and of a whole MLA model; split dgrad/wgrad equals the fused backward; two
+// cores, value head dim equal to and different from the qk head dim) and of a whole MLA model; split dgrad/wgrad equals the fused backward; two
 // micro-batches equal one double batch; every recompute policy gives bitwise the same gradients
 // and carves exactly plan/'s activation bytes; config errors name the key.
 #include "model/mla.h"
@@ -21,7 +21,8 @@ using namespace trillion::testing;
 
 namespace {
 
-ModelConfig tiny_mla(DType dtype, int64_t q_lora_rank) {
+// The qk head is 4 + 4 = 8 wide; v_head_dim may differ.
+ModelConfig tiny_mla(DType dtype, int64_t q_lora_rank, int64_t v_head_dim = 8) {
   ModelConfig c;
   c.vocab_size = 19;
   c.d_model = 16;
@@ -32,7 +33,7 @@ ModelConfig tiny_mla(DType dtype, int64_t q_lora_rank) {
   c.init_std = 0.2;  // large enough that every path carries a visible gradient
   c.dtype = dtype;
   c.mla = true;
-  c.mla_dims = {q_lora_rank, /*kv_lora_rank=*/8, /*qk_nope=*/4, /*qk_rope=*/4, /*v_head_dim=*/8};
+  c.mla_dims = {q_lora_rank, /*kv_lora_rank=*/8, /*qk_nope=*/4, /*qk_rope=*/4, v_head_dim};
   return c;
 }
 
@@ -46,6 +47,7 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
 struct SublayerCase {
   int64_t q_lora_rank;
   bool tiled;
+  int64_t v_head_dim;
 };
 
 }  // namespace
@@ -58,7 +60,7 @@ TEST_P(MlaSublayerTest, InputAndEveryWeightMatchFiniteDifferencesInF64) {
   const SublayerCase p = GetParam();
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  ModelConfig cfg = tiny_mla(DType::f64, p.q_lora_rank);
+  ModelConfig cfg = tiny_mla(DType::f64, p.q_lora_rank, p.v_head_dim);
   cfg.validate();
   const int64_t B = 2, T = 6, N = B * T, C = cfg.d_model, NH = cfg.n_heads;
   const MlaConfig& d = cfg.mla_dims;
@@ -164,15 +166,17 @@ TEST_P(MlaSublayerTest, InputAndEveryWeightMatchFiniteDifferencesInF64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(QueryCompressionAndCores, MlaSublayerTest,
-                         ::testing::Values(SublayerCase{0, true}, SublayerCase{12, true},
-                                           SublayerCase{12, false}));
+                         ::testing::Values(SublayerCase{0, true, 8}, SublayerCase{12, true, 6},
+                                           SublayerCase{12, false, 6},
+                                           SublayerCase{0, false, 10}));
 
 class MlaModelGradientTest : public ::testing::TestWithParam<int64_t> {};
 
+// q_lora_rank 0 with v_head_dim = the qk head dim (8), 12 with v_head_dim 6.
 TEST_P(MlaModelGradientTest, EveryParameterMatchesFiniteDifferencesInF64) {
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  const ModelConfig cfg = tiny_mla(DType::f64, GetParam());
+  const ModelConfig cfg = tiny_mla(DType::f64, GetParam(), GetParam() > 0 ? 6 : 8);
   Transformer model(cfg, {2, 6}, *be, tracker);
   model.init_parameters(7);
   const int64_t N = 12;
@@ -198,7 +202,7 @@ INSTANTIATE_TEST_SUITE_P(QueryCompression, MlaModelGradientTest, ::testing::Valu
 TEST(MlaModel, TwoMicroBatchesEqualOneDoubleBatchAndSplitBackwardIsBitwise) {
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  const ModelConfig cfg = tiny_mla(DType::f32, 12);
+  const ModelConfig cfg = tiny_mla(DType::f32, 12, 6);
   Transformer half(cfg, {2, 6}, *be, tracker, /*split_backward=*/true);
   Transformer whole(cfg, {4, 6}, *be, tracker);
   half.init_parameters(11);
@@ -236,7 +240,7 @@ TEST(MlaRecompute, EveryPolicyGivesBitwiseTheSameGradientsAndPlansBytesExactly) 
       for (const char* policy : {"none", "selective", "full", "full:2", "norm-up"}) {
         MemoryTracker tracker;
         auto be = make_cpu_backend(tracker);
-        ModelConfig c = tiny_mla(DType::f32, q_lora);
+        ModelConfig c = tiny_mla(DType::f32, q_lora, q_lora > 0 ? 6 : 8);
         c.n_layers = 3;
         c.tiled_attention = tiled;
         c.set_recompute(policy);
