@@ -37,9 +37,7 @@ struct LocalShape {
   // Q [NH*HD] | K [KV*HD] | V [KV*VD]
   int64_t qkv_width() const { return (heads + kv_heads) * head_dim + kv_heads * value_dim; }
   int64_t attention_width() const { return heads * value_dim; }  // NH * VD
-  AttentionShape attention() const {
-    return {batch, seq, heads, kv_heads, head_dim, value_dim};
-  }
+  AttentionShape attention() const { return {batch, seq, heads, kv_heads, head_dim, value_dim}; }
 };
 
 // batch, seq_len: the micro-batch this rank runs ([B, T] before cp splits T). config must be

@@ -1,8 +1,9 @@
 // Multi-head latent attention (model/mla.h): f64 finite-difference gradients of the MLA sublayer
 // (its input and every weight; with and without query compression, tiled and materialised
-// cores, value head dim equal to and different from the qk head dim) and of a whole MLA model; split dgrad/wgrad equals the fused backward; two
-// micro-batches equal one double batch; every recompute policy gives bitwise the same gradients
-// and carves exactly plan/'s activation bytes; config errors name the key.
+// cores, value head dim equal to and different from the qk head dim) and of a whole MLA model;
+// split dgrad/wgrad equals the fused backward; two micro-batches equal one double batch; every
+// recompute policy gives bitwise the same gradients and carves exactly plan/'s activation bytes;
+// config errors name the key.
 #include "model/mla.h"
 
 #include <gtest/gtest.h>
@@ -167,8 +168,7 @@ TEST_P(MlaSublayerTest, InputAndEveryWeightMatchFiniteDifferencesInF64) {
 
 INSTANTIATE_TEST_SUITE_P(QueryCompressionAndCores, MlaSublayerTest,
                          ::testing::Values(SublayerCase{0, true, 8}, SublayerCase{12, true, 6},
-                                           SublayerCase{12, false, 6},
-                                           SublayerCase{0, false, 10}));
+                                           SublayerCase{12, false, 6}, SublayerCase{0, false, 10}));
 
 class MlaModelGradientTest : public ::testing::TestWithParam<int64_t> {};
 
