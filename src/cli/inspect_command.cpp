@@ -211,6 +211,8 @@ int inspect_command(int argc, char** argv) {
                      {"heads", local.heads},
                      {"kv_heads", local.kv_heads},
                      {"head_dim", local.head_dim},
+                     {"value_dim", local.value_dim},
+                     {"rope_dim", local.rope_dim},
                      {"ffn", local.ffn},
                      {"vocab_rows", local.vocab_rows},
                      {"experts", local.experts}}},
@@ -266,6 +268,18 @@ int inspect_command(int argc, char** argv) {
       static_cast<long long>(local.heads), static_cast<long long>(local.kv_heads),
       static_cast<long long>(local.head_dim), static_cast<long long>(local.ffn),
       static_cast<long long>(local.vocab_rows));
+  if (mc.mla) {
+    const MlaConfig& d = mc.mla_dims;
+    std::printf(
+        "attention: mla, %s core: q_lora_rank %lld%s, kv_lora_rank %lld, qk head %lld (nope %lld "
+        "+ rope %lld, one rope key shared by all heads), v_head_dim %lld\n",
+        mc.tiled_attention ? "tiled" : "materialized", static_cast<long long>(d.q_lora_rank),
+        d.q_lora_rank == 0 ? " (no query compression)" : "", static_cast<long long>(d.kv_lora_rank),
+        static_cast<long long>(mc.head_dim), static_cast<long long>(d.qk_nope_head_dim),
+        static_cast<long long>(d.qk_rope_head_dim), static_cast<long long>(d.v_head_dim));
+  } else {
+    std::printf("attention: gqa, %s core\n", mc.tiled_attention ? "tiled" : "materialized");
+  }
   std::printf("\n%-6s %-8s %-6s %-14s %14s %6s %18s\n", "stage", "pp rank", "chunk", "units",
               "parameters", "slots", "activation bytes");
   for (const StageInfo& s : stages) {

@@ -287,7 +287,7 @@ uint64_t export_hf_llama(const ExportOptions& o) {
   std::vector<StoredTensor> tensors;
   for (const TensorSpec& s : table.specs()) {
     // The main model only: Llama has no place for multi-token-prediction modules (and
-    // generation never uses them; docs/deepseek-v3-mtp.md).
+    // generation never uses them; docs/deepseek-v3.md).
     if (s.name.starts_with("mtp.")) continue;
     for (const HfTensor& t : hf_tensors(s)) {
       tensors.push_back(

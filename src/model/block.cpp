@@ -9,15 +9,21 @@ namespace trillion {
 BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, MoeState* moe) const {
   const int64_t N = ctx_.residual_tokens(), C = ctx_.shape.d_model;
   const bool sp = ctx_.sequence_parallel();
+  const bool norm_up = r == LayerRecompute::norm_up;
+  TRILLION_CHECK(!(norm_up && sp), "norm-up recompute does not run under sequence parallelism");
   Carver& base = r == LayerRecompute::full ? shared : kept;  // full keeps only out
-  Carver& core = r == LayerRecompute::none ? kept : shared;  // attention core, SwiGLU output
+  // The attention core and the SwiGLU output.
+  Carver& core = r == LayerRecompute::none || norm_up ? kept : shared;
+  Carver& normed = norm_up ? shared : base;  // the norm outputs (and MLA's up-projections)
   BlockActivations a;
-  a.norm1 = base.take({N, C});
+  a.norm1 = normed.take({N, C});
   a.rstd1 = base.take({N});
   if (sp) a.norm1_full = base.take({ctx_.shape.tokens(), C});
-  a.attn = attention_.carve(base, core);
+  // MLA's core has the same shapes (LocalShape); norm-up recomputes its qkv.
+  a.attn = attention_.carve(mla_ ? normed : base, core);
+  if (mla_) a.mla = mla_->carve(base, normed, norm_up);
   a.mid = base.take({N, C});
-  a.norm2 = base.take({N, C});
+  a.norm2 = normed.take({N, C});
   a.rstd2 = base.take({N});
   if (sp) a.norm2_full = base.take({ctx_.shape.tokens(), C});
   if (moe != nullptr) {
@@ -42,6 +48,7 @@ BlockStash Block::carve_stash(Carver& c) const {
   g.d_norm2 = c.take({Nr, C});
   g.d_mid = c.take({N, C});
   g.attn = attention_.carve_stash(c);
+  if (mla_) g.mla = mla_->carve_stash(c);
   g.d_norm1 = c.take({Nr, C});
   return g;
 }
@@ -57,8 +64,16 @@ void Block::recompute(const BlockWeights& w, const BlockActivations& a, const Te
                       LayerRecompute r) {
   if (r == LayerRecompute::full) {
     forward(w, a, cos_sin, /*write_out=*/false);
+  } else if (r == LayerRecompute::norm_up) {
+    be_.rmsnorm_forward(a.norm1, a.rstd1, a.x, w.attn_norm, eps_);
+    if (mla_) mla_->recompute_up(a.norm1, w.mla, a.mla, a.attn, cos_sin);
+    be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
   } else if (r == LayerRecompute::selective) {
-    attention_.recompute_core(a.attn);
+    if (mla_) {
+      mla_->recompute_core(a.attn);
+    } else {
+      attention_.recompute_core(a.attn);
+    }
     if (a.moe == nullptr) mlp_.recompute_core(a.mlp);
   }
 }
@@ -97,8 +112,13 @@ void Block::forward(const BlockWeights& w, const BlockActivations& a, const Tens
   be_.rmsnorm_forward(a.norm1, a.rstd1, a.x, w.attn_norm, eps_);
   const Tensor& attn_in = sp ? a.norm1_full : a.norm1;
   if (sp) parallel::all_gather_sp_forward(ctx_.tp, a.norm1, a.norm1_full);
-  residual_exit(a.mid, a.x, a.partial,
-                [&](const Tensor& out) { attention_.forward(out, attn_in, w.attn, a.attn, cos_sin); });
+  residual_exit(a.mid, a.x, a.partial, [&](const Tensor& out) {
+    if (mla_) {
+      mla_->forward(out, attn_in, w.mla, a.mla, a.attn, cos_sin);
+    } else {
+      attention_.forward(out, attn_in, w.attn, a.attn, cos_sin);
+    }
+  });
   // MLP half: out = mid + Mlp(rmsnorm(mid))
   be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
   const Tensor& mlp_in = sp ? a.norm2_full : a.norm2;
@@ -146,7 +166,12 @@ void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActiva
     be_.copy(g.d_mid, dres);
   }
   const Tensor& d_norm1_full = sp ? a.partial : g.d_norm1;
-  attention_.backward_input(d_norm1_full, g.d_mid, w.attn, a.attn, g.attn, t.d_heads, cos_sin);
+  if (mla_) {
+    mla_->backward_input(d_norm1_full, g.d_mid, w.mla, a.mla, a.attn, g.attn, g.mla, t.d_heads,
+                         cos_sin);
+  } else {
+    attention_.backward_input(d_norm1_full, g.d_mid, w.attn, a.attn, g.attn, t.d_heads, cos_sin);
+  }
   if (sp) {
     parallel::all_gather_sp_backward(tp, d_norm1_full, g.d_norm1);
   } else {
@@ -163,11 +188,21 @@ void Block::backward_weight(const BlockWeights& d, const BlockActivations& a, co
     mlp_.backward_weight(d.mlp, sp ? a.norm2_full : a.norm2, g.d_out, a.mlp, g.mlp);
   }
   be_.rmsnorm_backward_weight(d.mlp_norm, g.d_norm2, a.mid, a.rstd2);
-  attention_.backward_weight(d.attn, sp ? a.norm1_full : a.norm1, g.d_mid, a.attn, g.attn);
+  const Tensor& attn_in = sp ? a.norm1_full : a.norm1;
+  if (mla_) {
+    mla_->backward_weight(d.mla, attn_in, g.d_mid, a.mla, a.attn, g.attn, g.mla);
+  } else {
+    attention_.backward_weight(d.attn, attn_in, g.d_mid, a.attn, g.attn);
+  }
   be_.rmsnorm_backward_weight(d.attn_norm, g.d_norm1, a.x, a.rstd1);
 }
 
 void reduce_replicated_gradients(const ParallelContext& ctx, const BlockWeights& grads) {
+  if (ctx.tp_size() == 1) return;
+  if (!grads.mla.wkv_a.empty()) {
+    for (const Tensor& t : {grads.mla.wq_a, grads.mla.q_norm, grads.mla.wkv_a, grads.mla.kv_norm})
+      if (!t.empty()) ctx.tp->all_reduce(t);
+  }
   if (!ctx.sequence_parallel()) return;
   ctx.tp->all_reduce(grads.attn_norm);
   ctx.tp->all_reduce(grads.mlp_norm);

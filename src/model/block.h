@@ -15,19 +15,27 @@
 // (reduce_replicated_gradients); without SP every tp rank computes them whole and identical.
 #pragma once
 
+#include <optional>
+
 #include "model/attention.h"
+#include "model/mla.h"
 #include "model/mlp.h"
 #include "model/moe.h"
 
 namespace trillion {
 
 // What a layer keeps for backward: everything, everything but the attention core and the SwiGLU
-// output (selective), or only its output (full). See plan/activation_memory.h.
-enum class LayerRecompute { none, selective, full };
+// output (selective), only its output (full), or everything but the norm outputs and MLA's
+// up-projections (norm_up). See plan/activation_memory.h.
+// norm_up (DeepSeek-V3 §3.2.3): keeps everything but the norm outputs and, under MLA, the normed
+// latents and the up-projected qkv (recomputed from the kept pre-norm latents and the rotated
+// shared key).
+enum class LayerRecompute { none, selective, full, norm_up };
 
 struct BlockWeights {  // parameters or their gradients (same layout)
   Tensor attn_norm;    // [C]
-  AttentionWeights attn;
+  AttentionWeights attn;  // GQA
+  MlaWeights mla;         // MLA (model.attention = "mla")
   Tensor mlp_norm;  // [C]
   MlpWeights mlp;
   MoeWeights moe;  // MoE layers (their mlp is empty)
@@ -38,7 +46,8 @@ struct BlockActivations {  // saved by forward for backward
   Tensor norm1;            // [N, C]
   Tensor rstd1;            // [N]
   Tensor norm1_full;       // [N, C] SP only: norm1 gathered over tp (the attention's input)
-  AttentionActivations attn;
+  AttentionActivations attn;  // the attention core's tensors (GQA and MLA)
+  MlaActivations mla;         // MLA's latents
   Tensor mid;    // [N, C] residual after attention
   Tensor norm2;  // [N, C]
   Tensor rstd2;  // [N]
@@ -59,24 +68,28 @@ struct BlockStash {  // output gradients of each weight-bearing op, for backward
   Tensor d_norm1;    // [N, C] feeds attn_norm (SP: N/tp rows)
   MlpStash mlp;
   AttentionStash attn;
+  MlaStash mla;
 };
 
 struct BlockScratch {  // temporaries of backward_input, dead after it returns
   Tensor d_act;        // [N, F]
-  Tensor d_heads;      // [N, NH*HD]
+  Tensor d_heads;      // [N, NH*VD]
 };
 
 class Block {
  public:
-  // moe: the MoE module of the model's MoE layers (nullptr for a dense model).
+  // moe: the MoE module of the model's MoE layers (nullptr for a dense model). mla: the MLA
+  // dimensions when the attention sublayer is multi-head latent attention (nullptr: GQA).
   Block(Backend& backend, const ParallelContext& ctx, double norm_eps, bool tiled,
-        AttentionBlocks blocks, Moe* moe = nullptr)
+        AttentionBlocks blocks, Moe* moe = nullptr, const MlaConfig* mla = nullptr)
       : be_(backend),
         ctx_(ctx),
         eps_(norm_eps),
         attention_(backend, ctx, tiled, blocks),
         mlp_(backend, ctx),
-        moe_(moe) {}
+        moe_(moe) {
+    if (mla != nullptr) mla_.emplace(backend, ctx, *mla, norm_eps, tiled, blocks);
+  }
 
   // Carves every tensor but x: what the layer keeps from `kept`, what it recomputes from
   // `shared` (one buffer reused by every layer of the stage). moe: a MoE layer's state (its
@@ -112,11 +125,13 @@ class Block {
   Attention attention_;
   Mlp mlp_;
   Moe* moe_;
+  std::optional<Mla> mla_;  // set: the attention sublayer is MLA
 };
 
 // Sums the gradients of the tp-replicated tensors a sequence-parallel block computes from its
-// token slice only (the norm weights) over tp, in place; nothing without SP. Call once per step
-// after the last micro-batch's backward.
+// token slice only (the norm weights) over tp, in place; with MLA also its down-projections and
+// latent norms (partial over the rank's heads, with or without SP). Call once per step after the
+// last micro-batch's backward.
 void reduce_replicated_gradients(const ParallelContext& ctx, const BlockWeights& grads);
 
 }  // namespace trillion

@@ -48,6 +48,11 @@ CachedDecoder::CachedDecoder(const ModelConfig& config, const TensorTable& table
   config_.validate();
   if (config_.moe.enabled())
     throw Error("the KV-cached decoder supports dense models only; pass --no-kv-cache");
+  if (config_.mla) {
+    throw Error(
+        "the KV-cached decoder supports grouped-query attention only (MLA's latent cache is not "
+        "implemented yet); pass --no-kv-cache");
+  }
   const DType dt = config_.dtype;
   const int64_t T = config_.seq_len, HD = config_.head_dim, C = config_.d_model;
   const int64_t NH = config_.n_heads, KV = config_.n_kv_heads, F = config_.ffn_hidden;

@@ -19,6 +19,7 @@ void ModelConfig::validate() {
   positive("n_heads", n_heads);
   positive("ffn_hidden", ffn_hidden);
   positive("seq_len", seq_len);
+  if (mla) validate_mla();
   if (n_kv_heads == 0) n_kv_heads = n_heads;
   positive("n_kv_heads", n_kv_heads);
   if (head_dim == 0) {
@@ -133,10 +134,55 @@ void ModelConfig::validate_mtp() const {
   }
 }
 
+void ModelConfig::validate_mla() {
+  const MlaConfig& d = mla_dims;
+  auto at_least = [](const char* key, int64_t v, int64_t low) {
+    if (v < low) {
+      throw Error(
+          fmt::format("model.{} = {} must be >= {} with attention = \"mla\" (DeepSeek-V3: "
+                      "q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, "
+                      "qk_rope_head_dim 64, v_head_dim 128)",
+                      key, v, low));
+    }
+  };
+  at_least("q_lora_rank", d.q_lora_rank, 0);
+  at_least("kv_lora_rank", d.kv_lora_rank, 1);
+  at_least("qk_nope_head_dim", d.qk_nope_head_dim, 1);
+  at_least("qk_rope_head_dim", d.qk_rope_head_dim, 2);
+  at_least("v_head_dim", d.v_head_dim, 1);
+  if (d.qk_rope_head_dim % 2 != 0) {
+    throw Error(fmt::format("model.qk_rope_head_dim = {} must be even for rotary embeddings",
+                            d.qk_rope_head_dim));
+  }
+  // Every head has its own key and value (from the shared latent): n_kv_heads = n_heads, and
+  // the query/key head is qk_nope + qk_rope wide. Either may be written out (a resolved config
+  // does) but must then agree.
+  const int64_t qk = d.qk_nope_head_dim + d.qk_rope_head_dim;
+  if (head_dim != 0 && head_dim != qk) {
+    throw Error(fmt::format(
+        "model.head_dim = {} with attention = \"mla\": the query/key head dim is qk_nope_head_dim "
+        "+ qk_rope_head_dim = {}; remove head_dim",
+        head_dim, qk));
+  }
+  if (n_kv_heads != 0 && n_kv_heads != n_heads) {
+    throw Error(fmt::format(
+        "model.n_kv_heads = {} with attention = \"mla\": every head has its own key and value "
+        "(n_kv_heads = n_heads = {}); remove n_kv_heads",
+        n_kv_heads, n_heads));
+  }
+  head_dim = qk;
+  n_kv_heads = n_heads;
+}
+
 void ModelConfig::set_recompute(const std::string& text) {
   const size_t colon = text.find(':');
   const std::string kind = text.substr(0, colon);
   recompute_every = 1;
+  recompute_norm_up = text == "norm-up";
+  if (recompute_norm_up) {
+    recompute = plan::Recompute::kNone;
+    return;
+  }
   if (colon != std::string::npos) {
     int64_t k = 0;
     try {
@@ -161,12 +207,13 @@ void ModelConfig::set_recompute(const std::string& text) {
   } else if (kind == "full") {
     recompute = plan::Recompute::kFull;
   } else {
-    throw Error(
-        fmt::format("model.recompute = '{}': expected none, selective, full or full:K", text));
+    throw Error(fmt::format(
+        "model.recompute = '{}': expected none, selective, full, full:K or norm-up", text));
   }
 }
 
 std::string ModelConfig::recompute_string() const {
+  if (recompute_norm_up) return "norm-up";
   switch (recompute) {
     case plan::Recompute::kNone:
       return "none";
@@ -193,6 +240,13 @@ plan::ModelSpec ModelConfig::spec() const {
   s.default_seq = seq_len;
   s.init_std = init_std;
   s.mtp_depth = mtp.depth;
+  if (mla) {
+    s.q_lora_rank = mla_dims.q_lora_rank;
+    s.kv_lora_rank = mla_dims.kv_lora_rank;
+    s.qk_nope_dim = mla_dims.qk_nope_head_dim;
+    s.qk_rope_dim = mla_dims.qk_rope_head_dim;
+    s.v_head_dim = mla_dims.v_head_dim;
+  }
   if (moe.enabled()) {
     s.n_dense_layers = moe.n_dense_layers;
     s.n_routed_experts = moe.n_routed_experts;

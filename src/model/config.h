@@ -50,6 +50,18 @@ struct MtpConfig {
   }
 };
 
+// Multi-head latent attention (DeepSeek-V2 2405.04434 §2.1, V3 2412.19437 §2.1.1; model/mla.h):
+// queries through a q_lora_rank latent (0: directly from x, as DeepSeek-V2-Lite), keys and values
+// through a kv_lora_rank latent plus one decoupled RoPE key of qk_rope_head_dim shared by all
+// heads. Query/key heads are qk_nope_head_dim + qk_rope_head_dim wide, value heads v_head_dim.
+struct MlaConfig {
+  int64_t q_lora_rank = 0;       // DQ (0: no query compression)
+  int64_t kv_lora_rank = 0;      // DC
+  int64_t qk_nope_head_dim = 0;  // DN
+  int64_t qk_rope_head_dim = 0;  // DR
+  int64_t v_head_dim = 0;        // VD
+};
+
 struct ModelConfig {
   int64_t vocab_size = 0;  // V
   int64_t d_model = 0;     // C
@@ -67,24 +79,39 @@ struct ModelConfig {
   // Activation recomputation (config key recompute = none | selective | full | full:K).
   plan::Recompute recompute = plan::Recompute::kNone;
   int64_t recompute_every = 1;  // full:K recomputes layers l with l % K == 0
-  bool tiled_attention = true;  // attention = "tiled" (FlashAttention) | "materialized"
+  // recompute = "norm-up" (DeepSeek-V3 §3.2.3): recompute kNone plus every RMSNorm output and
+  // MLA's up-projected Q, K, V recomputed in backward (plan::RecomputePolicy::kNormUp).
+  bool recompute_norm_up = false;
+  // attention_kernel = "tiled" (FlashAttention) | "materialized": the attention core of both
+  // modules (the legacy spelling attention = "tiled" | "materialized" means GQA with that core).
+  bool tiled_attention = true;
+  bool mla = false;  // attention = "mla" (else "gqa": grouped-query attention, model/attention.h)
+  MlaConfig mla_dims;
   int64_t attention_block = 0;  // tile size of tiled attention; 0 = chosen from the cache size
   MoeConfig moe;
   MtpConfig mtp;
   // Whether layer l is a MoE layer.
   bool moe_layer(int64_t l) const { return moe.enabled() && l >= moe.n_dense_layers; }
 
-  // Parses "none", "selective", "full" or "full:K" into recompute / recompute_every.
+  // Parses "none", "selective", "full", "full:K" or "norm-up" into recompute / recompute_every
+  // / recompute_norm_up.
   void set_recompute(const std::string& text);
   std::string recompute_string() const;
   plan::ActivationPolicy activation_policy() const {
-    return {recompute, recompute_every, tiled_attention};
+    return {recompute, recompute_every, tiled_attention, recompute_norm_up};
   }
 
-  // Fills the derived defaults (n_kv_heads, head_dim) and throws Error naming the first invalid
+  // The RoPE width of a head: qk_rope_head_dim under MLA, else head_dim.
+  int64_t rope_dim() const { return mla ? mla_dims.qk_rope_head_dim : head_dim; }
+  // The value head width VD: v_head_dim under MLA, else head_dim.
+  int64_t value_dim() const { return mla ? mla_dims.v_head_dim : head_dim; }
+
+  // Fills the derived defaults (n_kv_heads, head_dim; under MLA head_dim = qk_nope + qk_rope and
+  // n_kv_heads = n_heads) and throws Error naming the first invalid
   // field and how to fix it.
   void validate();
   void validate_mtp() const;  // the model.mtp_* keys (called by validate)
+  void validate_mla();  // validate()'s MLA part (mla only): fills head_dim and n_kv_heads
   // The planner's description of this model: plan::parameter_table(spec()) is the table the
   // engine allocates, and plan's counts and FLOPs of it are the engine's.
   plan::ModelSpec spec() const;

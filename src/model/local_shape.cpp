@@ -33,6 +33,8 @@ LocalShape local_shape(const ModelConfig& c, int64_t batch, int64_t seq_len,
   s.heads = divide(c.n_heads, d.tp, "tp", "model.n_heads");
   s.kv_heads = divide(c.n_kv_heads, d.tp, "tp", "model.n_kv_heads");
   s.head_dim = c.head_dim;
+  s.value_dim = c.value_dim();
+  s.rope_dim = c.rope_dim();
   s.ffn = divide(c.ffn_hidden, d.tp, "tp", "model.ffn_hidden");
   s.vocab_rows = divide(c.vocab_size, d.tp, "tp", "model.vocab_size");
   s.experts = 0;

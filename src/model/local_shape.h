@@ -27,14 +27,17 @@ struct LocalShape {
   int64_t d_model = 0;     // C
   int64_t heads = 0;       // NH / tp
   int64_t kv_heads = 0;    // KV / tp
-  int64_t head_dim = 0;    // HD
+  int64_t head_dim = 0;    // HD (query/key head dim; MLA: qk_nope + qk_rope)
+  int64_t value_dim = 0;   // VD (value head dim; = HD except under MLA)
+  int64_t rope_dim = 0;    // the rotated width of a head (= HD except under MLA: qk_rope)
   int64_t ffn = 0;         // F / tp
   int64_t vocab_rows = 0;  // V / tp
   int64_t experts = 0;     // E / ep (0: dense model)
   int64_t tokens() const { return batch * seq; }                // N
-  int64_t qkv_width() const { return (heads + 2 * kv_heads) * head_dim; }
-  int64_t attention_width() const { return heads * head_dim; }  // NH * HD
-  AttentionShape attention() const { return {batch, seq, heads, kv_heads, head_dim}; }
+  // Q [NH*HD] | K [KV*HD] | V [KV*VD]
+  int64_t qkv_width() const { return (heads + kv_heads) * head_dim + kv_heads * value_dim; }
+  int64_t attention_width() const { return heads * value_dim; }  // NH * VD
+  AttentionShape attention() const { return {batch, seq, heads, kv_heads, head_dim, value_dim}; }
 };
 
 // batch, seq_len: the micro-batch this rank runs ([B, T] before cp splits T). config must be

@@ -33,7 +33,8 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
       moe_(make_moe(config, ctx_, backend, tracker)),
       embedding_(backend, ctx_),
       block_(backend, ctx_, config.norm_eps, config.tiled_attention,
-             {config.attention_block, config.attention_block}, moe_.get()),
+             {config.attention_block, config.attention_block}, moe_.get(),
+             config.mla ? &config.mla_dims : nullptr),
       head_(backend, ctx_, config.norm_eps) {
   const int L = static_cast<int>(config.n_layers);
   if (range.first_unit < 0 || range.last_unit > L + 1 || range.first_unit > range.last_unit) {
@@ -149,7 +150,7 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
     scratch_ = block_.carve_scratch(c);
     cos_sin_ =
         c.take({options_.restart_positions ? ctx_.shape.seq * ctx_.sequence.cp : ctx_.shape.seq,
-                ctx_.shape.head_dim});
+                ctx_.shape.rope_dim});
     if (has_head()) logits = head_.carve_logits(c);
     if (ctx_.sequence_parallel() && (has_head() || has_embedding())) tp_full_ = c.take({N, C});
   };
@@ -170,7 +171,8 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   // RoPE table: angle(t, i) = p(t) * theta^(-2i/HD), computed in double, at the global position
   // p(t) of local row t (context parallelism holds chunks of the sequence, sequence_split.h).
   // Under restart_positions, table row t is position t itself (rows are picked per document).
-  const int64_t T = cos_sin_.size(0), HD = ctx_.shape.head_dim, half = HD / 2;
+  // HD here is the rotated width (MLA: qk_rope_head_dim).
+  const int64_t T = cos_sin_.size(0), HD = ctx_.shape.rope_dim, half = HD / 2;
   std::vector<int64_t> positions(T);
   if (options_.restart_positions) {
     for (int64_t t = 0; t < T; ++t) positions[t] = t;
@@ -194,9 +196,20 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
 
 StageModel::LayerSpecs StageModel::find_layer_specs(const std::string& p, bool moe) const {
   const TensorTable& t = params_.table();
-  LayerSpecs ls{t.index(p + "attn_norm"), t.index(p + "attn.wq"), t.index(p + "attn.wo"),
-                t.index(p + "mlp_norm")};
+  // MLA's block has a query latent (wq_a, q_norm, wq_b) unless q_lora_rank = 0 (wq), and the KV
+  // latent (wkv_a, kv_norm, wkv_b); the table says which (the MTP modules' blocks follow the
+  // main model's attention).
+  const bool q_latent = t.contains(p + "attn.wq_b");
+  LayerSpecs ls{t.index(p + "attn_norm"), t.index(p + (q_latent ? "attn.wq_b" : "attn.wq")),
+                t.index(p + "attn.wo"), t.index(p + "mlp_norm")};
   auto optional = [&](const std::string& name) { return t.contains(name) ? t.index(name) : -1; };
+  if (t.contains(p + "attn.wkv_a")) {
+    ls.wq_a = optional(p + "attn.wq_a");
+    ls.q_norm = optional(p + "attn.q_norm");
+    ls.wkv_a = t.index(p + "attn.wkv_a");
+    ls.kv_norm = t.index(p + "attn.kv_norm");
+    ls.wkv_b = t.index(p + "attn.wkv_b");
+  }
   if (moe) {
     ls.moe = true;
     ls.router = t.index(p + "moe.router");
@@ -342,6 +355,7 @@ void StageModel::name_site(const Slot& s, size_t i) const {
 }
 
 LayerRecompute StageModel::layer_recompute(size_t i) const {
+  if (config_.recompute_norm_up) return LayerRecompute::norm_up;
   switch (config_.recompute) {
     case plan::Recompute::kNone:
       return LayerRecompute::none;
@@ -365,8 +379,21 @@ BlockWeights StageModel::block_weights(bool grads, const LayerSpecs& s, int64_t 
   // The global layer index: a pipeline stage's GEMMs take the precision one process gives them.
   w.attn.layer = w.mlp.layer = w.moe.layer = w.moe.shared.layer = layer;
   w.attn_norm = at(s.attn_norm);
-  w.attn.wqkv = joined(s.wq, ctx_.shape.qkv_width());
-  w.attn.wo = at(s.wo);
+  if (s.wkv_a >= 0) {  // MLA
+    w.mla.layer = layer;
+    if (s.wq_a >= 0) {
+      w.mla.wq_a = at(s.wq_a);
+      w.mla.q_norm = at(s.q_norm);
+    }
+    w.mla.wq = at(s.wq);
+    w.mla.wkv_a = at(s.wkv_a);
+    w.mla.kv_norm = at(s.kv_norm);
+    w.mla.wkv_b = at(s.wkv_b);
+    w.mla.wo = at(s.wo);
+  } else {
+    w.attn.wqkv = joined(s.wq, ctx_.shape.qkv_width());
+    w.attn.wo = at(s.wo);
+  }
   w.mlp_norm = at(s.mlp_norm);
   if (!s.moe) {
     w.mlp.w_gate_up = joined(s.w_gate, 2 * ctx_.shape.ffn);

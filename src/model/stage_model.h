@@ -114,6 +114,8 @@ class StageModel {
     bool moe = false;  // MoE layer: router, shared and routed experts instead of w_gate/w_down
     int router = -1, router_bias = -1, shared_gate = -1, shared_down = -1;
     int experts_gate = -1, experts_up = -1, experts_down = -1;
+    // MLA (wq is then wq_b, or wq without query compression).
+    int wq_a = -1, q_norm = -1, wkv_a = -1, kv_norm = -1, wkv_b = -1;
   };
   struct Slot {
     Tensor input;  // [N, C]

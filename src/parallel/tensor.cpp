@@ -10,24 +10,29 @@ TensorParallel::TensorParallel(comm::Communicator& tp, bool sequence_parallel,
   for (const OptimSegment& s : segments) {
     if (s.length > 0 && table.spec(s.spec).shard.group != ShardGroup::tp) {
       replicated_.push_back(s);
-      replicated_elements_ += s.length;
+      // Replicated attention tensors are MLA's down-projections and latent norms: partial over
+      // the rank's heads with or without SP.
+      if (sp_ || table.spec(s.spec).role == TensorRole::attention) {
+        partial_.push_back(s);
+        partial_elements_ += s.length;
+      }
     }
   }
 }
 
 void TensorParallel::reduce_replicated_gradients(const Buffer& grads) {
-  if (!sp_ || tp_.size() == 1 || replicated_elements_ == 0) return;
+  if (tp_.size() == 1 || partial_elements_ == 0) return;
   // Packed into one message (in f64): one all-reduce per step, whatever the number of norms.
-  std::vector<double> packed(replicated_elements_);
+  std::vector<double> packed(partial_elements_);
   int64_t at = 0;
-  for (const OptimSegment& s : replicated_) {
+  for (const OptimSegment& s : partial_) {
     be_.copy(Tensor(packed.data() + at, DType::f64, {s.length}),
              grads.view(s.grad_offset, {s.length}));
     at += s.length;
   }
-  tp_.all_reduce(Tensor(packed.data(), DType::f64, {replicated_elements_}));
+  tp_.all_reduce(Tensor(packed.data(), DType::f64, {partial_elements_}));
   at = 0;
-  for (const OptimSegment& s : replicated_) {
+  for (const OptimSegment& s : partial_) {
     be_.copy(grads.view(s.grad_offset, {s.length}),
              Tensor(packed.data() + at, DType::f64, {s.length}));
     at += s.length;

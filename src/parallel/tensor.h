@@ -4,7 +4,9 @@
 //   - The gradients of tensors replicated over tp (the norm weights; every other tensor of our
 //     Llama block is a tp shard) are partial sums over the rank's N/tp token rows under sequence
 //     parallelism: sum them over tp (one all-reduce of all of them). Without SP every tp rank
-//     computed them whole and identical: nothing to do.
+//     computed them whole and identical: nothing to do. MLA's replicated down-projections and
+//     latent norms (role attention) are partial over the rank's heads: summed with or without
+//     SP.
 //   - The global gradient norm counts each parameter once: the shards' squares are summed over
 //     tp, the replicated tensors' taken from one tp rank.
 // It works on the optimizer's view of the gradients (segments over optimizer_grads), so it is
@@ -28,7 +30,7 @@ class TensorParallel {
                  const std::vector<OptimSegment>& segments, Backend& backend);
 
   // Sums the replicated tensors' gradient pieces in `grads` (the optimizer's gradient buffer)
-  // over tp, in place; nothing without SP.
+  // over tp, in place (without SP only MLA's).
   void reduce_replicated_gradients(const Buffer& grads);
   // The sum of squares over the tp group, each parameter once, from this rank's `sum_sq` (over
   // every tensor it holds, as DataParallel::gradient_sum_squares gives it) and `replicated_sq`
@@ -42,7 +44,8 @@ class TensorParallel {
   bool sp_;
   Backend& be_;
   std::vector<OptimSegment> replicated_;  // the segments of tensors not split over tp
-  int64_t replicated_elements_ = 0;
+  std::vector<OptimSegment> partial_;     // those whose gradients are partial sums over tp
+  int64_t partial_elements_ = 0;
 };
 
 }  // namespace trillion::parallel

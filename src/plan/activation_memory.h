@@ -18,6 +18,14 @@
 //   gate_up    N*2F      SwiGLU's input                             elem
 //   act        N*F       input of w_down                            elem
 //   out        N*C       block output = next block's input          elem
+// Multi-head latent attention (model/mla.h) has QKV = (2*NH*HD + NH*VD) with HD = qk_nope +
+// qk_rope (one K/V head per query head), A = NH*VD, and keeps its latents besides:
+//   cq, cq_norm  2*N*DQ  the query latent before/after its norm    elem   (q_lora_rank > 0)
+//   rstd_q       N                                                 stat   (q_lora_rank > 0)
+//   ckv, ckv_norm 2*N*DC the kv latent before/after its norm       elem
+//   rstd_kv      N                                                 stat
+// (replicated over tp and whole N rows under SP: they come from the gathered input). Selective
+// and full recompute treat them like norm1 (kept, resp. recomputed).
 // Selective recompute drops what is cheap to recompute and large: the attention core (attn
 // state and attn out, recomputed from qkv) and the SwiGLU output (from gate_up); full recompute
 // keeps only `out` (the next layer's input) and recomputes the block from its input. Recomputed
@@ -51,6 +59,10 @@ struct ActivationPolicy {
   Recompute recompute = Recompute::kNone;
   int64_t full_every = 1;  // full recompute on layers l with l % full_every == 0
   bool tiled_attention = true;
+  // DeepSeek-V3's norm-up (with recompute kNone): every layer recomputes its RMSNorm outputs and
+  // MLA's up-projected Q, K, V (the qkv buffer) in backward; MLA then keeps the rotated shared key
+  // k_R (N*DR) instead.
+  bool norm_up = false;
 };
 
 struct ActivationBytes {

@@ -121,11 +121,11 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops
 }
 
 void require_engine_block(const ModelSpec& m) {
-  if (m.is_moe() || m.is_mla() || m.mlp != MlpKind::kSwiGlu || m.norm != NormKind::kRmsNorm ||
+  if (m.is_moe() || m.mlp != MlpKind::kSwiGlu || m.norm != NormKind::kRmsNorm ||
       m.position != PositionKind::kRope || m.linear_biases || m.dropout > 0)
     throw Error(fmt::format(
         "model '{}' ({} MLP, {}, {} attention, {} positions{}{}) is not the engine's block "
-        "(dense SwiGLU, RMSNorm, GQA, RoPE, no biases, no dropout)",
+        "(dense SwiGLU, RMSNorm, GQA or MLA, RoPE, no biases, no dropout)",
         m.name, mlp_kind_name(m.mlp), norm_kind_name(m.norm), m.attention_kind(),
         position_kind_name(m.position), m.linear_biases ? ", biases" : "",
         m.dropout > 0 ? ", dropout" : ""));

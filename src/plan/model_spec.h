@@ -111,9 +111,9 @@ double model_flops_per_token(const ModelSpec& m, int64_t seq_len, AttentionFlops
 double attention_flops_per_token_layer(const ModelSpec& m, int64_t seq_len,
                                        AttentionFlops attention);
 
-// Throws Error unless the spec is the engine's block (dense SwiGLU MLP, GQA attention, RMSNorm,
-// RoPE, no biases, no dropout): what the engine's activation formulas (plan/activation_memory.h)
-// describe.
+// Throws Error unless the spec is the engine's block (dense SwiGLU MLP, GQA or MLA attention,
+// RMSNorm, RoPE, no biases, no dropout): what the engine's activation formulas
+// (plan/activation_memory.h) describe.
 void require_engine_block(const ModelSpec& m);
 
 // The engine's bounds on a model's dimensions, shared by ModelConfig::validate (a run config's

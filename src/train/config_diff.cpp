@@ -56,12 +56,13 @@ bool breaks_checkpoint(const std::string& key) {
   // may finish in another recipe, as NVIDIA's NVFP4 recipe 2509.25149 ends in BF16); what its
   // tensors are may not.
   static const char* const kShape[] = {
-      "model.vocab_size",     "model.d_model",          "model.n_layers",
-      "model.n_heads",        "model.n_kv_heads",       "model.head_dim",
-      "model.ffn_hidden",     "model.tied_embeddings",  "model.dtype",
-      "model.n_dense_layers", "model.n_routed_experts", "model.n_shared_experts",
-      "model.expert_ffn",     "model.router",           "optim.name",
-      "model.mtp_depth"};
+      "model.vocab_size",       "model.d_model",          "model.n_layers",
+      "model.n_heads",          "model.n_kv_heads",       "model.head_dim",
+      "model.ffn_hidden",       "model.tied_embeddings",  "model.dtype",
+      "model.n_dense_layers",   "model.n_routed_experts", "model.n_shared_experts",
+      "model.expert_ffn",       "model.router",           "optim.name",
+      "model.mtp_depth",        "model.q_lora_rank",      "model.kv_lora_rank",
+      "model.qk_nope_head_dim", "model.qk_rope_head_dim", "model.v_head_dim"};
   for (const char* k : kShape) {
     if (key == k) return true;
   }

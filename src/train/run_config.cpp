@@ -87,8 +87,16 @@ toml::table model_table(const ModelConfig& m) {
                     {"init_std", m.init_std},
                     {"dtype", std::string(dtype_name(m.dtype))},
                     {"recompute", m.recompute_string()},
-                    {"attention", m.tiled_attention ? "tiled" : "materialized"},
+                    {"attention", m.mla ? "mla" : "gqa"},
+                    {"attention_kernel", m.tiled_attention ? "tiled" : "materialized"},
                     {"attention_block", m.attention_block}};
+  if (m.mla) {  // written only for MLA models
+    model.insert("q_lora_rank", m.mla_dims.q_lora_rank);
+    model.insert("kv_lora_rank", m.mla_dims.kv_lora_rank);
+    model.insert("qk_nope_head_dim", m.mla_dims.qk_nope_head_dim);
+    model.insert("qk_rope_head_dim", m.mla_dims.qk_rope_head_dim);
+    model.insert("v_head_dim", m.mla_dims.v_head_dim);
+  }
   if (m.moe.enabled()) {  // written only for MoE models, so dense configs stay as they were
     model.insert("n_dense_layers", m.moe.n_dense_layers);
     model.insert("n_routed_experts", m.moe.n_routed_experts);

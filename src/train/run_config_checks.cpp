@@ -36,6 +36,13 @@ void check_tensor_parallel(const RunConfig& rc, const std::string& source) {
   divides("model.vocab_size", m.vocab_size,
           "pad the vocabulary to a multiple of tp (the embedding and head are split by "
           "vocabulary rows; the vocabulary is not padded for you)");
+  if (rc.parallel.sp && m.recompute_norm_up) {
+    throw Error(fmt::format(
+        "{}: model.recompute = \"norm-up\" with parallel.sp = true: recomputing the norms would "
+        "repeat SP's all-gathers in backward, which this build does not do; set parallel.sp = "
+        "false or another recompute policy",
+        source));
+  }
   const int64_t dp = std::max<int64_t>(1, rc.parallel.dp);
   const int64_t cp = std::max<int64_t>(1, rc.parallel.cp);
   const int64_t tokens = rc.train.micro_batch / dp * m.seq_len / cp;
@@ -64,9 +71,15 @@ void check_context_parallel(const RunConfig& rc, const std::string& source) {
         source, p.cp, p.cp_split, split.chunks(), rc.model.seq_len, split.chunks(),
         split.chunks()));
   }
+  if (rc.model.mla) {
+    throw Error(fmt::format(
+        "{}: parallel.cp = {} with model.attention = \"mla\": ring attention over MLA's latent "
+        "is not implemented yet; use cp = 1 (tp, pp and dp run MLA)",
+        source, p.cp));
+  }
   if (!rc.model.tiled_attention) {
     throw Error(fmt::format(
-        "{}: parallel.cp = {} needs model.attention = \"tiled\" (ring attention merges "
+        "{}: parallel.cp = {} needs model.attention_kernel = \"tiled\" (ring attention merges "
         "FlashAttention blocks; the materialised attention keeps the whole T x T matrix)",
         source, p.cp));
   }
@@ -224,9 +237,11 @@ const std::vector<CrossSectionCheck>& cross_section_checks() {
   // model.n_routed_experts (MoE) and diloco.islands.
   static const std::vector<CrossSectionCheck> kChecks = {
       {{"parallel.tp", "model.n_heads", "model.n_kv_heads", "model.ffn_hidden", "model.vocab_size",
-        "parallel.sp", "train.micro_batch", "parallel.dp", "parallel.cp", "model.seq_len"},
+        "parallel.sp", "train.micro_batch", "parallel.dp", "parallel.cp", "model.seq_len",
+        "model.recompute"},
        check_tensor_parallel},
-      {{"parallel.cp", "parallel.cp_split", "model.seq_len", "model.attention"},
+      {{"parallel.cp", "parallel.cp_split", "model.seq_len", "model.attention",
+        "model.attention_kernel"},
        check_context_parallel},
       {{"parallel.dp", "train.micro_batch"}, check_dp_divides_micro_batch},
       {{"emulate.sites", "parallel.dp"}, check_sites_divide_dp},

@@ -26,22 +26,23 @@ class SectionReader {
   SectionReader(const toml::table* table, std::string section, std::string source)
       : table_(table), section_(std::move(section)), source_(std::move(source)) {}
 
+  // Whether the key was given.
   template <typename T>
-  void read(const char* key, T& out) {
+  bool read(const char* key, T& out) {
     used_.insert(key);
-    if (table_ == nullptr) return;
+    if (table_ == nullptr) return false;
     const toml::node* node = table_->get(key);
-    if (node == nullptr) return;
+    if (node == nullptr) return false;
     if constexpr (std::is_same_v<T, bool>) {
-      if (auto v = node->value<bool>()) return void(out = *v);
+      if (auto v = node->value<bool>()) return out = *v, true;
     } else if constexpr (std::is_integral_v<T>) {
       // Only an integer node: value<int64_t>() would convert a float such as 2e44 (undefined
       // behaviour out of range; found by fuzz_run_config).
-      if (node->is_integer()) return void(out = static_cast<T>(*node->value<int64_t>()));
+      if (node->is_integer()) return out = static_cast<T>(*node->value<int64_t>()), true;
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (auto v = node->value<double>()) return void(out = *v);
+      if (auto v = node->value<double>()) return out = *v, true;
     } else {
-      if (auto v = node->value<std::string>()) return void(out = *v);
+      if (auto v = node->value<std::string>()) return out = *v, true;
     }
     throw Error(fmt::format("{}: {}.{} has the wrong type (expected {})", source_, section_, key,
                             type_name<T>()));
@@ -137,6 +138,53 @@ void validate_model_numerics(const ModelConfig& mc, const std::string& source) {
   }
 }
 
+// The MLA keys (model/config.h MlaConfig); true if any is given.
+bool read_mla_keys(SectionReader& m, MlaConfig& d) {
+  bool any = false;
+  any |= m.read("q_lora_rank", d.q_lora_rank);
+  any |= m.read("kv_lora_rank", d.kv_lora_rank);
+  any |= m.read("qk_nope_head_dim", d.qk_nope_head_dim);
+  any |= m.read("qk_rope_head_dim", d.qk_rope_head_dim);
+  any |= m.read("v_head_dim", d.v_head_dim);
+  return any;
+}
+
+// model.attention chooses the module: "gqa" (also "mha") or "mla"; model.attention_kernel the
+// core both use: "tiled" or "materialized". The legacy values attention = "tiled" |
+// "materialized" mean GQA with that core.
+void set_attention(const std::string& source, const std::string& attention,
+                   const std::string& kernel, bool kernel_given, bool mla_given, ModelConfig& mc) {
+  std::string core = kernel;
+  if (attention == "tiled" || attention == "materialized") {
+    if (kernel_given && kernel != attention) {
+      throw Error(fmt::format(
+          "{}: model.attention = '{}' (the old spelling of attention_kernel) contradicts "
+          "model.attention_kernel = '{}'; write attention = \"gqa\" and attention_kernel only",
+          source, attention, kernel));
+    }
+    core = attention;
+    mc.mla = false;
+  } else if (attention == "gqa" || attention == "mha" || attention == "mla") {
+    mc.mla = attention == "mla";
+  } else {
+    throw Error(fmt::format(
+        "{}: model.attention = '{}': expected gqa (grouped-query attention) or mla (multi-head "
+        "latent attention); the core is model.attention_kernel = tiled | materialized",
+        source, attention));
+  }
+  if (core != "tiled" && core != "materialized") {
+    throw Error(fmt::format("{}: model.attention_kernel = '{}': expected tiled or materialized",
+                            source, core));
+  }
+  mc.tiled_attention = core == "tiled";
+  if (mla_given && !mc.mla) {
+    throw Error(fmt::format(
+        "{}: model.kv_lora_rank, q_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim "
+        "are multi-head latent attention keys; add model.attention = \"mla\"",
+        source));
+  }
+}
+
 void read_model_section(const toml::table& root, const std::string& source, ModelConfig& mc) {
   SectionReader m = section(root, "model", source);
   std::string dtype = std::string(dtype_name(mc.dtype));
@@ -154,10 +202,13 @@ void read_model_section(const toml::table& root, const std::string& source, Mode
   m.read("init_std", mc.init_std);
   m.read("dtype", dtype);
   std::string recompute = mc.recompute_string();
-  std::string attention = mc.tiled_attention ? "tiled" : "materialized";
+  std::string attention = mc.mla ? "mla" : "gqa";
+  std::string kernel = mc.tiled_attention ? "tiled" : "materialized";
   m.read("recompute", recompute);
   m.read("attention", attention);
+  const bool kernel_given = m.read("attention_kernel", kernel);
   m.read("attention_block", mc.attention_block);
+  const bool mla_given = read_mla_keys(m, mc.mla_dims);
   m.read("n_dense_layers", mc.moe.n_dense_layers);
   m.read("n_routed_experts", mc.moe.n_routed_experts);
   m.read("n_shared_experts", mc.moe.n_shared_experts);
@@ -177,11 +228,7 @@ void read_model_section(const toml::table& root, const std::string& source, Mode
     mc.dtype = parse_dtype(dtype);
     mc.set_recompute(recompute);
   });
-  if (attention != "tiled" && attention != "materialized") {
-    throw Error(fmt::format("{}: model.attention = '{}': expected tiled or materialized", source,
-                            attention));
-  }
-  mc.tiled_attention = attention == "tiled";
+  set_attention(source, attention, kernel, kernel_given, mla_given, mc);
   naming_source(source, "", [&] { mc.validate(); });
   validate_model_numerics(mc, source);
 }

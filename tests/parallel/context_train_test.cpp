@@ -217,7 +217,7 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
       {"--set parallel.cp=2 --set parallel.cp_split=striped",
        "parallel.cp_split = \"striped\": expected \"zigzag\""},
       {"--set parallel.cp=2 --set model.attention=materialized",
-       "parallel.cp = 2 needs model.attention = \"tiled\""},
+       "parallel.cp = 2 needs model.attention_kernel = \"tiled\""},
   };
   for (const auto& [set, expect] : cases) {
     const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +

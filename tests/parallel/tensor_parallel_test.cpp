@@ -6,7 +6,8 @@
 // (each local element against the global element it shards, via global_element_index) to 1e-12
 // relative, for SP off and on and each recompute policy. The tp group's counters hold exactly
 // the bytes of parallel/tensor_comm.h per layer and micro-batch: without SP 2 all-reduces of
-// N·C forward and 2 backward, with SP the same volume as 4 all-gathers + 4 reduce-scatters.
+// N·C forward and 2 backward, with SP the same volume as 4 all-gathers + 4 reduce-scatters. An
+// MLA block (model/mla.h) is checked the same way, with and without query compression.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -23,7 +24,8 @@ namespace {
 
 // The binary's MPI environment is registered once, in engine_test.cpp.
 
-ModelConfig tp_config() {
+// mla: multi-head latent attention with query latent rank q_lora_rank (< 0: GQA).
+ModelConfig tp_config(int64_t q_lora_rank = -1) {
   ModelConfig c;
   c.vocab_size = 32;
   c.d_model = 16;
@@ -34,6 +36,12 @@ ModelConfig tp_config() {
   c.seq_len = 8;
   c.init_std = 0.3;
   c.dtype = DType::f64;
+  if (q_lora_rank >= 0) {
+    c.n_kv_heads = 0;
+    c.mla = true;
+    // v_head_dim 6 != the qk head dim 8
+    c.mla_dims = {q_lora_rank, /*kv_lora_rank=*/8, /*qk_nope=*/4, /*qk_rope=*/4, /*v=*/6};
+  }
   c.validate();
   return c;
 }
@@ -50,7 +58,8 @@ struct BlockRun {
   BlockRun(const ModelConfig& cfg, const ParallelContext& ctx, const TensorTable& table,
            const ShardCoord& coord, Backend& be, MemoryTracker& tracker, LayerRecompute r)
       : params(table, coord, DType::f64, be, tracker),
-        block(be, ctx, cfg.norm_eps, cfg.tiled_attention, {4, 4}),
+        block(be, ctx, cfg.norm_eps, cfg.tiled_attention, {4, 4}, nullptr,
+              cfg.mla ? &cfg.mla_dims : nullptr),
         recompute(r) {
     params.init(11);
     params.zero_grad();
@@ -62,8 +71,21 @@ struct BlockRun {
     for (bool grads : {false, true}) {
       BlockWeights& w = grads ? d : p;
       w.attn_norm = at("attn_norm", grads);
-      w.attn.wqkv = Tensor(at("attn.wq", grads).raw(), DType::f64, {ctx.shape.qkv_width(), C});
-      w.attn.wo = at("attn.wo", grads);
+      if (cfg.mla) {
+        const bool q_latent = cfg.mla_dims.q_lora_rank > 0;
+        if (q_latent) {
+          w.mla.wq_a = at("attn.wq_a", grads);
+          w.mla.q_norm = at("attn.q_norm", grads);
+        }
+        w.mla.wq = at(q_latent ? "attn.wq_b" : "attn.wq", grads);
+        w.mla.wkv_a = at("attn.wkv_a", grads);
+        w.mla.kv_norm = at("attn.kv_norm", grads);
+        w.mla.wkv_b = at("attn.wkv_b", grads);
+        w.mla.wo = at("attn.wo", grads);
+      } else {
+        w.attn.wqkv = Tensor(at("attn.wq", grads).raw(), DType::f64, {ctx.shape.qkv_width(), C});
+        w.attn.wo = at("attn.wo", grads);
+      }
       w.mlp_norm = at("mlp_norm", grads);
       w.mlp.w_gate_up = Tensor(at("mlp.w_gate", grads).raw(), DType::f64, {2 * ctx.shape.ffn, C});
       w.mlp.w_down = at("mlp.w_down", grads);
@@ -83,7 +105,7 @@ struct BlockRun {
     st = block.carve_stash(g);
     sc = block.carve_scratch(t);
     // RoPE table as the stage builds it.
-    const int64_t T = ctx.shape.seq, HD = ctx.shape.head_dim, half = HD / 2;
+    const int64_t T = ctx.shape.seq, HD = ctx.shape.rope_dim, half = HD / 2;
     cos_sin.assign(T * HD, 0.0);
     for (int64_t pos = 0; pos < T; ++pos) {
       for (int64_t i = 0; i < half; ++i) {
@@ -127,10 +149,10 @@ double rel_diff(const double* a, const double* b, int64_t n) {
   return diff / std::max(scale, 1e-300);
 }
 
-void check_block(bool sp, LayerRecompute recompute) {
+void check_block(bool sp, LayerRecompute recompute, int64_t mla_q_lora_rank = -1) {
   comm::Communicator& world = *testing::mpi_world();
   const int tp = world.size(), rank = world.rank();
-  const ModelConfig cfg = tp_config();
+  const ModelConfig cfg = tp_config(mla_q_lora_rank);
   const int64_t B = 2, T = cfg.seq_len, N = B * T, C = cfg.d_model;
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
@@ -205,6 +227,20 @@ TEST(MpiTensorParallel, BlockMatchesOneProcess) {
 TEST(MpiTensorParallel, SequenceParallelBlockMatchesOneProcess) {
   REQUIRE_MPI(2);
   check_block(true, LayerRecompute::none);
+}
+// MLA: heads sharded (wq_b / wq and wkv_b column-parallel, wo row-parallel), the down-projections
+// and latent norms replicated with their gradients summed over tp by reduce_replicated_gradients.
+TEST(MpiTensorParallel, MlaBlockMatchesOneProcess) {
+  REQUIRE_MPI(2);
+  for (int64_t q_lora : {int64_t{0}, int64_t{12}}) {
+    for (bool sp : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "sp " << sp << " q_lora_rank " << q_lora);
+      check_block(sp, LayerRecompute::none, q_lora);
+    }
+  }
+  check_block(true, LayerRecompute::selective, 12);
+  check_block(false, LayerRecompute::full, 12);
+  check_block(false, LayerRecompute::norm_up, 12);
 }
 TEST(MpiTensorParallel, RecomputePoliciesMatchOneProcess) {
   REQUIRE_MPI(2);
