@@ -44,7 +44,7 @@ void expect_same_run(const std::string& ref, const std::string& run) {
   }
 }
 
-TEST(MtpLayout, Dp2Zero3DualPipeAndTp2MatchOneProcess) {
+TEST(MtpLayout, Dp2Zero3PipelinesAndTp2MatchOneProcess) {
   const std::string ref = shared_run(kEnv + flags());
   const std::string dp = fresh_dir("h33mtp_dp2_zero3");
   auto r = run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + dp +
