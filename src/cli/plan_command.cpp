@@ -35,10 +35,14 @@ precision::EngineRecipe engine_recipe(const plan::Layout& l) {
 }
 
 // The plan's text with an "Engine" line after its "Layout" line.
-std::string with_engine_line(std::string text, const plan::Layout& l) {
-  const std::string line = "Engine    " + engine_recipe(l).note + "\n";
+// The plan's text with `line` put before its Stages line (after the Layout line's block).
+std::string with_line(std::string text, const std::string& line) {
   const size_t at = text.find("\nStages    ");
   return at == std::string::npos ? text + line : text.insert(at + 1, line);
+}
+
+std::string with_engine_line(const std::string& text, const plan::Layout& l) {
+  return with_line(text, "Engine    " + engine_recipe(l).note + "\n");
 }
 
 // --document-lengths 8:0.5,40:0.3,200:0.2: lengths (tokens) and their weights.
@@ -327,6 +331,21 @@ int plan_command(int argc, char** argv) {
   scale_out.outer_bytes_per_parameter =
       outer_bytes_per_element(parse_outer_precision(outer_precision, "--outer-precision"));
   in.scale_out = scale_out;
+  // Planning an engine run config: only layouts the engine trains are searched, split evenly as
+  // the engine splits its stages (unless --layout asks otherwise, which the engine then refuses).
+  const int64_t planned_seq = seq > 0 ? seq : in.model.default_seq;
+  const double planned_sequences =
+      (in.batch_tokens > 0 ? in.batch_tokens : in.model.default_batch_tokens) /
+      static_cast<double>(planned_seq);
+  if (run_config) {
+    if (!in.search.fields.partition) {
+      in.search.fixed.partition = plan::Partition::kEven;
+      in.search.fields.partition = true;
+    }
+    in.search.engine_refusal = [&](const plan::Layout& l) {
+      return engine_launch(l, *run_config, planned_sequences, planned_seq).refusal;
+    };
+  }
   plan::Plan p;
   try {
     p = plan::make_plan(in);
@@ -349,7 +368,17 @@ int plan_command(int argc, char** argv) {
   }
   if (json) {
     nlohmann::json j = plan_to_json(p);
-    if (run_config) j["run_config"] = run_config_json(*run_config);
+    if (run_config) {
+      j["run_config"] = run_config_json(*run_config);
+      auto launch_json = [&](const plan::Layout& l) {
+        const EngineLaunch e = engine_launch(l, *run_config, planned_sequences, planned_seq);
+        return nlohmann::json{
+            {"ranks", e.ranks}, {"settings", e.settings}, {"command", e.command(run_config->path)}};
+      };
+      j["launch"] = launch_json(p.best().layout);
+      for (size_t i = 0; i < p.search.ranked.size() && i < j["ranked"].size(); ++i)
+        j["ranked"][i]["launch"] = launch_json(p.search.ranked[i].layout);
+    }
     const precision::EngineRecipe engine = engine_recipe(p.best().layout);
     j["engine_recipe"] = {
         {"recipe", engine.recipe.empty() ? nlohmann::json() : nlohmann::json(engine.recipe)},
@@ -371,8 +400,13 @@ int plan_command(int argc, char** argv) {
     }
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cout << with_engine_line(plan::format_plan_text(p), p.best().layout)
-              << plan::format_scale_out_text(in.scale_out, p.scale_out);
+    std::string text = with_engine_line(plan::format_plan_text(p), p.best().layout);
+    if (run_config) {
+      const EngineLaunch e =
+          engine_launch(p.best().layout, *run_config, planned_sequences, planned_seq);
+      text = with_line(text, "Launch    " + e.command(run_config->path) + "\n");
+    }
+    std::cout << text << plan::format_scale_out_text(in.scale_out, p.scale_out);
     if (!html_path.empty()) std::cout << "HTML report written to " << html_path << "\n";
   }
   return 0;

@@ -9,6 +9,7 @@
 #include "data/file_io.h"
 #include "plan/model_file.h"
 #include "plan/units.h"
+#include "train/step_layout.h"
 
 namespace trillion::cli {
 
@@ -98,6 +99,7 @@ plan::ModelSpec resolve_plan_model(const std::string& name,
   }
   if (!is_run_config_text(text, name)) return plan::parse_model_toml(text, name);
   RunConfigModel r = read_run_config_model(text, name);
+  r.text = std::move(text);
   const plan::ModelSpec m = r.model;
   if (run_config != nullptr) *run_config = std::move(r);
   return m;
@@ -126,6 +128,61 @@ void add_run_config_assumptions(plan::Plan& p, const RunConfigModel& r, bool bat
         "at the engine's default",
         fmt::format("{} (the plan is the same without them; other values may change it)",
                     joined(r.at_default)));
+}
+
+std::string EngineLaunch::command(const std::string& path) const {
+  std::string c = ranks > 1 ? fmt::format("trillion launch -n {} -- train {}", ranks, path)
+                            : "trillion train " + path;
+  for (const std::string& s : settings) c += " --set " + s;
+  return c;
+}
+
+EngineLaunch engine_launch(const plan::Layout& l, const RunConfigModel& r, double sequences,
+                           int64_t seq) {
+  EngineLaunch e;
+  e.ranks = static_cast<int>(l.gpus());
+  auto set = [&](const std::string& key, const auto& value) {
+    e.settings.push_back(fmt::format("{}={}", key, value));
+  };
+  if (l.tp > 1) set("parallel.tp", l.tp), set("parallel.sp", l.sp ? "true" : "false");
+  if (l.pp > 1) {
+    set("parallel.pp", l.pp);
+    set("parallel.schedule", schedule::schedule_kind_name(l.schedule));
+    if (l.schedule == schedule::ScheduleKind::kInterleaved) set("parallel.chunks", l.chunks);
+  }
+  if (l.cp > 1) set("parallel.cp", l.cp);
+  if (l.ep > 1) set("parallel.ep", l.ep);
+  if (l.dp > 1) set("parallel.dp", l.dp);
+  if (l.dp * l.cp > 1) set("parallel.zero", l.zero);
+  set("model.recompute", l.recompute_text());
+  if (l.grad_bytes == 2) set("precision.grad_dtype", "bf16");
+  if (seq != r.model.default_seq) set("model.seq_len", seq);
+  const int64_t global_micro = int64_t{l.micro_batch} * l.dp;
+  const auto whole = static_cast<int64_t>(sequences);
+  set("train.micro_batch", global_micro);
+  set("train.grad_accum", global_micro > 0 && whole % global_micro == 0 ? whole / global_micro : 0);
+  // Layout fields the engine has no key for, at a value other than what the engine does.
+  const std::vector<std::pair<bool, const char*>> unmapped = {
+      {l.partition != plan::Partition::kEven, "partition=balanced (the engine splits evenly)"},
+      {l.allocation != plan::Allocation::kSlots, "alloc=live (the engine allocates slots)"},
+      {l.moment_bytes != 4, "bf16 Adam moments (the engine keeps fp32 moments)"},
+      {l.fp8_activations(), "act=fp8 (no FP8 activation cache)"},
+      {l.ema != plan::Ema::kNone, "an EMA of the weights (the engine keeps none)"},
+      {l.cp_all_gather, "cp_comm=allgather (the engine's cp is a ring)"},
+      {l.blocking_p2p, "p2p=blocking (the engine's sends are asynchronous)"}};
+  for (const auto& [differs, what] : unmapped)
+    if (differs) {
+      e.refusal = fmt::format("the engine has no {}", what);
+      return e;
+    }
+  try {
+    const RunConfig c = parse_run_config(r.text, r.path, e.settings);
+    checked_layout(c);
+    schedule_of(c);
+  } catch (const Error& err) {
+    e.refusal = err.what();
+  }
+  return e;
 }
 
 nlohmann::json run_config_json(const RunConfigModel& r) {

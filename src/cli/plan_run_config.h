@@ -34,6 +34,7 @@ namespace trillion::cli {
 
 struct RunConfigModel {
   std::string path;
+  std::string text;       // the file, for the engine's reading of a layout (engine_launch)
   plan::ModelSpec model;  // default_batch_tokens: the run's batch
   double tokens = 0;      // train.steps x the batch
   // "section.key", in name order: keys that change the plan; keys that do not (left out or
@@ -60,6 +61,25 @@ plan::ModelSpec resolve_plan_model(const std::string& name_or_path,
 // which keys were ignored (--batch-tokens / --tokens given: those replace the run's).
 void add_run_config_assumptions(plan::Plan& p, const RunConfigModel& r, bool batch_given,
                                 bool tokens_given);
+// How the engine trains a planned layout of this run config: `trillion launch -n ranks -- train
+// PATH --set k=v ...`. The settings are the layout's engine keys: parallel.tp/sp, pp/schedule/
+// chunks, cp, ep, dp/zero, model.recompute, precision.grad_dtype, and the split of the planned
+// batch (`sequences` of `seq` tokens) into train.micro_batch = micro_batch x dp sequences (the
+// engine's micro-batch is global) and train.grad_accum; model.seq_len when --seq changed it. The
+// run's own [precision] recipe is kept (the plan's precision is printed apart, on its Engine
+// line). `refusal` is empty when the engine's own checks accept the layout (the run-config
+// reader, train/step_layout.h's checked_layout and schedule_of), else why not: a layout field
+// with no engine key (partition=balanced, alloc=live, bf16 moments, act=fp8, an EMA,
+// cp_comm=allgather, blocking sends) or the engine's message.
+struct EngineLaunch {
+  int ranks = 1;
+  std::vector<std::string> settings;  // "key=value", in the order above
+  std::string refusal;
+  std::string command(const std::string& path) const;  // the trillion command line
+};
+EngineLaunch engine_launch(const plan::Layout& l, const RunConfigModel& r, double sequences,
+                           int64_t seq);
+
 // --json's "run_config": {"path", "used": [...], "ignored": [...], "at_default": [...]}.
 nlohmann::json run_config_json(const RunConfigModel& r);
 

@@ -283,6 +283,14 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                                     : rc == RecomputePolicy::kFull    ? Recompute::kFull
                                                                       : Recompute::kNone;
                       l.zero = zero, l.moment_bytes = moments;
+                      if (o.engine_refusal) {
+                        const std::string why = o.engine_refusal(l);
+                        if (!why.empty()) {
+                          refused.add("the engine refuses it (its own checks of the run config)",
+                                      l.to_string() + ": " + why);
+                          continue;
+                        }
+                      }
                       const MemoryBreakdown mem =
                           memory_per_gpu(m, l, seq, micro, gpu.overhead_bytes);
                       if (mem.total() > gpu.hbm_bytes) {

@@ -15,6 +15,7 @@
 // timed (more sharding only adds communication); schedule simulations are cached in step_model.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct SearchOptions {
   std::vector<Precision> precisions = {Precision::kBf16};
   int keep = 10;  // ranked candidates to return
   Efficiency efficiency;
+  // When set (planning an engine run config: cli/plan_run_config.h), why the engine cannot train
+  // a layout, or "" when it can; a layout it names is refused with that reason, so the planner
+  // never proposes a run the engine refuses.
+  std::function<std::string(const Layout&)> engine_refusal;
 };
 
 struct Candidate {

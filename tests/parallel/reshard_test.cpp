@@ -2,7 +2,8 @@
 // continued run matches an uninterrupted run at the new layout within 1e-5 (`trillion compare`,
 // DESIGN.md principle 1). configs/tiny.toml, 6 steps, a checkpoint every 3: stop after 3 at the
 // old layout, resume at the new one. Layouts: dp 4 ZeRO-1 -> dp 2 ZeRO-3 and -> tp 2; dp 2 ->
-// dp 4 ZeRO-2; one process -> cp 2; tp 2 -> one process and -> pp 2; pp 2 -> tp 2. Also: each
+// dp 4 ZeRO-2; one process -> cp 2; tp 2 -> one process and -> pp 2; pp 2 -> tp 2; pp 2 x dp 2
+// ZeRO-3 (1F1B, parameters gathered per stage) -> tp 2 x dp 2 ZeRO-1 and -> one process. Also: each
 // rank's shard holds exactly its part (file sizes = its ranges, summing to the model), and the data
 // position (next_sample) is the one-process run's, whatever the dp. Bad inputs at dp 2: a disk that
 // fills during one rank's shard write (every rank stops with that rank's one line, the previous
@@ -90,6 +91,20 @@ TEST(Reshard, Tp2ResumesAtPp2) {
 // Each of the 4 ranks writes its ZeRO-1 chunks and nothing else: its two files hold exactly its
 // ranges' elements (parameters; moments twice), the four sum to the model, no rank writes the
 // whole model, and the data position equals the one-process run's at the same step.
+// Issue 36: a checkpoint of a pipeline run whose stages shard their states over dp (ZeRO-3) holds
+// the whole model once, whatever layout reads it.
+const std::string kPp2Dp2Zero3 = "--set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=3";
+
+TEST(Reshard, Pp2Dp2Zero3ResumesAtTp2Dp2Zero1) {
+  expect_reshard(4, kPp2Dp2Zero3, 4,
+                 "--set parallel.tp=2 --set parallel.dp=2 --set parallel.zero=1",
+                 "reshard_pp2dp2z3_tp2dp2z1");
+}
+
+TEST(Reshard, Pp2Dp2Zero3ResumesInOneProcess) {
+  expect_reshard(4, kPp2Dp2Zero3, 1, "", "reshard_pp2dp2z3_one");
+}
+
 TEST(Reshard, EveryRankWritesOnlyItsShard) {
   const std::string one = shared_run(launch(1, ""));
   const std::string dir = fresh_dir("reshard_sizes");
