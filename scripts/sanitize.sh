@@ -29,9 +29,9 @@ cd build-asan
 # Brown corpus: 1-2 min each in the Release build, several times that under ASan) stay in the
 # main suite only: the code they run is the code of the short recipe tests here (quantisers, the
 # block-scaled GEMMs, recipe training steps), for more steps. So do the fp32 markov convergence
-# runs (61 and 111 s under ASan: the fp32 step every train test here runs) and the comparison with
-# Hugging Face tokenizers and tiktoken (Python references, 21 s under ASan: the encoder it drives
+# runs (61 and 111 s under ASan: the fp32 step every train test here runs) and the comparisons with
+# Hugging Face tokenizers and tiktoken (Python references, 21 s under ASan: the encoder they drive
 # is the one the GPT-2 fixture tests run here).
 ctest --output-on-failure --timeout 900 -j "$(nproc)" -L '^(unit|data|train|fuzz)$' \
-  -E '^(MarkovConvergence\.(Fp8|Mxfp4|Nvfp4|Order1Vocab64|Order2Vocab16)ReachesTheEntropyRate|PrecisionLossGap\.|PretrainedTokenizer\.MatchesHuggingFaceTokenizersAndTiktoken)' "$@"
+  -E '^(MarkovConvergence\.(Fp8|Mxfp4|Nvfp4|Order1Vocab64|Order2Vocab16)ReachesTheEntropyRate|PrecisionLossGap\.|PretrainedTokenizer\.(MatchesHuggingFaceTokenizersAndTiktoken|Llama3TokenizerModelMatchesTiktoken))' "$@"
 end_phase "asan suites"

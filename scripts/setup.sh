@@ -5,7 +5,8 @@
 #                                      parity test of tests/interop; without it that test skips)
 # It also makes .venv-tests, a Python virtual environment with Hugging Face tokenizers and
 # tiktoken from PyPI (pinned), which the tokenizer parity test of tests/data compares against;
-# they are never a runtime dependency, and without network the test skips.
+# they are never a runtime dependency, and without network the test skips. Llama 3's tokenizer
+# file comes the same way (below).
 set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
@@ -46,4 +47,27 @@ if ! "$venv/bin/python" -c 'import tokenizers, tiktoken' 2>/dev/null; then
     echo "setup: could not install tokenizers/tiktoken into .venv-tests (no network?);" \
       "the tokenizer parity test against them will skip" >&2
   fi
+fi
+
+# Llama 3's published tokenizer (tiktoken ranks, 128,000 + 256 specials), for the test that
+# compares trillion's encoding of it with tiktoken's (skipped when absent). Meta ships the file
+# inside its llama-models wheel on PyPI; it is extracted to .venv-tests/llama3/tokenizer.model and
+# checked against its SHA-256. It is test data only (Llama 3 Community License), not committed.
+llama3="$venv/llama3/tokenizer.model"
+llama3_sha=82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55
+if [[ -x "$venv/bin/pip" ]] && ! echo "$llama3_sha  $llama3" | sha256sum -c --status 2>/dev/null; then
+  wheels=$(mktemp -d)
+  if "$venv/bin/pip" download -q --no-deps llama-models==0.3.0 -d "$wheels" &&
+    mkdir -p "$(dirname "$llama3")" &&
+    "$venv/bin/python" -c 'import sys, zipfile, glob
+z = zipfile.ZipFile(glob.glob(sys.argv[1] + "/*.whl")[0])
+open(sys.argv[2], "wb").write(z.read("llama_models/llama3/tokenizer.model"))' "$wheels" "$llama3" &&
+    echo "$llama3_sha  $llama3" | sha256sum -c --status; then
+    echo "setup: .venv-tests/llama3/tokenizer.model is Llama 3's tokenizer"
+  else
+    rm -f "$llama3"
+    echo "setup: could not fetch Llama 3's tokenizer (llama-models from PyPI);" \
+      "the Llama 3 tokenizer test will skip" >&2
+  fi
+  rm -rf "$wheels"
 fi

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "data/byte_level.h"
 
 namespace trillion::data {
 
@@ -32,17 +33,25 @@ RankedBpe::RankedBpe(Spec spec) : spec_(std::move(spec)), instance_(next_instanc
   TRILLION_CHECK(spec_.kinds.size() == spec_.token_bytes.size(), "one kind per token");
   if (spec_.ignore_merges) {
     for (size_t id = 0; id < spec_.token_bytes.size(); ++id) {
-      if (spec_.kinds[id] == TokenKind::kNormal)
+      if (spec_.kinds[id] == TokenKind::kNormal && !spec_.fallback_byte.contains(id))
         whole_tokens_.emplace(spec_.token_bytes[id], static_cast<int32_t>(id));
     }
   }
 }
 
 void RankedBpe::merge_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  const int n = static_cast<int>(piece.size());
-  std::vector<int32_t> ids(n), next(n), prev(n);
+  std::vector<int32_t> ids;
+  ids.reserve(piece.size());
+  for (const char ch : piece) {
+    const auto b = static_cast<unsigned char>(ch);
+    if (spec_.byte_ids[b] >= 0)
+      ids.push_back(spec_.byte_ids[b]);
+    else
+      ids.insert(ids.end(), spec_.fallback_ids[b].begin(), spec_.fallback_ids[b].end());
+  }
+  const int n = static_cast<int>(ids.size());
+  std::vector<int32_t> next(n), prev(n);
   for (int i = 0; i < n; ++i) {
-    ids[i] = spec_.byte_ids[static_cast<unsigned char>(piece[i])];
     next[i] = i + 1 < n ? i + 1 : -1;
     prev[i] = i - 1;
   }
@@ -78,7 +87,7 @@ void RankedBpe::merge_piece(std::string_view piece, std::vector<int32_t>& out) c
 }
 
 void RankedBpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  if (piece.size() == 1) {
+  if (piece.size() == 1 && spec_.byte_ids[static_cast<unsigned char>(piece[0])] >= 0) {
     out.push_back(spec_.byte_ids[static_cast<unsigned char>(piece[0])]);
     return;
   }
@@ -145,14 +154,26 @@ void RankedBpe::encode_append(std::string_view text, std::vector<int32_t>& out) 
 
 std::string RankedBpe::decode(std::span<const int32_t> ids) const {
   std::string text;
+  std::string fallback;  // a run of <0xXX> tokens' bytes: UTF-8 of byte-level characters
+  auto end_fallback_run = [&] {
+    const std::optional<std::string> bytes = byte_level_decode(fallback);
+    text += bytes ? *bytes : fallback;
+    fallback.clear();
+  };
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || spec_.kinds[id] == TokenKind::kHole) {
       throw Error("token id " + std::to_string(id) + " is not in the tokenizer's vocabulary (" +
                   std::to_string(vocab_size()) +
                   " ids); was the data made with another tokenizer?");
     }
+    if (const auto it = spec_.fallback_byte.find(id); it != spec_.fallback_byte.end()) {
+      fallback += static_cast<char>(it->second);
+      continue;
+    }
+    if (!fallback.empty()) end_fallback_run();
     text += spec_.token_bytes[id];
   }
+  if (!fallback.empty()) end_fallback_run();
   return text;
 }
 

@@ -4,8 +4,11 @@
 // pre-tokenizer regex (data/regex_split.h), each piece starts as one symbol per byte, and the
 // adjacent pair of lowest rank is merged (leftmost first among equal ranks) until no pair has a
 // rank: Hugging Face's BPE word merge and tiktoken's byte_pair_merge give the same pieces, since
-// a tiktoken pair's rank is the rank of the token it makes. Invariants: every byte has an
-// initial symbol (its byte-level token, or <0xXX> under byte_fallback); a merge's result id is
+// a tiktoken pair's rank is the rank of the token it makes. Invariants: every byte has initial
+// symbols: its byte-level token, or, under byte_fallback when the vocabulary lacks that token, the
+// <0xXX> tokens of the byte-level character's UTF-8 bytes (what Hugging Face's BPE gives an
+// unknown character; decoding a run of <0xXX> tokens reads those bytes back as byte-level
+// characters, as its ByteFallback and ByteLevel decoders do); a merge's result id is
 // the token of the concatenated bytes; ids of holes in the vocabulary are never emitted and do
 // not decode.
 #pragma once
@@ -33,7 +36,9 @@ class RankedBpe final : public TextTokenizer {
     std::string format;                              // "hf-tokenizer.json" or "tiktoken"
     std::vector<std::string> token_bytes;            // id -> bytes (a special token: its text)
     std::vector<TokenKind> kinds;                    // id -> kind, same size
-    std::array<int32_t, 256> byte_ids{};             // initial symbol of each byte
+    std::array<int32_t, 256> byte_ids{};             // initial symbol of each byte, or -1:
+    std::array<std::vector<int32_t>, 256> fallback_ids;        // then its <0xXX> symbols
+    std::unordered_map<int32_t, unsigned char> fallback_byte;  // <0xXX> token id -> XX
     std::unordered_map<uint64_t, MergeRule> merges;  // pair_key(left, right) -> rule
     SplitPattern pattern = SplitPattern::kGpt2;
     bool add_prefix_space = false;  // ByteLevel's: a space before text not starting with one

@@ -3,6 +3,7 @@
 // the field and what this code supports instead.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <nlohmann/json.hpp>
 
 #define XXH_INLINE_ALL
@@ -129,10 +130,15 @@ std::unique_ptr<RankedBpe> load_hf_tokenizer_json(std::string_view text, const s
   spec.kinds.assign(size, TokenKind::kHole);
   for (const auto& [token, id_json] : vocab.items()) {
     const int32_t id = id_json.get<int32_t>();
-    std::optional<std::string> bytes = byte_level_decode(token);
-    if (!bytes && spec.byte_fallback && token.size() == 6 && token.starts_with("<0x") &&
-        token.ends_with(">")) {
-      bytes = std::string(1, static_cast<char>(std::stoi(token.substr(3, 2), nullptr, 16)));
+    std::optional<std::string> bytes;
+    if (spec.byte_fallback && token.size() == 6 && token.starts_with("<0x") &&
+        token.ends_with(">") && std::isxdigit(static_cast<unsigned char>(token[3])) &&
+        std::isxdigit(static_cast<unsigned char>(token[4]))) {
+      const auto byte = static_cast<unsigned char>(std::stoi(token.substr(3, 2), nullptr, 16));
+      bytes = std::string(1, static_cast<char>(byte));
+      spec.fallback_byte[id] = byte;
+    } else {
+      bytes = byte_level_decode(token);
     }
     spec.token_bytes[id] = bytes ? *bytes : token;
     spec.kinds[id] = TokenKind::kNormal;
@@ -147,14 +153,31 @@ std::unique_ptr<RankedBpe> load_hf_tokenizer_json(std::string_view text, const s
     if (!special) spec.text_added.emplace_back(spec.token_bytes[id], id);
   }
   for (int b = 0; b < 256; ++b) {
-    auto it = vocab.find(byte_level_char(static_cast<unsigned char>(b)));
-    if (it == vocab.end() && spec.byte_fallback) it = vocab.find(fmt::format("<0x{:02X}>", b));
-    if (it == vocab.end())
-      throw Error(
-          fmt::format("{}: the vocabulary has no token for byte 0x{:02X} (\"{}\"); only "
-                      "byte-level BPE tokenizers (GPT-2, Llama 3 style) are supported",
-                      origin, b, byte_level_char(static_cast<unsigned char>(b))));
-    spec.byte_ids[b] = it->get<int32_t>();
+    const std::string symbol = byte_level_char(static_cast<unsigned char>(b));
+    if (auto it = vocab.find(symbol); it != vocab.end()) {
+      spec.byte_ids[b] = it->get<int32_t>();
+      continue;
+    }
+    // Hugging Face's byte fallback: a character the vocabulary lacks becomes the <0xXX> tokens
+    // of its UTF-8 bytes (here the byte-level character's, one or two).
+    std::vector<int32_t> fallback;
+    for (const char u : symbol) {
+      auto it = spec.byte_fallback
+                    ? vocab.find(fmt::format("<0x{:02X}>", static_cast<unsigned char>(u)))
+                    : vocab.end();
+      if (it == vocab.end()) {
+        throw Error(fmt::format(
+            "{}: the vocabulary has no token for byte 0x{:02X} (\"{}\"){}; only byte-level "
+            "BPE tokenizers (GPT-2, Llama 3 style) are supported",
+            origin, b, symbol,
+            spec.byte_fallback ? fmt::format(" and no byte-fallback token <0x{:02X}>",
+                                             static_cast<unsigned char>(u))
+                               : ""));
+      }
+      fallback.push_back(it->get<int32_t>());
+    }
+    spec.byte_ids[b] = -1;
+    spec.fallback_ids[b] = std::move(fallback);
   }
   const nlohmann::json& merges = json_field(model, "merges", origin + " model");
   if (!merges.is_array()) throw Error(origin + ": model.merges is not an array");

@@ -284,3 +284,115 @@ TEST(PretrainedTokenizer, MatchesHuggingFaceTokenizersAndTiktoken) {
   }
   EXPECT_EQ(compared, 3 * static_cast<int>(texts.size()));
 }
+
+// Llama 3's published tokenizer.model (scripts/setup.sh takes it from Meta's llama-models wheel on
+// PyPI into .venv-tests): its 128,000 ranks and 256 special tokens load as Llama 3's tokenizer, and
+// every fixture string and generated text encodes to tiktoken's ids under the pattern Meta's own
+// tokenizer.py gives (copied here as the reference, apart from trillion's regex_split.cpp).
+TEST(PretrainedTokenizer, Llama3TokenizerModelMatchesTiktoken) {
+  const std::string venv = std::string(TRILLION_SOURCE_DIR) + "/.venv-tests";
+  const std::string python = venv + "/bin/python", model = venv + "/llama3/tokenizer.model";
+  if (!std::filesystem::exists(model) ||
+      std::system((python + " -c 'import tiktoken' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << model << " or tiktoken is missing (scripts/setup.sh fetches them from PyPI)";
+  }
+  const auto tokenizer = load_text_tokenizer(model);
+  EXPECT_EQ(tokenizer->vocab_size(), 128256);
+  EXPECT_EQ(tokenizer->document_begin_id(), 128000);  // <|begin_of_text|>
+  EXPECT_EQ(tokenizer->document_end_id(), 128001);    // <|end_of_text|>
+  const std::vector<int32_t> specials = {128000, 128001, 128006, 128007, 128009};
+  EXPECT_EQ(tokenizer->decode(specials),
+            "<|begin_of_text|><|end_of_text|><|start_header_id|><|end_header_id|><|eot_id|>");
+  std::vector<std::string> texts = generated_texts(400);
+  for (const auto& [text, ids] : gpt2_references()) texts.push_back(text);
+  const char* meta_pattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const nlohmann::json job = {
+      {"texts", texts},
+      {"tiktoken",
+       {{{"path", model}, {"pattern", meta_pattern}, {"specials", nlohmann::json::object()}}}}};
+  const std::string job_path = gpt2_work_dir() + "/llama3_job.json",
+                    out = gpt2_work_dir() + "/llama3_ids.json";
+  write_file_atomic(job_path, {job.dump()});
+  ASSERT_EQ(std::system((python + " " + TRILLION_SOURCE_DIR +
+                         "/tests/data/tokenizer_reference.py " + job_path + " " + out)
+                            .c_str()),
+            0);
+  const nlohmann::json ref = nlohmann::json::parse(read_file(out));
+  const nlohmann::json& ids = ref.at(model);
+  ASSERT_EQ(ids.size(), texts.size());
+  int mismatches = 0;
+  int64_t tokens = 0;
+  for (size_t t = 0; t < texts.size(); ++t) {
+    const auto want = ids[t].get<std::vector<int32_t>>();
+    const std::vector<int32_t> got = tokenizer->encode(texts[t]);
+    if (got != want && ++mismatches <= 3) ADD_FAILURE() << nlohmann::json(texts[t]).dump();
+    if (got == want) {
+      EXPECT_EQ(tokenizer->decode(got), texts[t]);
+    }
+    tokens += static_cast<int64_t>(want.size());
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_GT(tokens, 10000);  // the texts are not trivially short
+}
+
+// byte_fallback, as Hugging Face's BPE applies it: GPT-2's tokenizer.json without the byte-level
+// tokens of four bytes (space 'Ġ', newline 'Ċ', 'A', 0xE9 'é'; merges naming them dropped) and
+// with <0x00>..<0xFF> appended encodes each of those bytes as the <0xXX> tokens of its byte-level
+// character's UTF-8 bytes ('Ġ' = C4 A0 -> <0xC4> <0xA0>), decodes them back to the text, and
+// gives Hugging Face tokenizers' ids on the generated and fixture texts (when .venv-tests has it).
+TEST(PretrainedTokenizer, ByteFallbackEncodesAsHuggingFaceDoes) {
+  nlohmann::json j = nlohmann::json::parse(read_file(trillion::test::write_gpt2_tokenizer_json()));
+  const std::vector<std::string> removed = {byte_level_char(0x20), byte_level_char(0x0A),
+                                            byte_level_char(0x41), byte_level_char(0xE9)};
+  nlohmann::json& vocab = j["model"]["vocab"];
+  for (const std::string& symbol : removed) ASSERT_EQ(vocab.erase(symbol), 1u) << symbol;
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& m : j["model"]["merges"]) {
+    const std::string rule = m.get<std::string>();
+    const std::string left = rule.substr(0, rule.find(' ')),
+                      right = rule.substr(rule.find(' ') + 1);
+    if (std::find(removed.begin(), removed.end(), left) == removed.end() &&
+        std::find(removed.begin(), removed.end(), right) == removed.end())
+      merges.push_back(rule);
+  }
+  j["model"]["merges"] = merges;
+  constexpr int32_t kFirst = 50257;  // <0x00>
+  for (int b = 0; b < 256; ++b) vocab[fmt::format("<0x{:02X}>", b)] = kFirst + b;
+  j["model"]["byte_fallback"] = true;
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", {{{"type", "ByteFallback"}}, j["decoder"]}}};
+  const std::string path = gpt2_work_dir() + "/gpt2-byte-fallback.json";
+  write_file_atomic(path, {j.dump()});
+  const auto tokenizer = load_text_tokenizer(path);
+  EXPECT_EQ(tokenizer->encode("A"), (std::vector<int32_t>{kFirst + 0x41}));
+  EXPECT_EQ(tokenizer->encode(" "), (std::vector<int32_t>{kFirst + 0xC4, kFirst + 0xA0}));
+  EXPECT_EQ(tokenizer->encode("\n"), (std::vector<int32_t>{kFirst + 0xC4, kFirst + 0x8A}));
+  EXPECT_EQ(tokenizer->encode("\xe9"), (std::vector<int32_t>{kFirst + 0xC3, kFirst + 0xA9}));
+  EXPECT_EQ(tokenizer->decode(std::vector<int32_t>{kFirst + 0xC4, kFirst + 0xA0, kFirst + 0x41}),
+            " A");
+  std::vector<std::string> texts = generated_texts(400);
+  for (size_t i = 0; i < gpt2_references().size(); i += 4)
+    texts.push_back(gpt2_references()[i].first);
+  texts.push_back("A cat\nAte \xe9\x9b\xbb  A\n\nAA");
+  for (const std::string& text : texts) EXPECT_EQ(tokenizer->decode(tokenizer->encode(text)), text);
+  const std::string python = std::string(TRILLION_SOURCE_DIR) + "/.venv-tests/bin/python";
+  if (std::system((python + " -c 'import tokenizers' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << "Hugging Face tokenizers is not installed in " << python;
+  const nlohmann::json job = {{"texts", texts}, {"hf", {path}}};
+  const std::string job_path = gpt2_work_dir() + "/fallback_job.json",
+                    out = gpt2_work_dir() + "/fallback_ids.json";
+  write_file_atomic(job_path, {job.dump()});
+  ASSERT_EQ(std::system((python + " " + TRILLION_SOURCE_DIR +
+                         "/tests/data/tokenizer_reference.py " + job_path + " " + out)
+                            .c_str()),
+            0);
+  const nlohmann::json ref = nlohmann::json::parse(read_file(out));
+  const nlohmann::json& ids = ref.at(path);
+  ASSERT_EQ(ids.size(), texts.size());
+  int mismatches = 0;
+  for (size_t t = 0; t < texts.size(); ++t) {
+    if (tokenizer->encode(texts[t]) != ids[t].get<std::vector<int32_t>>() && ++mismatches <= 3)
+      ADD_FAILURE() << nlohmann::json(texts[t]).dump();
+  }
+  EXPECT_EQ(mismatches, 0);
+}
