@@ -250,3 +250,25 @@ TEST_F(PrepareTest, Gpt2TokenizerJsonEndsEveryDocumentWithEndoftext) {
     EXPECT_TRUE(has(decoded, docs_[k] + "<|endoftext|>")) << k;
   }
 }
+
+// The progress line (--progress on; auto shows it on a terminal): bytes read of the whole input,
+// percent, MB/s, ETA, documents and bad documents, rewritten in place with \r, and its last state
+// says all of the input was read.
+TEST_F(PrepareTest, TheProgressLineCountsTheInput) {
+  const std::string text = jsonl(docs_, 0, 40) + "{not json\n";
+  write("docs.jsonl", text);
+  Result r = run("data prepare --format jsonl --progress on --tokenizer " + p("tok.json") +
+                 " --out " + p("out") + " " + p("docs.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t last = r.output.rfind("\rprepare: ");
+  ASSERT_NE(last, std::string::npos) << r.output;
+  const std::string line = r.output.substr(last + 1, r.output.find('\n', last) - last - 1);
+  const std::string mb = fmt::format("{:.1f}", static_cast<double>(text.size()) / 1e6);
+  EXPECT_TRUE(line.starts_with("prepare: " + mb + " / " + mb + " MB (100%)")) << line;
+  EXPECT_TRUE(has(line, " MB/s  ETA ")) << line;
+  EXPECT_TRUE(has(line, "  40 docs  1 bad")) << line;
+  r = run("data prepare --format jsonl --progress off --overwrite --tokenizer " + p("tok.json") +
+          " --out " + p("out") + " " + p("docs.jsonl"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_FALSE(has(r.output, "\rprepare: ")) << r.output;
+}

@@ -2,9 +2,11 @@
 // 0.7 / 0.3. After 25 steps of 4 sequences each source's tokens in metrics.jsonl are within 1% of
 // its weight's share, and summary.json reports its epochs; the run at dp 2 trains the same stream
 // (losses and weights within 1e-5), and a run killed at step 17 and resumed from its step-10
-// checkpoint ends bitwise equal to the uninterrupted run. With data.on_exhausted = "stop" a run
-// whose small source would start its second epoch stops before that step. Also: the document-end
-// token of prepared shards (their tokenizer's <|eos|>) and the [data] keys' errors.
+// checkpoint ends bitwise equal to the uninterrupted run; stopped after step 10 in one process and
+// resumed at dp 2 (resharding), it reads the same stream and trains the same. With
+// data.on_exhausted = "stop" a run whose small source would start its second epoch stops before
+// that step. Also: the document-end token of prepared shards (their tokenizer's <|eos|>) and the
+// [data] keys' errors.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -79,6 +81,17 @@ TEST(DataMixture, TokensFollowTheWeightsAndTheStreamSurvivesDpAndResume) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   cmp = run_trillion("compare " + dir + "/one " + dir + "/resumed --tol 1e-5");
   EXPECT_NE(cmp.output.find("bitwise equal"), std::string::npos) << cmp.output;
+
+  // Resharding: stopped after step 10 in one process and resumed at dp 2, the run reads the same
+  // stream (each source's tokens at the end as the uninterrupted run's) and trains the same.
+  const std::string moved = train + " --set checkpoint.interval=10 --run-dir " + dir + "/moved";
+  r = run_trillion(env + moved + " --stop-after 10");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_trillion(env + "launch -n 2 -- " + moved + " --set parallel.dp=2 --resume");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  cmp = run_trillion("compare " + dir + "/one " + dir + "/moved --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_EQ(read_metrics(dir + "/moved").back()["data_sources"], lines.back()["data_sources"]);
 }
 
 TEST(DataMixture, StopsBeforeASourceStartsItsSecondEpoch) {
