@@ -179,5 +179,62 @@ TEST(MultiHostElastic, ALostHostIsLeftOutAndTheRunGoesOnAtTheLayoutTheRestHold) 
   }
 }
 
+// Without --elastic a failed host's ranks restart on the same hosts once it is back (here at
+// once: the drill killed a rank, not the namespace), and the finished run is bitwise the clean
+// run on those hosts.
+TEST(MultiHostRestart, WithoutElasticTheFinishedRunIsBitwiseTheCleanRun) {
+  Hosts hosts("tre", "10.214.5", 2, 1);
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  const std::string launch = kEnv + "launch -n 2 --hostfile " + hosts.hostfile() + " ";
+  const std::string train = " -- train " + config_path("tiny.toml") +
+                            " --quiet --set train.steps=6 --set checkpoint.interval=2 --set "
+                            "parallel.dp=2 --run-dir ";
+  const std::string clean = fresh_dir("h34_restart_clean"), drilled = fresh_dir("h34_restart");
+  ASSERT_EQ(run_trillion(launch + train + clean).exit_code, 0);
+  const auto r = run_trillion(launch + "--max-restarts 1 --fail-at 3:1" + train + drilled);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[host tre2: rank(s) 1]"), std::string::npos) << r.output;
+  const auto summary = read_json(drilled + "/summary.json");
+  ASSERT_EQ(summary["failures"].size(), 1u);
+  EXPECT_EQ(summary["failures"][0]["resumed_from"], 2);
+  const auto cmp = run_trillion("compare " + clean + " " + drilled + " --tol 0");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_NE(cmp.output.find("bitwise equal"), std::string::npos) << cmp.output;
+}
+
+// A cut link (the host's veth down: its processes live on and the others wait in a collective)
+// is detected by the heartbeat watchdog and named by launch's TCP probe within the heartbeat
+// timeout + 10 s, not waited on forever.
+TEST(MultiHostRestart, ACutLinkIsNamedWithinTheHeartbeatTimeout) {
+  Hosts hosts("trf", "10.214.6", 2, 1);
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  const std::string run = fresh_dir("h34_cut");
+  constexpr int kHeartbeat = 3;
+  const std::string launch = kEnv + std::string(TRILLION_BINARY) + " launch -n 2 --hostfile " +
+                             hosts.hostfile() + " --heartbeat-timeout " +
+                             std::to_string(kHeartbeat) + " -- train " + config_path("tiny.toml") +
+                             " --quiet --set train.steps=1000000 --set parallel.dp=2 " +
+                             "--run-dir " + run + " > " + run + ".out 2>&1";
+  const std::string script = std::string(TRILLION_SOURCE_DIR) + "/scripts/hosts.sh";
+  // Starts the job, waits for its first steps, cuts trf2's link, and prints the seconds from the
+  // cut to the job's end; the job's status is the line's.
+  const auto r =
+      run_shell(launch + " & pid=$!; for i in $(seq 1200); do [ -s " + run +
+                "/metrics.jsonl ] && break; sleep 0.05; done; sleep 1; t0=$(date +%s.%N); "
+                "TRILLION_HOSTS_PREFIX=trf TRILLION_HOSTS_NET=10.214.6 " +
+                script +
+                " cut trf2; wait $pid; status=$?; t1=$(date +%s.%N); awk \"BEGIN { print "
+                "\\\"seconds\\\", $t1 - $t0 }\"; exit $status");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string out = testing::slurp(run + ".out");
+  EXPECT_NE(out.find("[host trf2 does not answer: rank(s) 1]"), std::string::npos) << out;
+  const size_t at = r.output.find("seconds ");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  const double seconds = std::stod(r.output.substr(at + 8));
+  std::printf("cut link named %.1f s after the cut (heartbeat timeout %d s)\n", seconds,
+              kHeartbeat);
+  EXPECT_LT(seconds, kHeartbeat + 10.0) << out;
+}
+
 }  // namespace
 }  // namespace trillion
