@@ -206,6 +206,18 @@ int plan_command(int argc, char** argv) {
   app.add_option("--failures-per-1000-gpu-days", failure_rate,
                  "failure rate (default: the catalog's; Llama 3 observed 0.47)")
       ->check(finite_at_least(0));
+  double host_repair_hours = 0;
+  bool elastic = false;
+  int host_gpus = 8;
+  app.add_option("--host-repair-hours", host_repair_hours,
+                 "a failure takes a host out this long (default 0: a spare replaces it at once)")
+      ->check(finite_at_least(0));
+  app.add_flag("--elastic", elastic,
+               "with --host-repair-hours: run on the surviving hosts while one is repaired "
+               "(fewer dp replicas, as launch --elastic), when that is cheaper than waiting");
+  app.add_option("--host-gpus", host_gpus, "GPUs per host (what one host failure takes out)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--html", html_path, "write an HTML report to this file");
   app.add_flag("--json", json, "print the plan as JSON");
   app.add_option("--datacenters", scale_out.datacenters,
@@ -325,6 +337,11 @@ int plan_command(int argc, char** argv) {
     in.search.precisions = {plan::parse_precision(precision)};
   }
   in.restart_seconds = restart_minutes * 60;
+  if (elastic && host_repair_hours <= 0)
+    throw Error("--elastic needs --host-repair-hours (how long a failed host is out)");
+  in.host_repair_seconds = host_repair_hours * 3600;
+  in.elastic = elastic;
+  in.host_gpus = host_gpus;
   in.checkpoint_bytes_per_second = checkpoint_gbps * 1e9;
   scale_out.inter_dc_latency_s = inter_dc_latency_ms / 1e3;
   scale_out.inter_dc_bytes_per_second = inter_dc_gbps * 1e9 / 8;

@@ -126,6 +126,14 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
   j["cost_usd"] = r.cost_usd;
   j["expected_interruptions"] = r.failures.expected_interruptions;
   j["goodput"] = r.failures.goodput;
+  j["lost_per_failure_seconds"] = r.failures.lost_per_failure;
+  if (p.inputs.host_repair_seconds > 0) {
+    j["host_repair"] = {{"seconds", p.inputs.host_repair_seconds},
+                        {"elastic", r.failures.elastic},
+                        {"elastic_dp", r.elastic_dp},
+                        {"repair_cost_seconds", r.failures.repair_cost},
+                        {"repair_overhead_seconds", r.failures.repair_overhead}};
+  }
   j["mtbf_hours"] = r.failures.mtbf_seconds / 3600;
   j["checkpoint_interval_seconds"] = r.failures.checkpoint_interval;
   j["checkpoint_bytes_per_gpu"] = r.checkpoint_bytes_per_gpu;

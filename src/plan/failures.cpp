@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -50,12 +51,23 @@ FailureEstimate estimate_failures(const FailureInputs& in) {
   const double delta = std::max(in.checkpoint_seconds, 1e-3);
   const double tau = std::max(daly_interval(delta, f.mtbf_seconds), delta);
   f.checkpoint_interval = tau;
-  const double lost_per_failure = in.restart_seconds + (tau + delta) / 2;
+  if (in.host_repair_seconds > 0) {
+    f.repair_cost = in.host_repair_seconds;
+    const double shrunk =
+        in.host_repair_seconds * (1 - std::min(1.0, in.shrunk_speed)) + in.restart_seconds;
+    if (in.shrunk_speed > 0 && shrunk < f.repair_cost) {
+      f.repair_cost = shrunk;
+      f.elastic = true;
+    }
+  }
+  const double lost_per_failure = in.restart_seconds + (tau + delta) / 2 + f.repair_cost;
+  f.lost_per_failure = lost_per_failure;
   const double denom = 1 - lost_per_failure / f.mtbf_seconds;
   if (denom <= 0.01) {
     f.wall_seconds = INFINITY;
     f.goodput = 0;
     f.expected_interruptions = INFINITY;
+    if (f.repair_cost > 0) f.repair_overhead = INFINITY;
     return f;
   }
   f.wall_seconds = in.ideal_seconds * (1 + delta / tau) / denom;
@@ -64,7 +76,17 @@ FailureEstimate estimate_failures(const FailureInputs& in) {
   f.checkpoint_overhead = in.ideal_seconds * delta / tau;
   f.restart_overhead = f.expected_interruptions * in.restart_seconds;
   f.rework_overhead = f.expected_interruptions * (tau + delta) / 2;
+  f.repair_overhead = f.expected_interruptions * f.repair_cost;
   return f;
+}
+
+int elastic_replicas(int dp, int cp, int ep, long replica_gpus, int host_gpus,
+                     int64_t micro_batches) {
+  const long lost = std::max<long>(1, host_gpus / std::max<long>(1, replica_gpus));
+  for (long d = dp - lost; d >= 1; --d) {
+    if (micro_batches % d == 0 && (d * cp) % ep == 0) return static_cast<int>(d);
+  }
+  return 0;
 }
 
 }  // namespace trillion::plan

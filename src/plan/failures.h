@@ -8,6 +8,8 @@
 // rates per hour where named so.
 #pragma once
 
+#include <cstdint>
+
 namespace trillion::plan {
 
 // gpus x rate x hours.
@@ -24,6 +26,13 @@ struct FailureInputs {
   double checkpoint_seconds = 0;  // blocking time to write one checkpoint
   double restart_seconds = 600;   // detect, relaunch, re-initialise, load the checkpoint
   double ideal_seconds = 0;       // the run without failures or checkpoints
+  // Each interruption takes a host out for host_repair_seconds (0: a spare host takes its place
+  // and the restart is all it costs). Meanwhile the job waits for it (its restart needs the host
+  // count), or, when shrunk_speed > 0, runs elastic (the engine's launch --elastic: fewer dp
+  // replicas on the surviving hosts, the global batch kept by accumulation) at shrunk_speed of its
+  // throughput and restarts once more to grow back; each failure takes the cheaper of the two.
+  double host_repair_seconds = 0;
+  double shrunk_speed = 0;
 };
 
 struct FailureEstimate {
@@ -33,7 +42,20 @@ struct FailureEstimate {
   double expected_interruptions = 0;
   double goodput = 0;  // ideal_seconds / wall_seconds
   double checkpoint_overhead = 0, rework_overhead = 0, restart_overhead = 0;  // seconds
+  // Per failure: restart + half a cycle of rework + the host's repair cost, which is
+  // host_repair_seconds when waiting, or host_repair_seconds x (1 - shrunk_speed) + restart when
+  // running elastic (elastic = true when that is the cheaper).
+  double lost_per_failure = 0, repair_cost = 0, repair_overhead = 0;
+  bool elastic = false;
 };
+
+// The data-parallel replicas an elastic restart keeps after losing one host of host_gpus GPUs,
+// as the engine's launch --elastic chooses them: a replica is tp x pp x cp GPUs (replica_gpus);
+// the host takes max(1, host_gpus / replica_gpus) replicas with it; of the rest, the largest d
+// whose replicas split the step's `micro_batches` (global batch / per-replica micro-batch) evenly
+// and whose d x cp positions ep divides. 0 when none is left.
+int elastic_replicas(int dp, int cp, int ep, long replica_gpus, int host_gpus,
+                     int64_t micro_batches);
 
 // Goodput at a given checkpoint interval (not the optimal one): what a drill with a known failure
 // rate runs at. Each failure (mean time between them M, wall clock) loses a restart R and on

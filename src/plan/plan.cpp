@@ -36,6 +36,15 @@ RunEstimate estimate_run(const PlanInputs& in, const Candidate& c) {
   fi.checkpoint_seconds = r.checkpoint_seconds;
   fi.restart_seconds = in.restart_seconds;
   fi.ideal_seconds = ideal_seconds;
+  fi.host_repair_seconds = in.host_repair_seconds;
+  if (in.elastic) {
+    const Layout& l = c.layout;
+    const auto micro_batches =
+        static_cast<int64_t>(std::llround(in.batch_tokens / in.seq_len / l.micro_batch));
+    r.elastic_dp = elastic_replicas(l.dp, l.cp, l.ep, static_cast<long>(l.tp) * l.pp * l.cp,
+                                    in.host_gpus, micro_batches);
+    fi.shrunk_speed = static_cast<double>(r.elastic_dp) / l.dp;
+  }
   r.failures = estimate_failures(fi);
   r.days = r.failures.wall_seconds / 86400;
   r.gpu_hours = r.failures.wall_seconds / 3600 * in.gpus;
@@ -201,6 +210,27 @@ Plan make_plan(PlanInputs in) {
                : "a rank holds the largest sum over its chunks of micro-batches in flight "
                  "at one moment of the schedule, as a caching allocator does (alloc=live)")},
   };
+  if (in.host_repair_seconds > 0) {
+    const FailureEstimate& f = p.run.failures;
+    const Layout& l = p.best().layout;
+    p.assumptions.emplace_back(
+        "host repair",
+        fmt::format(
+            "every interruption takes a host of {} GPUs out for {} (no spare); {}; {} per "
+            "failure lost to the repair",
+            in.host_gpus, format_seconds(in.host_repair_seconds),
+            !in.elastic ? "the job waits for it (--elastic: run on the surviving hosts meanwhile)"
+            : p.run.elastic_dp == 0
+                ? "elastic: no smaller layout holds the batch, so the job waits"
+                : fmt::format("elastic: the surviving hosts run dp {} of {} ({:.1f}% of the "
+                              "throughput, the global batch kept by accumulation) and restart "
+                              "once more to grow back; {}",
+                              p.run.elastic_dp, l.dp, 100.0 * p.run.elastic_dp / l.dp,
+                              f.elastic ? "cheaper than waiting"
+                                        : "waiting is cheaper (the repair is shorter than the "
+                                          "extra restart is worth)"),
+            format_seconds(f.repair_cost)));
+  }
   if (p.best().layout.pp > 1) {
     const int m2 = steady_state_microbatches(p.best().layout.pp);
     p.assumptions.emplace_back(

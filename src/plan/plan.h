@@ -34,6 +34,11 @@ struct PlanInputs {
   double restart_seconds = 600;  // per interruption: detect, relaunch, init, load
   double checkpoint_bytes_per_second = 0.4e9;  // per GPU write bandwidth to storage
   ScaleOutInputs scale_out;                    // data centres, DiLoCo, measured noise scale
+  // A failure takes a host of host_gpus GPUs out for host_repair_seconds (0: a spare replaces
+  // it at once); `elastic`: the job may run on the surviving hosts meanwhile (plan/failures.h).
+  double host_repair_seconds = 0;
+  bool elastic = false;
+  int host_gpus = 8;
 };
 
 struct RunEstimate {
@@ -47,6 +52,7 @@ struct RunEstimate {
   double cost_usd = 0;
   double checkpoint_bytes_per_gpu = 0;
   double checkpoint_seconds = 0;
+  int elastic_dp = 0;  // replicas an elastic restart keeps after losing a host (0: not elastic)
   FailureEstimate failures;
 };
 

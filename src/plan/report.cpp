@@ -301,6 +301,15 @@ std::string format_plan_text(const Plan& p) {
       format_seconds(r.failures.mtbf_seconds), r.failures.expected_interruptions,
       format_bytes(r.checkpoint_bytes_per_gpu), format_seconds(r.checkpoint_seconds),
       format_seconds(r.failures.checkpoint_interval), 100 * r.failures.goodput);
+  if (p.inputs.host_repair_seconds > 0) {
+    out += fmt::format(
+        "          a failed host is out {}: {} lost per failure ({}), {} in all\n",
+        format_seconds(p.inputs.host_repair_seconds), format_seconds(r.failures.lost_per_failure),
+        r.failures.elastic ? fmt::format("elastic at dp {} of {} until it is back, then a restart",
+                                         r.elastic_dp, p.best().layout.dp)
+                           : "waiting for it",
+        format_seconds(r.failures.repair_overhead));
+  }
   out += "\nThe plan (#1) and its runners-up:\n";
   out += fmt::format("  {:>2}  {:<118} {:>9} {:>7} {:>6} {:>9} {:>7}\n", "#", "layout", "step",
                      "vs #1", "MFU", "memory", "bubble");

@@ -71,5 +71,59 @@ TEST(Failures, GoodputAtAGivenInterval) {
   EXPECT_THROW(goodput_at_interval(600, 0, 1, 5), Error);
 }
 
+// The shrink case (a failed host out for a repair, issue 34): waiting adds the repair to each
+// failure's loss; running elastic at speed s adds repair x (1 - s) + one more restart, and each
+// failure takes the cheaper. By hand, M = 36000 s, restart 600 s, repair 2 h = 7200 s:
+// waiting 7200 s; elastic at s = 0.75: 7200 x 0.25 + 600 = 2400 s; at s = 0.05: 7440 s, so wait.
+TEST(Failures, AHostOutForRepairCostsTheCheaperOfWaitingAndShrinking) {
+  FailureInputs in;
+  in.gpus = 1000;
+  in.failures_per_gpu_hour = 1e-4;
+  in.checkpoint_seconds = 30;
+  in.restart_seconds = 600;
+  in.ideal_seconds = 100 * 3600;
+  const FailureEstimate spare = estimate_failures(in);
+  const double tau = spare.checkpoint_interval;
+  EXPECT_DOUBLE_EQ(spare.lost_per_failure, 600 + (tau + 30) / 2);
+  in.host_repair_seconds = 7200;
+  const FailureEstimate wait = estimate_failures(in);
+  EXPECT_FALSE(wait.elastic);
+  EXPECT_DOUBLE_EQ(wait.repair_cost, 7200);
+  EXPECT_DOUBLE_EQ(wait.lost_per_failure, 600 + (tau + 30) / 2 + 7200);
+  const double wall = in.ideal_seconds * (1 + 30 / tau) / (1 - wait.lost_per_failure / 36000);
+  EXPECT_NEAR(wait.wall_seconds, wall, 1e-6 * wall);
+  EXPECT_NEAR(in.ideal_seconds + wait.checkpoint_overhead + wait.rework_overhead +
+                  wait.restart_overhead + wait.repair_overhead,
+              wait.wall_seconds, 1e-6 * wall);
+  in.shrunk_speed = 0.75;
+  const FailureEstimate shrink = estimate_failures(in);
+  EXPECT_TRUE(shrink.elastic);
+  EXPECT_DOUBLE_EQ(shrink.repair_cost, 2400);
+  EXPECT_GT(shrink.goodput, wait.goodput);
+  EXPECT_LT(shrink.goodput, spare.goodput);
+  in.shrunk_speed = 0.05;
+  EXPECT_FALSE(estimate_failures(in).elastic);
+  EXPECT_DOUBLE_EQ(estimate_failures(in).repair_cost, 7200);
+  // A repair longer than the MTBF: waiting never finishes, shrinking does.
+  in.host_repair_seconds = 40000;
+  in.shrunk_speed = 0;
+  EXPECT_EQ(estimate_failures(in).goodput, 0);
+  in.shrunk_speed = 0.75;
+  EXPECT_GT(estimate_failures(in).goodput, 0);
+}
+
+// The replicas launch --elastic keeps: a host of 8 GPUs takes 8 / (tp pp cp) replicas (at least
+// one), and of the rest the largest count that splits the step's micro-batches (and whose
+// positions ep divides).
+TEST(Failures, ElasticReplicasFollowTheEnginesRule) {
+  EXPECT_EQ(elastic_replicas(128, 1, 1, 128, 8, 2048), 64);  // Llama 3 405B: 127 -> 64
+  EXPECT_EQ(elastic_replicas(128, 1, 1, 128, 8, 2048 * 127), 127);
+  EXPECT_EQ(elastic_replicas(64, 1, 1, 2, 8, 96), 48);  // tp 2: a host holds 4 replicas
+  EXPECT_EQ(elastic_replicas(4, 1, 1, 1, 1, 8), 2);     // the engine's drill: dp 4 -> 2
+  EXPECT_EQ(elastic_replicas(4, 1, 1, 1, 1, 6), 3);     // dp 3 where the batch divides
+  EXPECT_EQ(elastic_replicas(8, 1, 4, 1, 1, 56), 4);    // 7 divides 56, but ep 4 does not
+  EXPECT_EQ(elastic_replicas(1, 1, 1, 8, 8, 16), 0);    // nothing left
+}
+
 }  // namespace
 }  // namespace trillion::plan

@@ -49,6 +49,40 @@ TEST(PlanCli, LayoutJsonHasTheDocumentedFields) {
   EXPECT_FALSE(j["assumptions"].empty());
 }
 
+// --host-repair-hours and --elastic (issue 34's shrink case): Llama 3 405B on 16,384 H100 at tp 8
+// pp 16 dp 128 with a host out for 4 hours per failure. Waiting for it never finishes (each
+// failure loses more than the 3.1-hour cluster MTBF); elastic, the 127 replicas left run as 64
+// (the largest count that splits the 2,048 micro-batches), at half the throughput until the host
+// is back: repair x 0.5 + a restart = 2 h + 10 min per failure.
+TEST(PlanCli, AHostOutForRepairIsWaitedForOrShrunkAround) {
+  const std::string base =
+      "plan --model llama3-405b --cluster h100 --gpus 16384 --layout tp=8,cp=1,pp=16,dp=128 "
+      "--seq 8192 --batch-tokens 16777216 --tokens 15.6T --json";
+  int rc = 0;
+  const auto spare = nlohmann::json::parse(run(base, &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_FALSE(spare.contains("host_repair"));
+  const auto wait = nlohmann::json::parse(run(base + " --host-repair-hours 4", &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(wait["goodput"].get<double>(), 0);
+  EXPECT_FALSE(wait["host_repair"]["elastic"].get<bool>());
+  const auto shrink = nlohmann::json::parse(run(base + " --host-repair-hours 4 --elastic", &rc));
+  ASSERT_EQ(rc, 0);
+  EXPECT_TRUE(shrink["host_repair"]["elastic"].get<bool>());
+  EXPECT_EQ(shrink["host_repair"]["elastic_dp"], 64);
+  EXPECT_DOUBLE_EQ(shrink["host_repair"]["repair_cost_seconds"].get<double>(),
+                   4 * 3600 * 0.5 + 600);
+  EXPECT_DOUBLE_EQ(shrink["lost_per_failure_seconds"].get<double>() -
+                       spare["lost_per_failure_seconds"].get<double>(),
+                   4 * 3600 * 0.5 + 600);
+  EXPECT_GT(shrink["goodput"].get<double>(), 0.1);
+  EXPECT_LT(shrink["goodput"].get<double>(), spare["goodput"].get<double>());
+  const auto r =
+      trillion::testing::run_trillion("plan --model llama3-8b --cluster h100 --gpus 64 --elastic");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--elastic needs --host-repair-hours"), std::string::npos) << r.output;
+}
+
 // `--prefill TOKENS --json`: the time to first token as prefill_seconds, the layout the search
 // chose, and memory by part; a fixed --layout field is kept.
 TEST(PlanCli, PrefillJsonHasItsSecondsAndMemory) {
