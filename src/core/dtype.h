@@ -48,6 +48,10 @@ inline bf16 float_to_bf16(float f) {
   return bf16{static_cast<uint16_t>((u + rounding) >> 16)};
 }
 
+// rows x cols floats (row stride ld) to contiguous bf16 [rows, cols], each as float_to_bf16
+// rounds it; on all threads, vectorised (the per-GEMM operand conversion of a bf16 recipe).
+void floats_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, bf16* out);
+
 // Type -> DType mapping for the typed kernels.
 template <typename T>
 constexpr DType dtype_of();

@@ -28,16 +28,16 @@ std::vector<float> rounded_to_bf16(const Tensor& X) {
   return out;
 }
 
-// X [rows, cols] (row stride ld) as contiguous bf16 (nearest even).
-std::vector<bf16> bf16_copy(const Tensor& X) {
-  const int64_t rows = X.size(0), cols = X.size(1), ld = X.stride(0);
-  const float* x = X.data<float>();
-  std::vector<bf16> out(rows * cols);
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = float_to_bf16(x[r * ld + c]);
-  }
-  return out;
+// X [rows, cols] (row stride ld) as contiguous bf16 (nearest even), in `buffer`: a GEMM operand
+// converted per call. The buffers are kept per thread and only grow, so after the first step no
+// call allocates (a fresh large vector per call cost page faults on every GEMM).
+const bf16* bf16_copy(const Tensor& X, std::vector<bf16>& buffer) {
+  const int64_t rows = X.size(0), cols = X.size(1);
+  if (static_cast<int64_t>(buffer.size()) < rows * cols) buffer.resize(rows * cols);
+  floats_to_bf16(X.data<float>(), rows, cols, X.stride(0), buffer.data());
+  return buffer.data();
 }
+thread_local std::vector<bf16> operand_a, operand_b;
 
 // op(X) laid out as [rows, K] with K along the rows' elements: X itself when it is already so
 // (transposed == false), else a transposed contiguous copy in `copy`.
@@ -82,9 +82,8 @@ void LinearPrecision::attach_weights(const Buffer& master, MemoryTracker& tracke
 
 void LinearPrecision::refresh_weights() {
   if (master_ == nullptr) return;
-  const float* m = static_cast<const float*>(master_->raw());
-  bf16* c = static_cast<bf16*>(copy_.raw());
-  for (int64_t i = 0; i < master_->count(); ++i) c[i] = float_to_bf16(m[i]);
+  floats_to_bf16(static_cast<const float*>(master_->raw()), 1, master_->count(), master_->count(),
+                 static_cast<bf16*>(copy_.raw()));
 }
 
 const bf16* LinearPrecision::weight_in_copy(const Tensor& W) const {
@@ -114,18 +113,16 @@ void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb
                      (tb ? B.size(0) : B.size(1)) == N,
                  fmt::format("linear_gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
                              C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));
-  const std::vector<bf16> a = bf16_copy(A);
+  const bf16* a = bf16_copy(A, operand_a);
   const bf16* b = nullptr;
   int64_t ldb = B.size(1);
-  std::vector<bf16> b_copy;
   const bf16* in_copy = pass == GemmPass::wgrad ? nullptr : weight_in_copy(B);
   if (in_copy != nullptr) {
     b = in_copy, ldb = B.stride(0);
   } else {
-    b_copy = bf16_copy(B);
-    b = b_copy.data();
+    b = bf16_copy(B, operand_b);
   }
-  onednn_bf16_gemm(ta, tb, M, N, K, a.data(), A.size(1), b, ldb, static_cast<float>(alpha),
+  onednn_bf16_gemm(ta, tb, M, N, K, a, A.size(1), b, ldb, static_cast<float>(alpha),
                    static_cast<float>(beta), C.data<float>(), C.stride(0));
 }
 

@@ -1,8 +1,10 @@
 // Core: bf16 rounding, tensor views, memory accounting, tensor table layout, Philox known answers.
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/memory.h"
@@ -33,6 +35,31 @@ TEST(Bf16, EveryBf16ValueRoundTrips) {
     if (std::isnan(f)) continue;
     EXPECT_EQ(float_to_bf16(f).bits, x.bits);
   }
+}
+
+// The bulk conversion a bf16 recipe runs on every GEMM operand rounds each element exactly as
+// float_to_bf16 does: every bit pattern of a float's top half with a spread of low halves (ties,
+// NaN payloads, infinities, subnormals), contiguous (threaded above 64K elements) and strided.
+TEST(Bf16, BulkConversionEqualsTheScalarOne) {
+  std::vector<float> x;
+  for (uint32_t hi = 0; hi < 65536; ++hi)
+    for (uint32_t lo : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu, 0x1234u})
+      x.push_back(std::bit_cast<float>(hi << 16 | lo));
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::vector<bf16> out(n);
+  floats_to_bf16(x.data(), 1, n, n, out.data());
+  int mismatches = 0;
+  for (int64_t i = 0; i < n; ++i) mismatches += out[i].bits != float_to_bf16(x[i]).bits;
+  EXPECT_EQ(mismatches, 0);
+  // Rows of 1000 out of rows of 1536 (a column block of a wider matrix).
+  const int64_t rows = n / 1536, cols = 1000;
+  std::vector<bf16> block(rows * cols);
+  floats_to_bf16(x.data(), rows, cols, 1536, block.data());
+  mismatches = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      mismatches += block[r * cols + c].bits != float_to_bf16(x[r * 1536 + c]).bits;
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(Tensor, ViewsRowsAndColumns) {
