@@ -122,8 +122,9 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   MfuPeak peak(gemm_mix(cfg.model.spec(), cfg.model.seq_len, recipe, bf16_blocks), recipe);
   peak.measure(gemm_size, 3);
 
-  // Under `trillion launch` the ranks form the config's mesh (dp, pp, tp) and step together; rank
-  // 0 reports. Every rank draws the same tokens (tp ranks must; dp ranks may).
+  // Under `trillion launch` the ranks form the config's mesh (dp, pp, cp, tp, ep) and step
+  // together; rank 0 reports. Every rank draws the same tokens (tp ranks must; dp ranks may; a
+  // cp rank draws its T/cp rows of each sequence).
   std::unique_ptr<comm::MpiRuntime> mpi;
   std::unique_ptr<comm::DeviceMesh> mesh;
   RankGroups groups;
@@ -145,9 +146,10 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                                                             .seq_len = mc.seq_len,
                                                             .n_experts = mc.moe.n_routed_experts},
                                            mesh_options(cfg, mpi->world().size()));
-    groups = {&mesh->group(comm::MeshGroup::dp), &mesh->group(comm::MeshGroup::pp),
-              &mesh->group(comm::MeshGroup::ep), &mesh->group(comm::MeshGroup::edp),
-              &mesh->group(comm::MeshGroup::tp)};
+    groups = {&mesh->group(comm::MeshGroup::dp),   &mesh->group(comm::MeshGroup::pp),
+              &mesh->group(comm::MeshGroup::ep),   &mesh->group(comm::MeshGroup::edp),
+              &mesh->group(comm::MeshGroup::tp),   &mesh->group(comm::MeshGroup::cp),
+              &mesh->group(comm::MeshGroup::dp_cp)};
   }
   const bool lead = !mpi || mpi->world().rank() == 0;
   json = json || !lead;  // only rank 0 prints; the others compute silently
@@ -161,7 +163,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   const Philox rng(cfg.train.seed, "bench:tokens");
   int64_t counter = 0;
   auto random_batch = [&](int64_t, int64_t, int32_t* tokens, int32_t* targets) {
-    const int64_t n = runner.local_micro_batch() * cfg.model.seq_len;
+    const int64_t n = runner.local_micro_batch() * cfg.model.seq_len / cfg.parallel.cp;
     for (int64_t i = 0; i < n; ++i) {
       tokens[i] = static_cast<int32_t>(rng.below(counter++, vocab));
       targets[i] = static_cast<int32_t>(rng.below(counter++, vocab));
@@ -211,7 +213,7 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
           ? plan::engine_activation_bytes(spec, runner.local_micro_batch(), cfg.model.seq_len,
                                           cfg.model.activation_policy(), elem, elem,
                                           runner.stage(0).extent(), runner.stage(0).slots(),
-                                          {cfg.parallel.tp, cfg.parallel.sp})
+                                          {cfg.parallel.tp, cfg.parallel.sp, cfg.parallel.cp})
                 .total()
           : 0;
   nlohmann::json j{{"config", config_path},
