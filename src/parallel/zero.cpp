@@ -9,18 +9,26 @@ void gather_shards(comm::Communicator& dp, Backend& be, MemoryTracker& tracker,
                    const BucketPlan& plan, const Buffer& shard, const Buffer& full,
                    MemoryCategory scratch_category) {
   const int n = plan.ranks();
-  std::vector<Buffer> padded;
+  // A bucket whose chunks tile it exactly is gathered straight into the full buffer; only a
+  // padded one (size not a multiple of n) needs a scratch buffer and a copy. (Scratch for every
+  // bucket, allocated and zeroed each step, cost ZeRO-1 three passes over the model per step.)
+  std::vector<Buffer> padded(plan.buckets().size());
   std::vector<comm::Handle> handles;
-  padded.reserve(plan.buckets().size());
-  for (const Bucket& b : plan.buckets()) {
-    padded.emplace_back(tracker, scratch_category, shard.dtype(), b.chunk * n);
-    handles.push_back(
-        dp.start_all_gather(shard.view(b.shard_offset, {b.chunk}), padded.back().flat()));
+  for (size_t i = 0; i < plan.buckets().size(); ++i) {
+    const Bucket& b = plan.buckets()[i];
+    const Tensor input = shard.view(b.shard_offset, {b.chunk});
+    if (b.chunk * n == b.size()) {
+      handles.push_back(dp.start_all_gather(input, full.view(b.begin, {b.size()})));
+      continue;
+    }
+    padded[i] = Buffer(tracker, scratch_category, shard.dtype(), b.chunk * n);
+    handles.push_back(dp.start_all_gather(input, padded[i].flat()));
   }
   for (size_t i = 0; i < handles.size(); ++i) {
     handles[i]->wait();
     const Bucket& b = plan.buckets()[i];
-    be.copy(full.view(b.begin, {b.size()}), padded[i].view(0, {b.size()}));
+    if (padded[i].count() > 0)
+      be.copy(full.view(b.begin, {b.size()}), padded[i].view(0, {b.size()}));
   }
 }
 
