@@ -389,9 +389,10 @@ LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineSh
       head = head || unit == head_unit(m);
     }
   }
-  // A tied head on a rank without the embedding keeps a copy of the table (Megatron's; the
-  // engine's parallel/pipeline/tied_embedding.h), with its gradient and optimizer state.
-  if (m.tied_embeddings && head && !embedding) p.dense += u.dense[embedding_unit()];
+  // A tied head (or MTP modules) on a rank without the embedding keeps a copy of the table
+  // (Megatron's; the engine's parallel/pipeline/tied_embedding.h), with its gradient and
+  // optimizer state.
+  if (m.head_reads_embedding() && head && !embedding) p.dense += u.dense[embedding_unit()];
   return p;
 }
 

@@ -63,6 +63,9 @@ struct ModelSpec {
 
   bool is_moe() const { return n_routed_experts > 0; }
   bool is_mla() const { return kv_lora_rank > 0; }
+  // The head's stage reads the embedding table (a tied head, or MTP modules looking up tokens):
+  // a pipeline whose two ends sit on different ranks keeps a copy of it on the head's rank.
+  bool head_reads_embedding() const { return tied_embeddings || mtp_depth > 0; }
   int64_t dense_layers() const { return is_moe() ? n_dense_layers : n_layers; }
   int64_t moe_layers() const { return n_layers - dense_layers(); }
   int64_t qk_dim() const { return is_mla() ? qk_nope_dim + qk_rope_dim : head_dim; }

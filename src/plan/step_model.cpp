@@ -404,11 +404,12 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   const double bytes_per_param =
       8.0 + 4.0 * l.moment_bytes + l.grad_bytes + 2.0 + (l.ema == Ema::kGpu ? 10.0 : 0.0);
   r.optimizer = memory_seconds(gpu, bytes_per_param * shard);
-  // Tied embeddings with the two ends on different pipeline ranks: the head's gradient of the
-  // table goes to the first stage before the reduction, and the updated table comes back after
-  // the update (parallel/pipeline/tied_embedding.h): two exposed transfers of V/tp x C.
+  // Tied embeddings (or MTP modules) with the two ends on different pipeline ranks: the head's
+  // gradient of the table goes to the first stage before the reduction, and the updated table
+  // comes back after the update (parallel/pipeline/tied_embedding.h): two exposed transfers of
+  // V/tp x C.
   r.tied_embedding = 0;
-  if (m.tied_embeddings && l.pp > 1 && !dual) {
+  if (m.head_reads_embedding() && l.pp > 1 && !dual) {
     const LinkCost pp_link = link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp));
     const double table = static_cast<double>(m.vocab) * m.d_model / l.tp;
     r.tied_embedding =

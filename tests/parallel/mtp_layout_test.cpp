@@ -3,12 +3,15 @@
 // under DualPipe (the modules with the head on the last stage, the shared embedding's gradient
 // summed over the two model copies), pp 2 under 1F1B and zb-h1 (the head's rank reads a copy of
 // the embedding: parallel/pipeline/tied_embedding.h) and tp 2 without sequence parallelism.
-// Losses and final weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5;
+// Losses and final weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5,
+// and under 1F1B and zb-h1 each rank's parameter bytes are plan/'s (the head's rank's copy too);
 // SP, cp, and a copy under ZeRO-2/3 are refused by name.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
 #include "core/error.h"
+#include "plan/memory.h"
+#include "schedule/action.h"
 #include "train/run_config.h"
 #include "train/step_layout.h"
 
@@ -62,6 +65,18 @@ TEST(MtpLayout, Dp2Zero3PipelinesAndTp2MatchOneProcess) {
                      " --set parallel.pp=2 --set parallel.schedule=" + schedule);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     expect_same_run(ref, copy);
+    // Each rank holds plan/'s params_of_rank: the head's rank counts the embedding's copy.
+    const RunConfig config = load_run_config(config_path("mtp-tiny.toml"), {});
+    plan::Layout pl;
+    pl.pp = 2, pl.schedule = schedule::parse_schedule_kind(schedule);
+    const plan::ModelSpec spec = config.model.spec();
+    const plan::PipelineShape shape = plan::pipeline_shape(spec, pl);
+    const auto summary = testing::read_json(copy + "/summary.json");
+    for (int p = 0; p < 2; ++p) {
+      EXPECT_EQ(summary["memory_per_rank"][p]["current"]["parameters"].get<double>(),
+                4 * plan::params_of_rank(spec, pl, shape, p).dense)
+          << schedule << ", pipeline rank " << p;
+    }
   }
   // tp 2 without SP: the modules' blocks, embedding lookups and head run their tp shards.
   const std::string tp = fresh_dir("h33mtp_tp2");

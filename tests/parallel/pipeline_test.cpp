@@ -337,13 +337,18 @@ TEST_P(ZeroPipeline, TrainsTheOneProcessRunWithShardedStates) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Schedules, ZeroPipeline,
-    ::testing::Values(ZeroLayout{2, "1f1b", 1, "zero2_1f1b"}, ZeroLayout{3, "1f1b", 1, "zero3_1f1b"},
-                      ZeroLayout{3, "zb-h1", 1, "zero3_zbh1"},
-                      ZeroLayout{2, "interleaved", 2, "zero2_interleaved"},
-                      ZeroLayout{3, "dualpipe", 2, "zero3_dualpipe"}),
-    [](const ::testing::TestParamInfo<ZeroLayout>& i) { return i.param.name; });
+INSTANTIATE_TEST_SUITE_P(Schedules, ZeroPipeline,
+                         ::testing::Values(ZeroLayout{2, "1f1b", 1, "zero2_1f1b"},
+                                           ZeroLayout{3, "1f1b", 1, "zero3_1f1b"},
+                                           ZeroLayout{2, "zb-h1", 1, "zero2_zbh1"},
+                                           ZeroLayout{3, "zb-h1", 1, "zero3_zbh1"},
+                                           ZeroLayout{2, "interleaved", 2, "zero2_interleaved"},
+                                           ZeroLayout{3, "interleaved", 2, "zero3_interleaved"},
+                                           ZeroLayout{2, "dualpipe", 2, "zero2_dualpipe"},
+                                           ZeroLayout{3, "dualpipe", 2, "zero3_dualpipe"}),
+                         [](const ::testing::TestParamInfo<ZeroLayout>& i) {
+                           return i.param.name;
+                         });
 
 // Three stages of an 8-layer model (3 + 3 + 2 layers: uneven, and stated in events.log) with a
 // clip far below the gradient norm, so every step is clipped: the norm must be the one over all
