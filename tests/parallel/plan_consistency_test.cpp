@@ -1,9 +1,10 @@
 // The planner proposes only what the engine trains (issue 36): for the tiny dense and MoE run
-// configs on 2, 4 and 8 GPUs, `trillion plan --json` searches every layout (nothing fixed), and
-// each of its top distinct layouts (8; on 4 GPUs all 40 it ranks) is trained by the engine for a
-// few steps under `trillion launch` with the settings the plan prints (its "launch" entry),
-// matching the one-process run within 1e-5 (`trillion compare`). A layout the engine refuses is
-// refused by the search with the engine's own message, so --layout asking for one says why.
+// configs on 2, 4 and 8 GPUs (and DeepSeek-V3's toy, MLA + MoE, on 4), `trillion plan --json`
+// searches every layout (nothing fixed), and each of its top distinct layouts (8; on 4 GPUs all 40
+// it ranks) is trained by the engine for a few steps under `trillion launch` with the settings the
+// plan prints (its "launch" entry), matching the one-process run within 1e-5 (`trillion compare`).
+// A layout the engine refuses is refused by the search with the engine's own message, so --layout
+// asking for one says why.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -64,11 +65,13 @@ TEST_P(PlanConsistency, TheTopLayoutsTrainTheOneProcessRun) {
 INSTANTIATE_TEST_SUITE_P(Configs, PlanConsistency,
                          ::testing::Values(Case{"tiny.toml", 2, 8}, Case{"moe-tiny.toml", 2, 8},
                                            Case{"tiny.toml", 4, 40}, Case{"moe-tiny.toml", 4, 40},
-                                           Case{"tiny.toml", 8, 8}, Case{"moe-tiny.toml", 8, 8}),
+                                           Case{"tiny.toml", 8, 8}, Case{"moe-tiny.toml", 8, 8},
+                                           Case{"deepseek-tiny.toml", 4, 8}),
                          [](const auto& info) {
-                           return info.param.config.substr(0, info.param.config.find('.')) == "tiny"
-                                      ? "Dense" + std::to_string(info.param.gpus)
-                                      : "Moe" + std::to_string(info.param.gpus);
+                           std::string name;  // "moe-tiny.toml" on 4 GPUs: moetiny_4
+                           for (char ch : info.param.config.substr(0, info.param.config.find('.')))
+                             if (ch != '-') name += ch;
+                           return name + "_" + std::to_string(info.param.gpus);
                          });
 
 // A layout the engine refuses is never planned: --layout asking for one is refused with the
