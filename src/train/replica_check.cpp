@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,11 +60,15 @@ std::string compare_in(const ParameterSet& params, comm::Communicator& group, bo
       }
     }
   }
-  std::string odd;
+  // The ranks named, in rank order (the classes are in the order of their hashes).
+  std::vector<int> named;
   for (const auto& [hashes, ranks] : classes) {
     if (!tie && &hashes == &healthy->first) continue;
-    for (int r : ranks) odd += fmt::format("{}{}", odd.empty() ? "" : ", ", r);
+    named.insert(named.end(), ranks.begin(), ranks.end());
   }
+  std::sort(named.begin(), named.end());
+  std::string odd;
+  for (int r : named) odd += fmt::format("{}{}", odd.empty() ? "" : ", ", r);
   return tie ? fmt::format(
                    "{} ranks {} hold different parameters (first: '{}'); with as many "
                    "replicas on each side the faulty one cannot be told apart",

@@ -29,6 +29,9 @@ struct Case {
   int gpus;
   size_t layouts;  // the plan's first distinct layouts to train (runners-up of 40)
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.config << " on " << c.gpus << " GPUs";
+}
 
 class PlanConsistency : public ::testing::TestWithParam<Case> {};
 
