@@ -40,7 +40,7 @@ inline uint16_t bf16_bits(uint32_t u) {
 void floats_to_bf16(const float* x, int64_t rows, int64_t cols, int64_t ld, bf16* out) {
   static_assert(sizeof(bf16) == 2);
   // Below ~64K elements a thread team costs more than it saves.
-  const bool team = rows * cols >= (int64_t{1} << 16);
+  [[maybe_unused]] const bool team = rows * cols >= (int64_t{1} << 16);  // unused without OpenMP
   if (ld == cols) {  // contiguous: one flat loop, split evenly however few the rows
     const int64_t n = rows * cols;
 #pragma omp parallel for simd schedule(static) if (team)
