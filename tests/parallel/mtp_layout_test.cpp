@@ -4,7 +4,8 @@
 // summed over the two model copies), pp 2 under 1F1B and zb-h1 (the head's rank reads a copy of
 // the embedding: parallel/pipeline/tied_embedding.h) and tp 2 without sequence parallelism.
 // Losses and final weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5,
-// and under 1F1B and zb-h1 each rank's parameter bytes are plan/'s (the head's rank's copy too);
+// each rank's activation bytes are plan/'s, and under 1F1B and zb-h1 each rank's parameter bytes
+// are plan/'s (the head's rank's copy too);
 // SP, cp, and a copy under ZeRO-2/3 are refused by name.
 #include <gtest/gtest.h>
 
@@ -44,6 +45,13 @@ void expect_same_run(const std::string& ref, const std::string& run) {
     EXPECT_GT(want, 1.0);
     EXPECT_NEAR(b[i]["mtp_loss_1"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
     EXPECT_EQ(b[i]["mtp_loss_weight"].get<double>(), i + 1 < 3 ? 0.3 : 0.1) << "step " << i + 1;
+  }
+  // Each rank's stored activations, the modules' on the head's rank included, are plan/'s.
+  const auto summary = testing::read_json(run + "/summary.json");
+  for (const auto& rank : summary["memory_per_rank"]) {
+    EXPECT_EQ(rank["current"]["activations"].get<int64_t>(),
+              rank["predicted"]["activations"].get<int64_t>())
+        << run << ", rank " << rank["rank"];
   }
 }
 
