@@ -10,12 +10,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "../train/cli_util.h"
 #include "interop/hf_deepseek.h"
 #include "interop/safetensors.h"
 #include "tiny_run.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/run_config.h"
 
 namespace trillion {
 namespace {
@@ -124,6 +127,177 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   double wrong = 0;
   check("moe", "moe_wrong_rope_hf", &wrong);
   EXPECT_GT(wrong, 1e-2);
+}
+
+// The f32 bytes of rows `rows` (each `width` elements) of a parameter starting at `offset`.
+std::string f32_rows(const std::string& params, int64_t offset, int64_t width,
+                     const std::vector<int64_t>& rows) {
+  std::string out;
+  for (int64_t r : rows) out += params.substr((offset + r * width) * 4, width * 4);
+  return out;
+}
+
+std::vector<std::string> names(const interop::SafetensorsFile& f) {
+  std::vector<std::string> n;
+  for (const auto& t : f.tensors) n.push_back(t.name);
+  return n;
+}
+
+TEST(DeepSeekV3Export, NamesRowOrderAndConfigAreTheReleasedCheckpoints) {
+  const std::string root = testing::fresh_dir("ds_names");
+  const TinyRun moe = make_case(root, kMoe);
+  const std::string hf = export_dir(moe, root + "/moe_hf");
+  const std::string params = testing::slurp(moe.dir + "/params.bin");
+  const interop::SafetensorsFile st = interop::read_safetensors(hf + "/model.safetensors");
+  const TensorTable& table = build_parameter_table(moe.cfg.model);
+  auto spec = [&](const std::string& n) { return table.spec(table.index(n)); };
+  auto stored = [&](const std::string& n) {
+    const auto* t = st.find(n);
+    EXPECT_NE(t, nullptr) << n;
+    return t == nullptr ? std::string() : t->bytes;
+  };
+  // deepseek-tiny: C 32, 4 heads of qk 8 + 4 (rope), v 6; q_lora 16, kv_lora 16. The rope rows
+  // of each head (8..11) are stored as pairs: stored 8, 9, 10, 11 = our 8, 10, 9, 11.
+  const TensorSpec qb = spec("layers.1.attn.wq_b");
+  std::vector<int64_t> rows;
+  for (int64_t h = 0; h < 4; ++h)
+    for (int64_t r : {0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 9, 11}) rows.push_back(h * 12 + r);
+  EXPECT_EQ(stored("model.layers.1.self_attn.q_b_proj.weight"),
+            f32_rows(params, qb.offset, 16, rows));
+  const TensorSpec kva = spec("layers.1.attn.wkv_a");  // [16 latent + 4 rope, 32]
+  rows = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 17, 19};
+  EXPECT_EQ(stored("model.layers.1.self_attn.kv_a_proj_with_mqa.weight"),
+            f32_rows(params, kva.offset, 32, rows));
+  EXPECT_NE(rows, std::vector<int64_t>(kva.shape[0]));  // not the identity
+  for (const auto& [ours, theirs] :
+       {std::pair{"layers.1.attn.wq_a", "self_attn.q_a_proj.weight"},
+        {"layers.1.attn.q_norm", "self_attn.q_a_layernorm.weight"},
+        {"layers.1.attn.kv_norm", "self_attn.kv_a_layernorm.weight"},
+        {"layers.1.attn.wkv_b", "self_attn.kv_b_proj.weight"},
+        {"layers.1.attn.wo", "self_attn.o_proj.weight"},
+        {"layers.1.moe.router_bias", "mlp.gate.e_score_correction_bias"}}) {
+    const TensorSpec s = spec(ours);
+    EXPECT_EQ(stored(std::string("model.layers.1.") + theirs),
+              params.substr(s.offset * 4, s.numel() * 4))
+        << ours;
+  }
+  EXPECT_NE(stored("model.layers.1.mlp.gate.e_score_correction_bias"), std::string(32, '\0'));
+  EXPECT_EQ(st.tensors.size(), 3u + 3 * 9 + 3 + 2 * (2 + 3 + 3 * 8));  // no other tensors
+  const auto j = nlohmann::json::parse(testing::slurp(hf + "/config.json"));
+  EXPECT_EQ(j["architectures"][0], "DeepseekV3ForCausalLM");
+  EXPECT_EQ(j["model_type"], "deepseek_v3");
+  for (const auto& [key, want] :
+       std::vector<std::pair<const char*, nlohmann::json>>{{"q_lora_rank", 16},
+                                                           {"kv_lora_rank", 16},
+                                                           {"qk_nope_head_dim", 8},
+                                                           {"qk_rope_head_dim", 4},
+                                                           {"v_head_dim", 6},
+                                                           {"num_attention_heads", 4},
+                                                           {"num_key_value_heads", 4},
+                                                           {"n_routed_experts", 8},
+                                                           {"n_shared_experts", 1},
+                                                           {"num_experts_per_tok", 2},
+                                                           {"moe_intermediate_size", 16},
+                                                           {"first_k_dense_replace", 1},
+                                                           {"n_group", 1},
+                                                           {"topk_group", 1},
+                                                           {"routed_scaling_factor", 1.0},
+                                                           {"norm_topk_prob", true},
+                                                           {"scoring_func", "sigmoid"},
+                                                           {"rope_interleave", true},
+                                                           {"num_nextn_predict_layers", 0},
+                                                           {"rope_scaling", nullptr}})
+    EXPECT_EQ(j[key], want) << key;
+
+  // Without query compression: q_proj, q_lora_rank null, every layer dense.
+  const TinyRun dense = make_case(root, kDenseNoQ);
+  const std::string dhf = export_dir(dense, root + "/dense_hf");
+  const auto dj = nlohmann::json::parse(testing::slurp(dhf + "/config.json"));
+  EXPECT_TRUE(dj["q_lora_rank"].is_null());
+  EXPECT_EQ(dj["n_routed_experts"], 0);
+  EXPECT_EQ(dj["first_k_dense_replace"], 3);
+  const auto dn = names(interop::read_safetensors(dhf + "/model.safetensors"));
+  EXPECT_TRUE(std::count(dn.begin(), dn.end(), "model.layers.0.self_attn.q_proj.weight"));
+  EXPECT_FALSE(std::count(dn.begin(), dn.end(), "model.layers.0.self_attn.q_a_proj.weight"));
+  EXPECT_FALSE(std::filesystem::exists(dhf + "/mtp.safetensors"));
+}
+
+// The MTP module is the checkpoint's layer L (= 3 here) as released, in mtp.safetensors, with its
+// copies of the (tied) embedding as embed_tokens and shared_head.head; model.safetensors has
+// the main model only.
+TEST(DeepSeekV3Export, MtpModuleIsLayerLInItsOwnFile) {
+  const std::string root = testing::fresh_dir("ds_mtp");
+  const TinyRun run = make_case(root, kDenseMtp);
+  const std::string hf = export_dir(run, root + "/hf");
+  const auto j = nlohmann::json::parse(testing::slurp(hf + "/config.json"));
+  EXPECT_EQ(j["num_nextn_predict_layers"], 1);
+  for (const std::string& n : names(interop::read_safetensors(hf + "/model.safetensors")))
+    EXPECT_FALSE(n.starts_with("model.layers.3.")) << n;
+  const interop::SafetensorsFile mtp = interop::read_safetensors(hf + "/mtp.safetensors");
+  std::vector<std::string> want = {"model.layers.3.embed_tokens.weight",
+                                   "model.layers.3.shared_head.head.weight",
+                                   "model.layers.3.shared_head.norm.weight",
+                                   "model.layers.3.enorm.weight",
+                                   "model.layers.3.hnorm.weight",
+                                   "model.layers.3.eh_proj.weight",
+                                   "model.layers.3.input_layernorm.weight",
+                                   "model.layers.3.post_attention_layernorm.weight",
+                                   "model.layers.3.mlp.gate_proj.weight",
+                                   "model.layers.3.mlp.up_proj.weight",
+                                   "model.layers.3.mlp.down_proj.weight"};
+  for (const char* a : {"q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa",
+                        "kv_a_layernorm", "kv_b_proj", "o_proj"})
+    want.push_back(std::string("model.layers.3.self_attn.") + a + ".weight");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(names(mtp), want);
+  const std::string params = testing::slurp(run.dir + "/params.bin");
+  const TensorTable& table = build_parameter_table(run.cfg.model);
+  const TensorSpec embed = table.spec(table.index("embed"));
+  const std::string embed_bytes = params.substr(embed.offset * 4, embed.numel() * 4);
+  EXPECT_EQ(mtp.find("model.layers.3.embed_tokens.weight")->bytes, embed_bytes);
+  EXPECT_EQ(mtp.find("model.layers.3.shared_head.head.weight")->bytes, embed_bytes);  // tied
+  const TensorSpec eh = table.spec(table.index("mtp.0.eh_proj"));
+  EXPECT_EQ(mtp.find("model.layers.3.eh_proj.weight")->shape, (std::vector<int64_t>{32, 64}));
+  EXPECT_EQ(mtp.find("model.layers.3.eh_proj.weight")->bytes,
+            params.substr(eh.offset * 4, eh.numel() * 4));
+}
+
+// `trillion import` of each export gives the checkpoint back bitwise (the rope rows un-permuted,
+// the MTP module read from mtp.safetensors and its copies checked); what it cannot represent is
+// refused by name.
+TEST(DeepSeekV3Import, RoundTripIsBitwiseAndRefusesWhatTrillionCannotRepresent) {
+  const std::string root = testing::fresh_dir("ds_import");
+  for (const Case& c : {kDenseNoQ, kDenseMtp, kMoe}) {
+    SCOPED_TRACE(c.name);
+    const TinyRun run = make_case(root, c);
+    const std::string hf = export_dir(run, root + "/" + c.name + "_hf");
+    const auto r = run_trillion("import " + hf + " --out " + root + "/" + c.name + "_back");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const std::string back = root + "/" + c.name + "_back/checkpoints/step_00000000";
+    EXPECT_EQ(testing::slurp(back + "/params.bin"), testing::slurp(run.dir + "/params.bin"));
+    const RunConfig bc = parse_run_config(read_checkpoint_config(back), back, {});
+    EXPECT_TRUE(bc.model.mla);
+    EXPECT_EQ(bc.model.mla_dims.q_lora_rank, run.cfg.model.mla_dims.q_lora_rank);
+    EXPECT_EQ(bc.model.mla_dims.v_head_dim, 6);
+    EXPECT_EQ(bc.model.mtp.depth, run.cfg.model.mtp.depth);
+    EXPECT_EQ(bc.model.moe.n_routed_experts, run.cfg.model.moe.n_routed_experts);
+    EXPECT_EQ(bc.model.tied_embeddings, run.cfg.model.tied_embeddings);
+  }
+  // The MTP file missing.
+  std::filesystem::remove(root + "/dense_mtp_hf/mtp.safetensors");
+  auto r = run_trillion("import " + root + "/dense_mtp_hf --out " + root + "/no_mtp");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "dense_mtp_hf/mtp.safetensors is missing")) << r.output;
+  // Group-limited routing (HF would pick experts from 2 of 4 groups; trillion cannot).
+  const std::string moe = root + "/moe_hf";
+  auto j = nlohmann::json::parse(testing::slurp(moe + "/config.json"));
+  j["n_group"] = 4;
+  j["topk_group"] = 2;
+  std::ofstream(moe + "/config.json") << j.dump();
+  r = run_trillion("import " + moe + " --out " + root + "/grouped");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output, "n_group = 4 with topk_group = 2 is not supported"))
+      << r.output;
 }
 
 }  // namespace
