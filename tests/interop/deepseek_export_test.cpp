@@ -87,6 +87,17 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   // deepseek-tiny's checkpoint again, its rope rows written in trillion's (halves) order.
   dirs += " " + export_dir(runs.at("moe"), root + "/moe_wrong_rope_hf",
                            "TRILLION_EXPORT_WRONG_ROPE_LAYOUT=1 ");
+  // The MTP module put into model.safetensors (as layer L = 3): what HF must report as unexpected,
+  // so the check of the load messages can fail.
+  const std::string merged = root + "/dense_mtp_merged_hf";
+  std::filesystem::create_directories(merged);
+  std::filesystem::copy_file(root + "/dense_mtp_hf/config.json", merged + "/config.json");
+  std::vector<interop::StoredTensor> all =
+      interop::read_safetensors(root + "/dense_mtp_hf/model.safetensors").tensors;
+  for (const auto& t : interop::read_safetensors(root + "/dense_mtp_hf/mtp.safetensors").tensors)
+    all.push_back(t);
+  interop::write_safetensors(merged + "/model.safetensors", all, {{"format", "pt"}});
+  dirs += " " + merged;
   std::string ids;
   for (int32_t id : kIds) ids += (ids.empty() ? "" : ",") + std::to_string(id);
   const auto r = run_shell(python + " " + TRILLION_SOURCE_DIR +
@@ -127,6 +138,12 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   double wrong = 0;
   check("moe", "moe_wrong_rope_hf", &wrong);
   EXPECT_GT(wrong, 1e-2);
+  const auto& m = hf.at(merged);
+  std::printf("MTP in model.safetensors: HF reports %zu unexpected weights and %zu warnings\n",
+              m["unexpected"].size(), m["warnings"].size());
+  EXPECT_TRUE(testing::has(m["unexpected"].dump(), "\"model.layers.3.eh_proj.weight\""));
+  ASSERT_FALSE(m["warnings"].empty());
+  EXPECT_TRUE(testing::has(m["warnings"][0].get<std::string>(), "UNEXPECTED"));
 }
 
 // The f32 bytes of rows `rows` (each `width` elements) of a parameter starting at `offset`.
