@@ -107,6 +107,15 @@ std::vector<HfTensor> deepseek_v3_tensors(const TensorSpec& s, const ModelConfig
   return out;
 }
 
+void check_deepseek_v3_exportable(const ModelConfig& m, const std::string& checkpoint) {
+  if (m.moe.enabled() && m.moe.router != "sigmoid_bias")
+    throw Error(fmt::format(
+        "checkpoint '{}' has MLA attention and router = \"{}\": Hugging Face's deepseek_v3 "
+        "routes with sigmoid affinities and their bias only (router = \"sigmoid_bias\"), so it "
+        "would compute another model; nothing was written",
+        checkpoint, m.moe.router));
+}
+
 std::string deepseek_v3_config_json(const ModelConfig& m, const std::string& torch_dtype,
                                     std::optional<int> bos_id, std::optional<int> eos_id) {
   const MlaConfig& a = m.mla_dims;

@@ -39,6 +39,10 @@ inline bool exports_as_deepseek_v3(const ModelConfig& m) {
 std::vector<HfTensor> deepseek_v3_tensors(const TensorSpec& spec, const ModelConfig& m,
                                           bool skip_rope_permutation = false);
 
+// Throws Error (naming `checkpoint`) when the model computes something DeepseekV3ForCausalLM does
+// not: a MoE router other than sigmoid_bias.
+void check_deepseek_v3_exportable(const ModelConfig& m, const std::string& checkpoint);
+
 // config.json text of DeepseekV3ForCausalLM for an MLA model.
 std::string deepseek_v3_config_json(const ModelConfig& m, const std::string& torch_dtype,
                                     std::optional<int> bos_id, std::optional<int> eos_id);

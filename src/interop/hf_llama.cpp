@@ -307,6 +307,7 @@ uint64_t export_hf_llama(const ExportOptions& o) {
     throw Error(fmt::format("--dtype {}: expected f32 or bf16", o.dtype));
   const RunConfig cfg = parse_run_config(read_checkpoint_config(o.checkpoint_dir),
                                          o.checkpoint_dir + "/config.toml", {});
+  if (exports_as_deepseek_v3(cfg.model)) check_deepseek_v3_exportable(cfg.model, o.checkpoint_dir);
   const TensorTable table = build_parameter_table(cfg.model);
   const CheckpointWeights w = read_checkpoint_weights(o.checkpoint_dir);
   TRILLION_CHECK(static_cast<int64_t>(w.bytes.size()) == table.total_elements() * w.dtype_bytes,

@@ -87,6 +87,16 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   // deepseek-tiny's checkpoint again, its rope rows written in trillion's (halves) order.
   dirs += " " + export_dir(runs.at("moe"), root + "/moe_wrong_rope_hf",
                            "TRILLION_EXPORT_WRONG_ROPE_LAYOUT=1 ");
+  // The unpermuted rows again, now with rope_interleave = false: HF's rotate-halves RoPE reads
+  // trillion's own layout, so this must match too (the permutation is the only difference).
+  const std::string halves = root + "/moe_halves_hf";
+  std::filesystem::create_directories(halves);
+  std::filesystem::copy_file(root + "/moe_wrong_rope_hf/model.safetensors",
+                             halves + "/model.safetensors");
+  auto config = nlohmann::json::parse(testing::slurp(root + "/moe_hf/config.json"));
+  config["rope_interleave"] = false;
+  std::ofstream(halves + "/config.json") << config.dump(2);
+  dirs += " " + halves;
   // The MTP module put into model.safetensors (as layer L = 3): what HF must report as unexpected,
   // so the check of the load messages can fail.
   const std::string merged = root + "/dense_mtp_merged_hf";
@@ -138,6 +148,9 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   double wrong = 0;
   check("moe", "moe_wrong_rope_hf", &wrong);
   EXPECT_GT(wrong, 1e-2);
+  double halves_diff = 0;
+  check("moe", "moe_halves_hf", &halves_diff);
+  EXPECT_LT(halves_diff, 1e-4);
   const auto& m = hf.at(merged);
   std::printf("MTP in model.safetensors: HF reports %zu unexpected weights and %zu warnings\n",
               m["unexpected"].size(), m["warnings"].size());
@@ -305,6 +318,17 @@ TEST(DeepSeekV3Import, RoundTripIsBitwiseAndRefusesWhatTrillionCannotRepresent) 
   auto r = run_trillion("import " + root + "/dense_mtp_hf --out " + root + "/no_mtp");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(testing::has(r.output, "dense_mtp_hf/mtp.safetensors is missing")) << r.output;
+  // rope_interleave = false: the rows are read as stored (an export with the permutation skipped).
+  const TinyRun moe_run = make_case(root, kMoe);
+  const std::string halves =
+      export_dir(moe_run, root + "/halves_hf", "TRILLION_EXPORT_WRONG_ROPE_LAYOUT=1 ");
+  auto hj = nlohmann::json::parse(testing::slurp(halves + "/config.json"));
+  hj["rope_interleave"] = false;
+  std::ofstream(halves + "/config.json") << hj.dump();
+  r = run_trillion("import " + halves + " --out " + root + "/halves_back");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(testing::slurp(root + "/halves_back/checkpoints/step_00000000/params.bin"),
+            testing::slurp(moe_run.dir + "/params.bin"));
   // Group-limited routing (HF would pick experts from 2 of 4 groups; trillion cannot).
   const std::string moe = root + "/moe_hf";
   auto j = nlohmann::json::parse(testing::slurp(moe + "/config.json"));
@@ -315,6 +339,20 @@ TEST(DeepSeekV3Import, RoundTripIsBitwiseAndRefusesWhatTrillionCannotRepresent) 
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(testing::has(r.output, "n_group = 4 with topk_group = 2 is not supported"))
       << r.output;
+}
+
+// A MoE router HF's deepseek_v3 does not have (softmax with an auxiliary loss) is refused.
+TEST(DeepSeekV3Export, SoftmaxRouterIsRefusedByName) {
+  const std::string root = testing::fresh_dir("ds_softmax");
+  const TinyRun run =
+      make_tiny_run(root + "/run", {"model.router=softmax_aux"}, "deepseek-tiny.toml");
+  const auto r = run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output,
+                           "has MLA attention and router = \"softmax_aux\": Hugging "
+                           "Face's deepseek_v3 routes with sigmoid affinities"))
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(root + "/hf/model.safetensors"));
 }
 
 }  // namespace
