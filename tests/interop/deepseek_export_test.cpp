@@ -355,5 +355,20 @@ TEST(DeepSeekV3Export, SoftmaxRouterIsRefusedByName) {
   EXPECT_FALSE(std::filesystem::exists(root + "/hf/model.safetensors"));
 }
 
+// GGUF writes llama.cpp's llama architecture, which has no MLA: refused, naming safetensors.
+TEST(DeepSeekV3Export, GgufOfMlaIsRefusedNamingSafetensors) {
+  const std::string root = testing::fresh_dir("ds_gguf");
+  const TinyRun run = make_case(root, kDenseNoQ);
+  const auto r =
+      run_trillion("export --checkpoint " + run.dir + " --format gguf --out " + root + "/m.gguf");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(testing::has(r.output,
+                           "has MLA attention: GGUF export writes llama.cpp's llama "
+                           "architecture, not its deepseek2; export it with --format "
+                           "safetensors"))
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(root + "/m.gguf"));
+}
+
 }  // namespace
 }  // namespace trillion
