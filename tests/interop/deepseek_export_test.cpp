@@ -118,7 +118,8 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   auto check = [&](const std::string& run, const std::string& dir, double* diff) {
     SCOPED_TRACE(dir);
     const auto& h = hf.at(root + "/" + dir);
-    EXPECT_EQ(h["architecture"], "DeepseekV3Config");
+    EXPECT_EQ(h["config"], "DeepseekV3Config");
+    EXPECT_EQ(h["model"], "DeepseekV3ForCausalLM");
     EXPECT_EQ(h["missing"], nlohmann::json::array());
     EXPECT_EQ(h["unexpected"], nlohmann::json::array());
     EXPECT_EQ(h["mismatched"], nlohmann::json::array());

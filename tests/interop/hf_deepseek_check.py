@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
-# Loads exported directories with Hugging Face transformers' own DeepseekV3ForCausalLM (no trillion
-# code) and reports, per directory, the logits of every position for the given ids (f32, eager
-# attention) and everything the load said: the missing, unexpected and mismatched weights of
+# Loads exported directories with Hugging Face transformers' AutoModelForCausalLM (config.json's
+# model_type picks the class: DeepseekV3ForCausalLM for deepseek_v3; no trillion code) and
+# reports, per directory, the logits of every position for the given ids (f32, eager attention)
+# and everything the load said: the missing, unexpected and mismatched weights of
 # from_pretrained's loading info, and every warning logged by transformers or raised by Python
 # while loading. One process checks several directories so torch is imported once per test run.
 #   .venv-tests/bin/python hf_deepseek_check.py ID,ID,... DIR [DIR ...]
-# Prints one JSON object {DIR: {"architecture", "logits", "missing", "unexpected", "mismatched",
+# Prints one JSON object {DIR: {"config", "model", "logits", "missing", "unexpected", "mismatched",
 # "warnings"}}.
 import json, logging, sys, warnings
 
 import torch
 import transformers
-from transformers import AutoConfig, DeepseekV3ForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 
 class Collect(logging.Handler):
@@ -28,14 +29,15 @@ def check(path, ids, collect):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         config = AutoConfig.from_pretrained(path)
-        model, info = DeepseekV3ForCausalLM.from_pretrained(
+        model, info = AutoModelForCausalLM.from_pretrained(
             path, dtype=torch.float32, attn_implementation="eager", output_loading_info=True
         )
     model.eval()
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0]
     return {
-        "architecture": type(config).__name__,
+        "config": type(config).__name__,
+        "model": type(model).__name__,
         "logits": logits.double().tolist(),
         "missing": sorted(info.get("missing_keys", [])),
         "unexpected": sorted(info.get("unexpected_keys", [])),
