@@ -262,22 +262,9 @@ TEST(SafetensorsImport, RefusesDuplicateUnknownAndNonFiniteTensors) {
   }
 }
 
-// Logits [n, V] (row-major) of every position of `ids` from trillion's full forward.
 std::vector<double> trillion_logits(const RunConfig& cfg, const std::string& ckpt,
                                     const std::vector<int32_t>& ids) {
-  MemoryTracker tracker;
-  auto be = make_cpu_backend(tracker);
-  const int64_t n = static_cast<int64_t>(ids.size()), V = cfg.model.vocab_size;
-  Transformer model(cfg.model, {1, n}, *be, tracker);
-  load_checkpoint(ckpt, model.parameters(), nullptr, nullptr);
-  std::vector<int32_t> targets(n, 0);
-  model.forward(ids.data(), targets.data());
-  std::vector<double> logits(n * V);
-  Buffer rows(tracker, MemoryCategory::workspace, cfg.model.dtype, n * V);
-  be->gemm(rows.view(0, {n, V}), false, true, model.final_hidden().rows(0, n), model.head_weight(),
-           1.0, 0.0);
-  be->copy(Tensor(logits.data(), DType::f64, {n * V}), rows.flat());
-  return logits;
+  return testing::full_logits(cfg, ckpt, ids);
 }
 
 const std::vector<int32_t> kReferenceIds = {3, 17, 42, 8, 63, 0, 29, 11, 5, 50};
