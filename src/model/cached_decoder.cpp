@@ -12,6 +12,19 @@
 namespace trillion {
 
 namespace {
+// out[width] = sum_t softmax(s)_t rows[t * stride ..] over t < n, where mx = max_t s[t]; s is
+// overwritten with exp(s - mx).
+template <typename E>
+void softmax_combine(E* s, int64_t n, E mx, const E* rows, int64_t stride, int64_t width, E* out) {
+  E sum = 0;
+  for (int64_t t = 0; t < n; ++t) sum += s[t] = std::exp(s[t] - mx);
+  for (int64_t d = 0; d < width; ++d) out[d] = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const E w = s[t] / sum;
+    for (int64_t d = 0; d < width; ++d) out[d] += w * rows[t * stride + d];
+  }
+}
+
 // heads[h] = softmax_t(q_h . K_g[t] / sqrt(HD)) V_g[t] over t < n, g = h / (NH / KV); K and V are
 // [n, KV*HD] cache rows. Accumulated in E like the engine's kernels.
 template <typename E>
@@ -31,14 +44,7 @@ void attend(const Tensor& qkv, const Tensor& k, const Tensor& v, const Tensor& s
       sp[t] = dot * scale;
       mx = std::max(mx, sp[t]);
     }
-    E sum = 0;
-    for (int64_t t = 0; t < n; ++t) sum += sp[t] = std::exp(sp[t] - mx);
-    E* out = heads.data<E>() + h * HD;
-    for (int64_t d = 0; d < HD; ++d) out[d] = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const E w = sp[t] / sum;
-      for (int64_t d = 0; d < HD; ++d) out[d] += w * vp[t * KW + d];
-    }
+    softmax_combine(sp, n, mx, vp, KW, HD, heads.data<E>() + h * HD);
   }
 }
 
@@ -63,14 +69,7 @@ void attend_latent(const Tensor& q, const Tensor& q_abs, const Tensor& c, const 
       sp[t] = dot * scale;
       mx = std::max(mx, sp[t]);
     }
-    E sum = 0;
-    for (int64_t t = 0; t < n; ++t) sum += sp[t] = std::exp(sp[t] - mx);
-    E* out = context.data<E>() + h * DC;
-    for (int64_t d = 0; d < DC; ++d) out[d] = 0;
-    for (int64_t t = 0; t < n; ++t) {
-      const E w = sp[t] / sum;
-      for (int64_t d = 0; d < DC; ++d) out[d] += w * c.data<E>()[t * DC + d];
-    }
+    softmax_combine(sp, n, mx, c.data<E>(), DC, DC, context.data<E>() + h * DC);
   }
 }
 }  // namespace
