@@ -13,7 +13,8 @@
 // - balance: on a low-entropy Markov corpus softmax top-k without an auxiliary loss collapses
 //   (mean max/mean load >= 2 over steps 41-60) while sigmoid routing with the aux-loss-free bias
 //   and no balance loss stays <= 1.3 over the same steps;
-// - a checkpoint written at dp 2 ep 2 resumes at dp 2 ep 1 (and one written at ep 1 at ep 2) and
+// - a checkpoint written at dp 2 ep 2 resumes at dp 2 ep 1 (and one written at ep 1 at ep 2), one
+//   written at ep 2 ZeRO-3 at ep 1 ZeRO-2 and one written at ep 1 ZeRO-1 at ep 2 ZeRO-3, and each
 //   continues the one-process run (checkpoints hold every expert once, in the global layout).
 #include <gtest/gtest.h>
 
@@ -182,17 +183,27 @@ TEST(ExpertParallel, LayoutsThatCannotRunAreRefusedByName) {
 
 TEST(ExpertParallel, CheckpointsReshardAcrossEp) {
   const std::string ref = shared_run(kEnv + flags());
-  for (const auto& [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
+  struct Hop {
+    int ep, zero;
+  };
+  // ep 2 <-> 1, and ZeRO-3 (expert shards over edp, routing biases whole) <-> ZeRO-2 / ZeRO-1.
+  for (const auto& [first, second] :
+       {std::pair{Hop{2, 0}, Hop{1, 0}}, std::pair{Hop{1, 0}, Hop{2, 0}},
+        std::pair{Hop{2, 3}, Hop{1, 2}}, std::pair{Hop{1, 1}, Hop{2, 3}}}) {
     const std::string run = fresh_dir("moe_reshard");
     const std::string base = kEnv + "launch -n 2 -- " + flags() +
                              " --run-dir " + run +
                              " --set train.checkpoint_every=2 --set parallel.dp=2";
-    auto r = run_trillion(base + " --stop-after 2 --set parallel.ep=" + std::to_string(first));
+    auto at = [](const Hop& h) {
+      return " --set parallel.ep=" + std::to_string(h.ep) +
+             " --set parallel.zero=" + std::to_string(h.zero);
+    };
+    auto r = run_trillion(base + " --stop-after 2" + at(first));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = run_trillion(base + " --resume --set parallel.ep=" + std::to_string(second));
+    r = run_trillion(base + " --resume" + at(second));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
-    EXPECT_EQ(cmp.exit_code, 0) << "ep " << first << " -> " << second << "\n" << cmp.output;
+    EXPECT_EQ(cmp.exit_code, 0) << at(first) << " -> " << at(second) << "\n" << cmp.output;
   }
 }
 
