@@ -1,8 +1,8 @@
 // Mixture of Experts across ranks, under `trillion launch`, against the one-process run of
 // configs/moe-tiny.toml (1 dense + 2 MoE layers, 8 routed experts top-2 + 1 shared, dropless):
 // - expert parallelism ep in {2, 4} with dp (experts split over ep, dense over dp), ZeRO 0 to 3,
-//   and with the pipeline executor (zb-h1, DualPipe), and ZeRO-3 at ep 1: per-step losses and
-//   final weights within 1e-5 (`trillion compare`);
+//   and with the pipeline executor (zb-h1, DualPipe, DualPipe with ZeRO-3), and ZeRO-3 at ep 1:
+//   per-step losses and final weights within 1e-5 (`trillion compare`);
 // - every rank's parameter, gradient and optimizer bytes == plan/'s per-rank MoE parameters
 //   (plan::params_of_rank: dense and expert parameters of its stages) through
 //   plan::rank_model_states with fp32 sizes, dense over dp and experts over dp / ep (ZeRO-3: the
@@ -148,19 +148,18 @@ TEST_P(ExpertParallel, SameRunModelStatesAndAllToAllBytes) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, ExpertParallel,
-                         ::testing::Values(Layout{2, 2, 0, 1, "1f1b", "dp2_ep2"},
-                                           Layout{4, 4, 1, 1, "1f1b", "dp4_ep4_zero1"},
-                                           Layout{4, 2, 1, 1, "1f1b", "dp4_ep2_zero1"},
-                                           Layout{2, 2, 1, 2, "zb-h1", "dp2_ep2_zero1_pp2_zbh1"},
-                                           Layout{2, 2, 0, 2, "dualpipe", "dp2_ep2_pp2_dualpipe"},
-                                           Layout{2, 1, 2, 1, "1f1b", "dp2_zero2"},
-                                           Layout{2, 2, 2, 1, "1f1b", "dp2_ep2_zero2"},
-                                           Layout{2, 2, 3, 1, "1f1b", "dp2_ep2_zero3"},
-                                           Layout{2, 1, 3, 1, "1f1b", "dp2_zero3"},
-                                           Layout{4, 2, 2, 1, "1f1b", "dp4_ep2_zero2"},
-                                           Layout{4, 2, 3, 1, "1f1b", "dp4_ep2_zero3"}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, ExpertParallel,
+    ::testing::Values(
+        Layout{2, 2, 0, 1, "1f1b", "dp2_ep2"}, Layout{4, 4, 1, 1, "1f1b", "dp4_ep4_zero1"},
+        Layout{4, 2, 1, 1, "1f1b", "dp4_ep2_zero1"},
+        Layout{2, 2, 1, 2, "zb-h1", "dp2_ep2_zero1_pp2_zbh1"},
+        Layout{2, 2, 0, 2, "dualpipe", "dp2_ep2_pp2_dualpipe"},
+        Layout{2, 1, 2, 1, "1f1b", "dp2_zero2"}, Layout{2, 2, 2, 1, "1f1b", "dp2_ep2_zero2"},
+        Layout{2, 2, 3, 1, "1f1b", "dp2_ep2_zero3"}, Layout{2, 1, 3, 1, "1f1b", "dp2_zero3"},
+        Layout{4, 2, 2, 1, "1f1b", "dp4_ep2_zero2"}, Layout{4, 2, 3, 1, "1f1b", "dp4_ep2_zero3"},
+        Layout{2, 2, 3, 2, "dualpipe", "dp2_ep2_zero3_pp2_dualpipe"}),
+    [](const auto& info) { return info.param.name; });
 
 TEST(ExpertParallel, LayoutsThatCannotRunAreRefusedByName) {
   struct Case {
