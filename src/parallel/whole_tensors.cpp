@@ -72,4 +72,24 @@ int64_t WholeTensors::offset_of(int spec) const {
   return 0;
 }
 
+UnitParts unit_parts(const ParameterSet& params, const WholeTensors* whole) {
+  UnitParts parts;
+  for (int u = 0; u < params.num_units(); ++u) {
+    const UnitRange r = params.unit_range(u);
+    int64_t split_at = r.end;
+    for (const TensorSpec& t : params.table().specs()) {
+      if (t.role == TensorRole::routed_expert && t.offset >= r.begin && t.offset < r.end) {
+        split_at = std::min(split_at, t.offset);
+      }
+    }
+    const UnitRange kept = whole != nullptr ? whole->range_of_unit(u) : UnitRange{r.end, r.end};
+    const bool any_kept = kept.size() > 0;
+    TRILLION_CHECK(!any_kept || kept.end == split_at,
+                   "the tensors kept whole sit just before the routed experts");
+    parts.dense.push_back({r.begin, any_kept ? kept.begin : split_at});
+    parts.expert.push_back({split_at, r.end});
+  }
+  return parts;
+}
+
 }  // namespace trillion::parallel

@@ -43,4 +43,13 @@ class WholeTensors {
   Buffer buffer_;
 };
 
+// The parts of each local unit the two data-parallel stores of a MoE model cover: the dense
+// tensors (over dp x cp) and the routed experts (stored last in a unit, over edp); the tensors
+// `whole` keeps (stored just before the experts) are in neither. Units without experts have an
+// empty expert part at their end.
+struct UnitParts {
+  std::vector<UnitRange> dense, expert;
+};
+UnitParts unit_parts(const ParameterSet& params, const WholeTensors* whole);
+
 }  // namespace trillion::parallel

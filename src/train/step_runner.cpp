@@ -201,25 +201,11 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
         std::make_unique<parallel::DataParallel>(*params_, reduce_, be_, tracker_, dp_options);
     return;
   }
-  // Each unit's routed experts (stored last in it) reduce over edp (dp x cp with ep = 1), the
-  // rest over dp (x cp: reduce_) but for the tensors kept whole (stored just before the experts);
-  // one bucket per unit, since a unit's parts interleave in the flat layout.
-  std::vector<UnitRange> dense, expert;
-  for (int u = 0; u < params_->num_units(); ++u) {
-    const UnitRange r = params_->unit_range(u);
-    int64_t split_at = r.end;
-    for (const TensorSpec& t : params_->table().specs()) {
-      if (t.role == TensorRole::routed_expert && t.offset >= r.begin && t.offset < r.end) {
-        split_at = std::min(split_at, t.offset);
-      }
-    }
-    const UnitRange kept = whole_ ? whole_->range_of_unit(u) : UnitRange{r.end, r.end};
-    const bool any_kept = kept.size() > 0;
-    TRILLION_CHECK(!any_kept || kept.end == split_at,
-                   "the tensors kept whole sit just before the routed experts");
-    dense.push_back({r.begin, any_kept ? kept.begin : split_at});
-    expert.push_back({split_at, r.end});
-  }
+  // Each unit's routed experts reduce over edp (dp x cp with ep = 1), the rest over dp (x cp:
+  // reduce_) but for the tensors kept whole; one bucket per unit, since a unit's parts
+  // interleave in the flat layout.
+  const parallel::UnitParts parts = parallel::unit_parts(*params_, whole_.get());
+  const std::vector<UnitRange>&dense = parts.dense, &expert = parts.expert;
   comm::Communicator& experts = ep_.size() > 1 ? edp_ : reduce_;
   parallel::DataParallelOptions expert_options = dp_options;
   dp_options.ranges = dense;
