@@ -170,14 +170,19 @@ int PipelineShape::max_rank_layers() const {
 }
 
 StageWeights balanced_stage_weights(const ModelSpec& m) {
-  const ModelCounts c = count_model(m);
+  ModelSpec main = m;
+  main.mtp_depth = 0;
+  const ModelCounts c = count_model(main);
+  const double vc = static_cast<double>(m.vocab * m.d_model);
   const double layer =
-      static_cast<double>(c.matmul_active - m.vocab * m.d_model) / static_cast<double>(m.n_layers);
-  // The head costs its logits GEMMs (in layers of matmul work); the embedding costs almost no
-  // time but its stage holds the most in-flight micro-batches (p under 1F1B) and the embedding's
-  // weights, so it counts one layer, as Llama 3's balanced pipeline gives the first stage one
-  // layer less (2407.21783 §3.3.2).
-  return {1.0, static_cast<double>(m.vocab * m.d_model) / layer};
+      (static_cast<double>(c.matmul_active) - vc) / static_cast<double>(m.n_layers);
+  // The head costs its logits GEMMs (in layers of matmul work), and each MTP module one more
+  // layer, its [C, 2C] projection and the logits again; the embedding costs almost no time but
+  // its stage holds the most in-flight micro-batches (p under 1F1B) and the embedding's weights,
+  // so it counts one layer, as Llama 3's balanced pipeline gives the first stage one layer less
+  // (2407.21783 §3.3.2).
+  const double module = layer + 2.0 * static_cast<double>(m.d_model * m.d_model) + vc;
+  return {1.0, (vc + static_cast<double>(m.mtp_depth) * module) / layer};
 }
 
 namespace {
@@ -480,8 +485,13 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
         if (unit == embedding_unit()) continue;
         if (unit == head_unit(m)) {
           has_head = true;
-          // Final norm input and output; its statistic, the loss's logsumexp and loss.
+          // Final norm input and output; its statistic, the loss's logsumexp and loss. Each MTP
+          // module keeps one layer like the last, and its embedding lookup, two norm outputs,
+          // block input and head norm output, with five statistics (activation_memory.h).
           bytes += 2 * e * h / (sp ? t : 1) + 3 * opt.stat_bytes;
+          bytes +=
+              static_cast<double>(m.mtp_depth) * ((m.is_moe() ? moe_kept : dense_kept) +
+                                                  5 * e * h / (sp ? t : 1) + 5 * opt.stat_bytes);
           continue;
         }
         const int64_t layer = unit - 1;

@@ -71,12 +71,6 @@ void check_context_parallel(const RunConfig& rc, const std::string& source) {
         source, p.cp, p.cp_split, split.chunks(), rc.model.seq_len, split.chunks(),
         split.chunks()));
   }
-  if (rc.model.mla) {
-    throw Error(fmt::format(
-        "{}: parallel.cp = {} with model.attention = \"mla\": ring attention over MLA's latent "
-        "is not implemented yet; use cp = 1 (tp, pp and dp run MLA)",
-        source, p.cp));
-  }
   if (!rc.model.tiled_attention) {
     throw Error(fmt::format(
         "{}: parallel.cp = {} needs model.attention_kernel = \"tiled\" (ring attention merges "
