@@ -224,7 +224,7 @@ const std::vector<std::vector<int>>& placement(const Layout& l) {
 // tp is divided when its split dimension divides (else replicated, as Megatron replicates K/V
 // heads when tp exceeds them); routed experts divide by ep and, along their width, by tp.
 struct UnitParams {
-  std::vector<double> dense, expert;
+  std::vector<double> dense, expert, routing_bias;  // routing_bias: part of dense
 };
 const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
   thread_local ModelSpec last;
@@ -238,6 +238,7 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
   UnitParams u;
   u.dense.assign(m.n_layers + 2, 0.0);
   u.expert.assign(m.n_layers + 2, 0.0);
+  u.routing_bias.assign(m.n_layers + 2, 0.0);
   const TensorTable table = parameter_table(m);
   for (const TensorSpec& s : table.specs()) {
     double n = static_cast<double>(s.global_numel());
@@ -248,6 +249,7 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
       u.expert[s.unit] += n;
     } else {
       u.dense[s.unit] += n;
+      if (is_routing_bias(s)) u.routing_bias[s.unit] += n;
     }
   }
   return cache.emplace(std::pair{tp, ep}, std::move(u)).first->second;
@@ -390,6 +392,7 @@ LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineSh
     for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
       p.dense += u.dense[unit];
       p.expert += u.expert[unit];
+      p.routing_bias += u.routing_bias[unit];
       embedding = embedding || unit == embedding_unit();
       head = head || unit == head_unit(m);
     }
@@ -399,6 +402,17 @@ LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineSh
   // optimizer state.
   if (m.head_reads_embedding() && head && !embedding) p.dense += u.dense[embedding_unit()];
   return p;
+}
+
+ModelStates rank_model_states(const LocalParams& p, int stage, int n_d, int n_e, double param_bytes,
+                              double grad_bytes, double optimizer_bytes) {
+  const double whole = stage >= 3 ? p.routing_bias : 0.0;
+  const ModelStates d =
+      zero_model_states(p.dense - whole, stage, n_d, param_bytes, grad_bytes, optimizer_bytes);
+  const ModelStates x =
+      zero_model_states(p.expert, stage, n_e, param_bytes, grad_bytes, optimizer_bytes);
+  return {d.parameters + x.parameters + whole * param_bytes, d.gradients + x.gradients,
+          d.optimizer + x.optimizer};
 }
 
 LocalParams params_per_gpu(const ModelSpec& m, const Layout& l) {
@@ -447,11 +461,10 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     mem.rank = r;
     const LocalParams local = params_of_rank(m, l, shape, r);
     const double g = l.grad_bytes, opt_bytes = l.optimizer_bytes();
-    const ModelStates dense = zero_model_states(local.dense, l.zero, n_d, 2, g, opt_bytes);
-    const ModelStates expert = zero_model_states(local.expert, l.zero, n_e, 2, g, opt_bytes);
-    mem.weights = dense.parameters + expert.parameters;
-    mem.gradients = dense.gradients + expert.gradients;
-    mem.optimizer = dense.optimizer + expert.optimizer;
+    const ModelStates states = rank_model_states(local, l.zero, n_d, n_e, 2, g, opt_bytes);
+    mem.weights = states.parameters;
+    mem.gradients = states.gradients;
+    mem.optimizer = states.optimizer;
     // An fp32 EMA of the parameters, sliced as the optimizer states (DeepSeek-V3 §3.2.3 keeps
     // it in host memory instead, updated asynchronously after each step).
     const double ema = zero_model_states(local.dense, l.zero, n_d, 0, 0, 4).optimizer +
