@@ -2,9 +2,11 @@
 prompt's token ids and its greedy completion to OUT_PREFIX.ids / OUT_PREFIX.txt:
   python llama_cpp_load.py FILE.gguf PROMPT MAX_TOKENS OUT_PREFIX
 OUT_PREFIX.ids: llama.cpp's ids for PROMPT, space-separated, without BOS. OUT_PREFIX.txt: PROMPT
-followed by up to MAX_TOKENS tokens that llama.cpp's greedy sampler picks after BOS + PROMPT (the
-BOS as llama.cpp adds it from the file's metadata), stopping at EOS. Used by llama_cpp_check.sh
-(run with build-llama-cpp/venv's python); knows nothing of trillion.
+followed by up to MAX_TOKENS tokens that llama.cpp's greedy sampler picks after BOS + PROMPT,
+stopping at EOS. The BOS (the file's tokenizer.ggml.bos_token_id) is put first here when
+llama.cpp's own tokenize does not add it (it adds it only where the file says
+tokenizer.ggml.add_bos_token = true), and stderr says so. Used by llama_cpp_check.sh (run with
+build-llama-cpp/venv's python); knows nothing of trillion.
 """
 import os
 import sys
@@ -25,8 +27,9 @@ def main() -> int:
         f.write(" ".join(str(i) for i in ids))
     context = llm.tokenize(prompt.encode("utf-8"), add_bos=True, special=False)
     if context[:1] != [llm.token_bos()]:
-        print(f"llama.cpp did not put BOS {llm.token_bos()} before the prompt: {context}",
+        print(f"llama.cpp's tokenize adds no BOS here; putting BOS {llm.token_bos()} first",
               file=sys.stderr)
+        context = [llm.token_bos()] + context
     if len(context) + max_tokens > llm.n_ctx():
         print(f"{len(context)} prompt tokens + {max_tokens} exceed the context {llm.n_ctx()}",
               file=sys.stderr)
