@@ -6,8 +6,8 @@
 # Passes when llama.cpp's token ids equal `trillion tokenizer encode` and its f32 greedy text
 # equals `trillion generate --temperature 0` (q8_0 is printed, not compared: quantization moves
 # logits). llama_cpp_load.py puts BOS before the prompt as trillion does (llama.cpp adds none
-# to these files). Not part of ctest: it needs PyPI, a 170 MB venv and compiling llama.cpp (27 min
-# measured on this project's busy 2-core machine); later runs reuse the venv and take seconds.
+# to these files). Not part of ctest: it needs PyPI, a 170 MB venv and compiling llama.cpp (16-27
+# min measured on this project's busy 2-core machine); later runs reuse the venv and take seconds.
 #   tests/interop/llama_cpp_check.sh CHECKPOINT_OR_RUN_DIR TOKENIZER.json [PROMPT] [TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
