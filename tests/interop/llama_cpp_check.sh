@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Runs a trillion GGUF export in llama.cpp itself: installs node-llama-cpp (llama.cpp's C++
-# with a prebuilt Linux x64 CPU binary, from the npm registry) into build-llama-cpp/ once, exports
-# CHECKPOINT as f32 and q8_0 GGUF, and has llama.cpp tokenize PROMPT and complete it greedily.
+# Runs a trillion GGUF export in llama.cpp itself: installs llama-cpp-python 0.3.36 (PyPI; an
+# sdist that compiles llama.cpp's C++ with cmake, CPU only and without -march=native) into a
+# virtual environment build-llama-cpp/venv once, exports CHECKPOINT as f32 and q8_0 GGUF, and has
+# llama.cpp tokenize PROMPT and complete it greedily (tests/interop/llama_cpp_load.py).
 # Passes when llama.cpp's token ids equal `trillion tokenizer encode` and its f32 greedy text
 # equals `trillion generate --temperature 0` (q8_0 is printed, not compared: quantization moves
-# logits). Not part of ctest: it needs the npm registry and ~100 MB.
+# logits). llama_cpp_load.py puts BOS before the prompt as trillion does (llama.cpp adds none
+# to these files). Not part of ctest: it needs PyPI, a 170 MB venv and compiling llama.cpp (16-27
+# min measured on this project's busy 2-core machine); later runs reuse the venv and take seconds.
 #   tests/interop/llama_cpp_check.sh CHECKPOINT_OR_RUN_DIR TOKENIZER.json [PROMPT] [TOKENS]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,12 +17,20 @@ prompt=${3:-The jury said}
 tokens=${4:-30}
 bin=build/trillion
 dir=build-llama-cpp
-if [[ ! -d $dir/node_modules/node-llama-cpp ]]; then
-  echo "== installing node-llama-cpp 3.21.1 into $dir"
+version=0.3.36
+py=$dir/venv/bin/python
+if ! "$py" -c "import llama_cpp, sys; sys.exit(llama_cpp.__version__ != '$version')" 2>/dev/null; then
+  echo "== installing llama-cpp-python $version into $dir/venv (compiles llama.cpp: minutes)"
   mkdir -p "$dir"
-  (cd "$dir" && npm init -y >/dev/null && npm i -E --no-audit --no-fund node-llama-cpp@3.21.1)
+  python3 -m venv "$dir/venv"
+  start=$SECONDS
+  # GGML_NATIVE=OFF: a portable x86-64 build rather than one for this CPU; no GPU backend is on
+  # by default. Pinned: another version is another llama.cpp.
+  CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$py" -m pip install --no-cache-dir "llama-cpp-python==$version" > "$dir/pip.log" 2>&1 ||
+    { tail -40 "$dir/pip.log"; exit 1; }
+  echo "== installed in $((SECONDS - start)) s (log: $dir/pip.log)"
 fi
-cp tests/interop/llama_cpp_load.mjs "$dir/"
 status=0
 want_ids=$($bin tokenizer encode --tokenizer "$tokenizer" --text "$prompt")
 want_text=$($bin generate --checkpoint "$ckpt" --tokenizer "$tokenizer" --prompt "$prompt" \
@@ -27,7 +38,7 @@ want_text=$($bin generate --checkpoint "$ckpt" --tokenizer "$tokenizer" --prompt
 for dtype in f32 q8_0; do
   $bin export --checkpoint "$ckpt" --format gguf --dtype "$dtype" --tokenizer "$tokenizer" --overwrite \
     --out "$dir/model-$dtype.gguf"
-  node "$dir/llama_cpp_load.mjs" "$dir/model-$dtype.gguf" "$prompt" "$tokens" "$dir/out-$dtype" \
+  "$py" tests/interop/llama_cpp_load.py "$dir/model-$dtype.gguf" "$prompt" "$tokens" "$dir/out-$dtype" \
     > "$dir/llama-$dtype.log" 2>&1 || { cat "$dir/llama-$dtype.log"; exit 1; }
   echo "== llama.cpp, $dtype: ids $(cat "$dir/out-$dtype.ids")"
   echo "$(cat "$dir/out-$dtype.txt")"
