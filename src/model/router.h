@@ -15,6 +15,9 @@
 //   context parallelism a rank holds T/cp tokens of each sequence: f's counts are summed over
 //   the cp group in forward (one all-reduce of B * E f64), T is the whole length, and each rank's
 //   balance_loss is its tokens' share of P, so the shares add over cp to the sequence's L.
+//   Under ctx.moe_slice (tp with parallel.expert_tp = 1) a rank routes its N/tp sequence-parallel
+//   rows of the micro-batch: f's counts add over tp the same way (one more B * E f64 all-reduce),
+//   and its share of P covers those rows.
 //   Node-limited routing (max_groups = M > 0): experts are grouped by expert-parallel rank; a
 //   token first picks the M groups with the largest sums of their top ceil(K / M) keys.
 //   Capacity (capacity_factor cf > 0, Switch): expert i takes at most ceil(cf * N * K / E) of this

@@ -404,8 +404,8 @@ BlockWeights StageModel::block_weights(bool grads, const LayerSpecs& s, int64_t 
   // The bias steers routing and is moved by the balancing rule: it has no gradient.
   if (!grads && s.router_bias >= 0) w.moe.router.bias = at(s.router_bias);
   if (s.shared_gate >= 0) {
-    w.moe.shared.w_gate_up =
-        joined(s.shared_gate, 2 * config_.moe.n_shared_experts * config_.moe.expert_ffn);
+    w.moe.shared.w_gate_up = joined(
+        s.shared_gate, 2 * config_.moe.n_shared_experts * config_.moe.expert_ffn / ctx_.tp_size());
     w.moe.shared.w_down = at(s.shared_down);
   }
   w.moe.gate = at(s.experts_gate);

@@ -106,6 +106,7 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
        {{"dp", pc.dp},
         {"tp", pc.tp},
         {"sp", pc.tp > 1 && pc.sp},
+        {"expert_tp", pc.expert_tp},
         {"zero", pc.zero},
         {"pp", pc.pp},
         {"schedule", pc.schedule},
@@ -117,7 +118,7 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
       {"gemm_peak_gflops", job.peak.gflops()},
       {"mfu", totals.train_seconds > 0
                   ? job.peak.mfu_of_rate(job.mfu_flops.flops_per_token * totals.steps_run *
-                                         job.tokens_per_step / totals.train_seconds / 1e9,
+                                             job.tokens_per_step / totals.train_seconds / 1e9,
                                          job.world.size())
                   : 0.0},
       {"mfu_peak", job.peak.describe()},

@@ -35,13 +35,49 @@ comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const c
   return g;
 }
 
-const RunConfig& checked_layout(const RunConfig& c) {
-  if (c.parallel.tp > 1 && c.model.moe.enabled()) {
-    throw Error(fmt::format(
-        "parallel.tp = {} with MoE layers (model.n_routed_experts = {}): tensor parallelism of "
-        "the experts is not in this build; use parallel.ep for the experts and tp = 1",
-        c.parallel.tp, c.model.moe.n_routed_experts));
+bool experts_over_tp(const RunConfig& c) {
+  return c.model.moe.enabled() && c.parallel.tp > 1 && c.parallel.expert_tp == 1;
+}
+
+namespace {
+
+// MoE x tensor parallelism: how the experts use the tp ranks (parallel.expert_tp).
+void check_moe_tensor_parallel(const RunConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  if (p.expert_tp == 1) {
+    if (!experts_over_tp(c)) return;
+    if (!p.sp) {
+      throw Error(fmt::format(
+          "parallel.tp = {} with parallel.sp = false and MoE layers: with parallel.expert_tp = 1 "
+          "the experts route each tp rank's sequence-parallel slice of the tokens; set "
+          "parallel.sp = true",
+          p.tp));
+    }
+    if (c.model.moe.n_routed_experts % (p.tp * p.ep) != 0) {
+      throw Error(fmt::format(
+          "parallel.tp x parallel.ep = {} x {} does not divide model.n_routed_experts = {} "
+          "(with parallel.expert_tp = 1 each of the tp x ep ranks holds whole experts); lower "
+          "ep, or set parallel.expert_tp = {} to split every expert over tp",
+          p.tp, p.ep, c.model.moe.n_routed_experts, p.tp));
+    }
+    return;
   }
+  if (!c.model.moe.enabled() || p.expert_tp != p.tp) {
+    throw Error(fmt::format(
+        "parallel.expert_tp = {}: expected 1 (whole experts on each tp rank) or parallel.tp = {} "
+        "(every expert split over tp){}",
+        p.expert_tp, p.tp, c.model.moe.enabled() ? "" : "; it applies to MoE models only"));
+  }
+  throw Error(
+      fmt::format("parallel.expert_tp = {}: experts split over tp are not in this build yet; use "
+                  "parallel.expert_tp = 1 (the tp ranks hold whole experts)",
+                  p.expert_tp));
+}
+
+}  // namespace
+
+const RunConfig& checked_layout(const RunConfig& c) {
+  check_moe_tensor_parallel(c);
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(
         fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
@@ -114,6 +150,7 @@ ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp,
   if (tp.size() > 1) {
     ctx.tp = &tp;
     ctx.sp = c.parallel.sp;
+    ctx.moe_slice = experts_over_tp(c);
   }
   ctx.sequence = {cp.size(), parse_cp_split(c.parallel.cp_split, "parallel.cp_split")};
   ctx.cp_rank = cp.rank();

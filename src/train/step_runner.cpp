@@ -66,7 +66,10 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       be_(backend),
       dp_(checked_group(group_or(groups.dp, local_dp_, "dp"), config.parallel.dp, "dp")),
       pp_(checked_group(group_or(groups.pp, local_pp_, "pp"), config.parallel.pp, "pp")),
-      ep_(checked_group(group_or(groups.ep, local_ep_, "ep"), config.parallel.ep, "ep")),
+      // With the experts over tp x ep the ep group spans the tp ranks too (comm/device_mesh.h).
+      ep_(checked_group(group_or(groups.ep, local_ep_, "ep"),
+                        config.parallel.ep * (experts_over_tp(config) ? config.parallel.tp : 1),
+                        "ep")),
       edp_(group_or(groups.edp, local_edp_, "edp")),
       tp_(checked_group(group_or(groups.tp, local_tp_, "tp"), config.parallel.tp, "tp")),
       cp_(checked_group(group_or(groups.cp, local_cp_, "cp"), config.parallel.cp, "cp")),
@@ -314,7 +317,8 @@ SumAcrossRanks StepRunner::lamb_sums() {
     const int n_specs = params_->table().size();
     std::vector<char> sharded(n_specs);
     for (int i = 0; i < n_specs; ++i) {
-      sharded[i] = params_->table().spec(i).shard.group == ShardGroup::tp;
+      const ShardGroup g = params_->table().spec(i).shard.group;
+      sharded[i] = g == ShardGroup::tp || (g == ShardGroup::ep && experts_over_tp(config_));
     }
     sums = [this, sharded, n_specs, inner = sums](std::vector<double>& v) {
       inner(v);
@@ -498,6 +502,8 @@ void StepRunner::finish_moe_step(StepStats& st) {
   // Every token is routed on exactly one rank of dp x cp (a cp rank routes its part of each
   // sequence, and its balance loss is its share), so the sums over reduce_ are the step's.
   if (reduce_.size() > 1) reduce_.all_reduce(all);
+  // With the experts over tp x ep each tp rank routed its own N/tp rows: add them too.
+  if (ctx_.moe_slice) tp_.all_reduce(all);
   // DualPipe: each copy of a layer saw half the micro-batches; both update from the sum.
   if (mirror_) mirror_->all_reduce(all);
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
@@ -559,17 +565,21 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   be_.fill(global.flat(), 0.0);
   // DualPipe's two ranks of a pair hold the same tensors: the lower one contributes.
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
-  // Experts differ per ep rank; everything else is replicated over ep: ep rank 0 gives it.
+  // Experts differ per ep rank; everything else is replicated over ep: ep position 0 gives it.
+  // With the experts over tp x ep the ep group holds the tp ranks too: its sum covers tp.
+  const bool span = experts_over_tp(config_);
+  const int ep_position = span ? ep_.rank() / tp_.size() : ep_.rank();
   parallel::local_to_global(
       be_, params_->table(), params_->shard(), local, global_table_, global, [&](int spec) {
         if (holds_tied_copy() && params_->table().spec(spec).name == "embed") return false;
         const bool expert = params_->table().spec(spec).shard.group == ShardGroup::ep;
         // tp shards land apart; tp-replicated tensors come from tp rank 0.
         const bool tp_shard = params_->table().spec(spec).shard.group == ShardGroup::tp;
-        return contributes && (expert || ep_.rank() == 0) && (tp_shard || tp_.rank() == 0);
+        return contributes && (expert || ep_position == 0) &&
+               (tp_shard || tp_.rank() == 0 || (expert && span));
       });
   if (ep_.size() > 1) ep_.all_reduce(global.flat());
-  if (tp_.size() > 1) tp_.all_reduce(global.flat());
+  if (tp_.size() > 1 && !span) tp_.all_reduce(global.flat());
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
 }
 
@@ -614,7 +624,11 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
   auto add = [&](parallel::DataParallel& dp) {
     const Buffer& held = dp.optimizer_params();
     for (const parallel::CheckpointPiece& p : dp.checkpoint_pieces()) {
-      if (local.spec(p.spec).shard.group != ShardGroup::tp && tp_.rank() != 0) continue;
+      const ShardGroup group = local.spec(p.spec).shard.group;
+      // tp-replicated tensors come from tp rank 0 (experts over tp x ep differ per tp rank).
+      const bool per_tp_rank =
+          group == ShardGroup::tp || (group == ShardGroup::ep && experts_over_tp(config_));
+      if (!per_tp_rank && tp_.rank() != 0) continue;
       if (holds_tied_copy() && local.spec(p.spec).name == "embed") continue;  // the first's
 
       for (const auto& [from, to, n] : blocks[p.spec]) {

@@ -1,0 +1,152 @@
+// MoE x tensor parallelism under `trillion launch`, against ONE shared one-process run of
+// configs/moe-tiny.toml (1 dense + 2 MoE layers, 8 routed experts top-2 + 1 shared, sigmoid
+// routing with the bias, dropless; the balance loss's alpha raised to 0.05 so its gradient, whose
+// f is summed over the tp ranks, moves the weights far beyond the tolerance):
+// - parallel.expert_tp = 1 (the tp ranks hold whole experts; the ep group spans tp x ep) at
+//   tp 2 (ep 1: experts over the 2 tp ranks) and tp 2 x dp 2 x ep 2 (over 4 ranks): losses and
+//   final weights within 1e-5 (`trillion compare`); the logged balance loss, per-layer load ratios
+//   and bias norm equal the one-process values (the router bias moves from the whole step's loads
+//   on every rank);
+// - every rank's parameter, gradient and optimizer bytes == plan/'s per-rank MoE parameters
+//   (dense over tp, experts over ep x tp) through plan::zero_model_states, exactly;
+// - rank 0's bytes per step, group by group: the ep all-to-all == 2 (R_out + R_in) C 4 + the
+//   count exchanges over its tp x ep peers, its routed rows == its N/tp rows x top-k; over tp the
+//   all-gathers and reduce-scatters of a dense run (the shared experts are a tp region like the
+//   MLP, the routed rows take none), and the all-reduces == the loss's, the f counts' (B x E f64
+//   per MoE layer and micro-batch), the replicated gradients' (norms, routers), the norm's and
+//   the routing statistics' (L x E + 2 f64 per step); over ep, besides, the experts' part of the
+//   gradient norm.
+#include <gtest/gtest.h>
+
+#include "../train/cli_util.h"
+#include "plan/layout.h"
+#include "plan/memory.h"
+#include "train/run_config.h"
+
+namespace trillion {
+namespace {
+
+using testing::config_path;
+using testing::fresh_dir;
+using testing::one_thread_per_rank;
+using testing::read_json;
+using testing::read_metrics;
+using testing::run_trillion;
+using testing::shared_run;
+
+const std::string kEnv = one_thread_per_rank();
+
+// moe-tiny: 4 sequences of 32 tokens per micro-batch, width 32, 3 layers (2 MoE) of 8 experts
+// top-2, 1 shared expert of width 16, vocabulary 64.
+constexpr int kMicro = 2, kBatch = 4, kSeq = 32, kWidth = 32, kLayers = 3, kMoeLayers = 2,
+              kExperts = 8, kTopK = 2;
+
+std::string flags() {
+  return "train " + config_path("moe-tiny.toml") +
+         " --quiet --set train.steps=2 --set train.log_every=1 --set train.grad_accum=" +
+         std::to_string(kMicro) + " --set model.balance_loss_alpha=0.05";
+}
+
+double sent(const nlohmann::json& group, const char* kind) {
+  return group.contains(kind) ? group[kind].get<double>() : 0.0;
+}
+
+struct Layout {
+  int tp, dp, ep, zero;
+  std::string name;
+};
+void PrintTo(const Layout& l, std::ostream* os) {
+  *os << l.name;
+}
+
+class MoeTensorParallel : public ::testing::TestWithParam<Layout> {};
+
+TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
+  const Layout l = GetParam();
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string run = fresh_dir("moe_tensor_" + l.name);
+  const int world = l.tp * l.dp;
+  const auto r = run_trillion(
+      kEnv + "launch -n " + std::to_string(world) + " -- " + flags() + " --run-dir " + run +
+      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.dp=" + std::to_string(l.dp) +
+      " --set parallel.ep=" + std::to_string(l.ep) +
+      " --set parallel.zero=" + std::to_string(l.zero) + " --set parallel.expert_tp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_TRUE(testing::has(cmp.output, "MATCH")) << cmp.output;
+
+  const auto ref_lines = read_metrics(ref), run_lines = read_metrics(run);
+  ASSERT_EQ(run_lines.size(), 2u);
+  ASSERT_EQ(ref_lines.size(), run_lines.size());
+  const int group = l.tp * l.ep;  // the experts' all-to-all group
+  const double ring = (l.tp - 1.0) / l.tp;
+  const int64_t B = kBatch / l.dp, N = B * kSeq, rows = N / l.tp;
+  const double NC = static_cast<double>(N) * kWidth * 4;
+  for (size_t i = 0; i < run_lines.size(); ++i) {
+    const auto &want = ref_lines[i], &got = run_lines[i];
+    const double balance = want["moe_balance_loss"].get<double>();
+    EXPECT_GT(balance, 0.0);
+    EXPECT_NEAR(got["moe_balance_loss"].get<double>(), balance, 1e-6 * balance) << "step " << i;
+    EXPECT_EQ(got["moe_layer_load_ratio"], want["moe_layer_load_ratio"]) << "step " << i;
+    const double bias = want["moe_bias_norm"].get<double>();
+    EXPECT_GT(bias, 0.0);
+    EXPECT_NEAR(got["moe_bias_norm"].get<double>(), bias, 1e-6 * bias) << "step " << i;
+
+    // ep: every row routed to another rank goes out twice and comes back twice (C fp32 each);
+    // each exchange first sends E/group counts (f64) to each of the group - 1 peers.
+    const auto& moe_rows = got["moe_rows"];
+    const int64_t out = moe_rows["out"], in = moe_rows["in"], local = moe_rows["local"],
+                  exchanges = moe_rows["exchanges"];
+    EXPECT_EQ(exchanges, kMicro * kMoeLayers);
+    EXPECT_EQ(out + local, exchanges * rows * kTopK) << got.dump();  // dropless, its N/tp rows
+    const double counts = static_cast<double>(exchanges * (group - 1) * (kExperts / group) * 8);
+    EXPECT_EQ(sent(got["comm"]["ep"], "all_to_all"), 2.0 * (out + in) * kWidth * 4 + counts)
+        << got.dump();
+    // The experts' part of the gradient norm, one f64 summed over the group.
+    EXPECT_EQ(sent(got["comm"]["ep"], "all_reduce"), 2.0 * (group - 1) / group * 8) << got.dump();
+
+    // tp: 14 [N, C] tensors each way per micro-batch (the embedding, per layer the attention's
+    // and the MLP's or shared experts' input and output, the head), as a dense run.
+    const auto& tp = got["comm"]["tp"];
+    const double per_micro = 4.0 * kLayers + 2;
+    EXPECT_EQ(sent(tp, "all_gather"), kMicro * per_micro * ring * NC) << got.dump();
+    EXPECT_EQ(sent(tp, "reduce_scatter"), kMicro * per_micro * ring * NC) << got.dump();
+    // All-reduces (ring: 2 (p-1)/p of the bytes): the loss (max, sum-exp, target logit: 3 N
+    // f64 per micro-batch), the f counts (B E f64 per MoE layer and micro-batch), the norm (one
+    // f64), the routing statistics (L E + 2 f64) and, without ZeRO's shards, the replicated
+    // gradients in f64: 2 norms per layer + the final one (C each), per MoE layer the router
+    // [E, C] and its bias [E].
+    double reduced = kMicro * (3.0 * N + kMoeLayers * B * kExperts) + 1 + (kLayers * kExperts + 2);
+    if (l.zero == 0)
+      reduced += (2.0 * kLayers + 1) * kWidth + kMoeLayers * (kExperts * kWidth + kExperts);
+    EXPECT_EQ(sent(tp, "all_reduce"), 2 * ring * 8 * reduced) << got.dump();
+  }
+
+  // Model states per rank: plan/'s parameters of the rank, fp32; ZeRO over dp for dense tensors
+  // and over the dp / ep ranks holding the same experts for routed ones.
+  const ModelConfig mc = load_run_config(config_path("moe-tiny.toml"), {}).model;
+  plan::Layout pl;
+  pl.tp = l.tp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = l.zero;
+  const plan::LocalParams held =
+      plan::params_of_rank(mc.spec(), pl, plan::pipeline_shape(mc.spec(), pl), 0);
+  const plan::ModelStates dense = plan::zero_model_states(held.dense, l.zero, l.dp, 4, 4, 8);
+  const plan::ModelStates expert =
+      plan::zero_model_states(held.expert, l.zero, l.dp / l.ep, 4, 4, 8);
+  const auto summary = read_json(run + "/summary.json");
+  ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(world));
+  for (int rank = 0; rank < world; ++rank) {
+    const auto& m = summary["memory_per_rank"][rank]["current"];
+    EXPECT_EQ(m["parameters"].get<double>(), dense.parameters + expert.parameters) << rank;
+    EXPECT_EQ(m["gradients"].get<double>(), dense.gradients + expert.gradients) << rank;
+    EXPECT_EQ(m["optimizer"].get<double>(), dense.optimizer + expert.optimizer) << rank;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MoeTensorParallel,
+                         ::testing::Values(Layout{2, 1, 1, 0, "tp2_ep1"},
+                                           Layout{2, 2, 2, 0, "tp2_dp2_ep2"}),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace trillion
