@@ -16,7 +16,9 @@
 // A MoE layer under ctx.moe_slice (tp with parallel.expert_tp = 1): the shared experts are a tp
 // region like the dense MLP (norm2 gathered, output reduce-scattered), while the router and the
 // routed experts take the rank's own N/tp rows of norm2 directly (their all-to-all spans tp x ep:
-// each token is routed once, and no tp collective touches the routed rows).
+// each token is routed once, and no tp collective touches the routed rows). Under ctx.experts_tp
+// (parallel.expert_tp = tp) the whole MoE layer is a tp region like the MLP: gathered rows in,
+// each expert's column-/row-parallel partial output reduce-scattered out.
 #pragma once
 
 #include <optional>

@@ -101,7 +101,7 @@ Tensor Moe::expert_matrix(const Tensor& stacked, int64_t e) const {
 void Moe::forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s) {
   TRILLION_CHECK(tracker_ != nullptr, "Moe needs a memory tracker for its expert buffers");
   const int64_t N = ctx_.moe_tokens(), K = config_.top_k, E = config_.n_routed_experts;
-  const int64_t C = ctx_.shape.d_model, FE = config_.expert_ffn;
+  const int64_t C = ctx_.shape.d_model, FE = expert_width();
   const DType dt = x.dtype();
   router_.forward(x, w.router, s.routing);
   // Rows in expert order: every kept assignment, grouped by expert, in token order inside.
@@ -181,7 +181,7 @@ void Moe::shared_backward_weight(const MoeWeights& d, const Tensor& x, const Ten
 
 void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, MoeState& s) {
   const int64_t N = ctx_.moe_tokens(), K = config_.top_k, C = ctx_.shape.d_model;
-  const int64_t FE = config_.expert_ffn, R = static_cast<int64_t>(s.row_token.size());
+  const int64_t FE = expert_width(), R = static_cast<int64_t>(s.row_token.size());
   const int64_t received = s.plan.received();
   const DType dt = dout.dtype();
   if (ctx_.moe_slice) {
@@ -207,6 +207,8 @@ void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, Moe
       gate[r] = double(g[s.row_slot[r]]);
     }
   });
+  // Experts split over tp: y, hence each dot, is this rank's partial sum over its columns.
+  if (ctx_.experts_tp) ctx_.tp->all_reduce(Tensor(dgates.data(), DType::f64, {N * K}));
   Buffer dy(*tracker_, MemoryCategory::workspace, dt, std::max<int64_t>(R, 1) * C);
   if (R > 0) scale_rows(dy.view(0, {R, C}), dout_rows.view(0, {R, C}), gate);
   s.dye = Buffer(*tracker_, MemoryCategory::workspace, dt, std::max<int64_t>(received, 1) * C);
@@ -238,7 +240,7 @@ void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, Moe
 }
 
 void Moe::backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& dout, MoeState& s) {
-  const int64_t C = ctx_.shape.d_model, FE = config_.expert_ffn;
+  const int64_t C = ctx_.shape.d_model, FE = expert_width();
   int64_t row = 0;
   for (int64_t e = 0; e < exchange_->local_experts(); ++e) {
     const int64_t n = s.plan.local_rows[e];

@@ -119,6 +119,10 @@ class Moe {
 
   const Router& router() const { return router_; }
   int64_t expert_ffn() const { return config_.expert_ffn; }
+  // The width of each routed expert this rank computes (FE, or FE / tp under ctx.experts_tp).
+  int64_t expert_width() const {
+    return config_.expert_ffn / (ctx_.experts_tp ? ctx_.tp_size() : 1);
+  }
 
  private:
   Tensor expert_matrix(const Tensor& stacked, int64_t e) const;  // [E_local, r, c] -> [r, c]

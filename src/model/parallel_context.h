@@ -36,6 +36,10 @@ struct ParallelContext {
   // experts take this rank's N/tp residual rows, and the ep group spans tp x ep; the shared
   // experts stay tp-sharded over the gathered rows, like a dense MLP.
   bool moe_slice = false;
+  // MoE layers under tp with parallel.expert_tp = tp (requires SP): every routed expert's width
+  // FE is split over tp (column-parallel gate/up, row-parallel down) and the MoE layer is a tp
+  // region like the dense MLP: it routes all N gathered rows, its output is reduce-scattered.
+  bool experts_tp = false;
   // Moves MoE rows to the ranks holding their experts (nullptr: every expert on this rank).
   ExpertExchange* experts = nullptr;
   // The precision recipe of the blocks' linear layers (nullptr: the backend's dtype, exactly).

@@ -197,11 +197,22 @@ void Router::backward_input(Tensor dx, const Tensor& dz, const std::vector<doubl
       }
     }
   });
-  be_.gemm(dx, false, false, dz, w.router, 1.0, 1.0);
+  const auto [a, b] = gradient_rows();
+  if (b > a) be_.gemm(dx.rows(a, b), false, false, dz.rows(a, b), w.router, 1.0, 1.0);
 }
 
 void Router::backward_weight(Tensor drouter, const Tensor& x, const Tensor& dz) {
-  be_.gemm(drouter, true, false, dz, x, 1.0, 1.0);
+  const auto [a, b] = gradient_rows();
+  if (b > a) be_.gemm(drouter, true, false, dz.rows(a, b), x.rows(a, b), 1.0, 1.0);
+}
+
+std::pair<int64_t, int64_t> Router::gradient_rows() const {
+  const int64_t N = ctx_.moe_tokens();
+  if (!ctx_.experts_tp) return {0, N};
+  // Every tp rank routes all N rows identically: each takes its N/tp rows' share of dx (summed
+  // by the layer's reduce-scatter) and of dWr (summed over tp with the replicated gradients).
+  const int64_t rows = N / ctx_.tp_size(), r = ctx_.tp_rank();
+  return {r * rows, (r + 1) * rows};
 }
 
 void Router::count_loads(const Routing& r, std::vector<double>& loads) const {

@@ -41,8 +41,9 @@ TiedEnd tied_end(const ModelConfig& m, int pp, const RankStages& stages) {
 }
 
 // This rank's coordinate among the tp shards and the ep ranks (which experts it holds).
-ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep) {
-  return ShardCoord{tp.size(), tp.rank(), ep.size(), ep.rank()};
+ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep,
+                       const RunConfig& c) {
+  return ShardCoord{tp.size(), tp.rank(), ep.size(), ep.rank(), experts_split_over_tp(c)};
 }
 
 }  // namespace
@@ -116,7 +117,7 @@ void StepRunner::attach_experts() {
   ctx_.experts = experts_.get();
   ctx_.ep = &ep_;
   ctx_.degrees.ep = ep_.size();
-  ctx_.shard = shard_coord(tp_, ep_);
+  ctx_.shard = shard_coord(tp_, ep_, config_);
 }
 
 // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
@@ -141,7 +142,7 @@ void StepRunner::allocate_parameters(const RankStages& stages) {
   ModelStorage storage = parallel::DataParallel::model_storage(
       static_cast<int>(config_.parallel.zero), in_store, bf16_grads);
   storage.master_weights = precision_ != nullptr && !in_store;
-  const ShardCoord coord = shard_coord(tp_, ep_);
+  const ShardCoord coord = shard_coord(tp_, ep_, config_);
   // The head's rank of a tied model holds a copy of the embedding table (tied_embedding.h).
   const bool copy = tied_end(config_.model, pp_.size(), stages) == TiedEnd::last;
   auto holds = [&](int unit) {
@@ -270,8 +271,8 @@ void StepRunner::build_optimizer() {
   const AdamWConfig oc = adamw_config(config_.optim);
   std::vector<OptimSegment> segments = parallel_->segments();
   if (tp_.size() > 1) {
-    tensor_ = std::make_unique<parallel::TensorParallel>(tp_, ctx_.sequence_parallel(),
-                                                         params_->table(), segments, be_);
+    tensor_ = std::make_unique<parallel::TensorParallel>(
+        tp_, ctx_.sequence_parallel(), params_->table(), segments, be_, experts_differ_over_tp());
   }
   int64_t state = parallel_->state_elements();
   if (expert_parallel_) {
@@ -318,7 +319,7 @@ SumAcrossRanks StepRunner::lamb_sums() {
     std::vector<char> sharded(n_specs);
     for (int i = 0; i < n_specs; ++i) {
       const ShardGroup g = params_->table().spec(i).shard.group;
-      sharded[i] = g == ShardGroup::tp || (g == ShardGroup::ep && experts_over_tp(config_));
+      sharded[i] = g == ShardGroup::tp || (g == ShardGroup::ep && experts_differ_over_tp());
     }
     sums = [this, sharded, n_specs, inner = sums](std::vector<double>& v) {
       inner(v);
@@ -329,6 +330,10 @@ SumAcrossRanks StepRunner::lamb_sums() {
     };
   }
   return sums;
+}
+
+bool StepRunner::experts_differ_over_tp() const {
+  return experts_over_tp(config_) || experts_split_over_tp(config_);
 }
 
 int64_t StepRunner::tokens_per_step() const {
@@ -437,6 +442,8 @@ void StepRunner::measure_grad_norm(StepStats& st, const NoiseEstimates& noise) {
     // rank.
     double experts = expert_parallel_->gradient_sum_squares();
     ep_.all_reduce(Tensor(&experts, DType::f64, {1}));
+    // Experts split over tp along their width: the tp ranks hold different pieces too.
+    if (ctx_.experts_tp) tp_.all_reduce(Tensor(&experts, DType::f64, {1}));
     norm_sums[0] += experts;
   }
   if (mirror_ && pp_.rank() >= pp_.size() / 2) norm_sums[0] = 0;
@@ -576,7 +583,7 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
         // tp shards land apart; tp-replicated tensors come from tp rank 0.
         const bool tp_shard = params_->table().spec(spec).shard.group == ShardGroup::tp;
         return contributes && (expert || ep_position == 0) &&
-               (tp_shard || tp_.rank() == 0 || (expert && span));
+               (tp_shard || tp_.rank() == 0 || (expert && experts_differ_over_tp()));
       });
   if (ep_.size() > 1) ep_.all_reduce(global.flat());
   if (tp_.size() > 1 && !span) tp_.all_reduce(global.flat());
@@ -627,7 +634,7 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
       const ShardGroup group = local.spec(p.spec).shard.group;
       // tp-replicated tensors come from tp rank 0 (experts over tp x ep differ per tp rank).
       const bool per_tp_rank =
-          group == ShardGroup::tp || (group == ShardGroup::ep && experts_over_tp(config_));
+          group == ShardGroup::tp || (group == ShardGroup::ep && experts_differ_over_tp());
       if (!per_tp_rank && tp_.rank() != 0) continue;
       if (holds_tied_copy() && local.spec(p.spec).name == "embed") continue;  // the first's
 

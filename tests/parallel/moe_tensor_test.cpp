@@ -15,7 +15,12 @@
 //   MLP, the routed rows take none), and the all-reduces == the loss's, the f counts' (B x E f64
 //   per MoE layer and micro-batch), the replicated gradients' (norms, routers), the norm's and
 //   the routing statistics' (L x E + 2 f64 per step); over ep, besides, the experts' part of the
-//   gradient norm.
+//   gradient norm;
+// - the same for parallel.expert_tp = tp (every expert split over tp along its width, the MoE
+//   layer a tp region over the gathered rows, the all-to-all over ep among the ranks of one tp
+//   coordinate) at tp 2 and tp 2 x dp 2 x ep 2: its routed rows are all N, its tp all-reduces
+//   carry the gates' gradients (N x top-k f64 per MoE layer and micro-batch) instead of the f
+//   counts and the routing statistics.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -52,7 +57,7 @@ double sent(const nlohmann::json& group, const char* kind) {
 }
 
 struct Layout {
-  int tp, dp, ep, zero;
+  int tp, dp, ep, expert_tp;
   std::string name;
 };
 void PrintTo(const Layout& l, std::ostream* os) {
@@ -66,11 +71,11 @@ TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const std::string ref = shared_run(kEnv + flags());
   const std::string run = fresh_dir("moe_tensor_" + l.name);
   const int world = l.tp * l.dp;
-  const auto r = run_trillion(
-      kEnv + "launch -n " + std::to_string(world) + " -- " + flags() + " --run-dir " + run +
-      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.dp=" + std::to_string(l.dp) +
-      " --set parallel.ep=" + std::to_string(l.ep) +
-      " --set parallel.zero=" + std::to_string(l.zero) + " --set parallel.expert_tp=1");
+  const auto r = run_trillion(kEnv + "launch -n " + std::to_string(world) + " -- " + flags() +
+                              " --run-dir " + run + " --set parallel.tp=" + std::to_string(l.tp) +
+                              " --set parallel.dp=" + std::to_string(l.dp) +
+                              " --set parallel.ep=" + std::to_string(l.ep) +
+                              " --set parallel.expert_tp=" + std::to_string(l.expert_tp));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
@@ -79,9 +84,12 @@ TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const auto ref_lines = read_metrics(ref), run_lines = read_metrics(run);
   ASSERT_EQ(run_lines.size(), 2u);
   ASSERT_EQ(ref_lines.size(), run_lines.size());
-  const int group = l.tp * l.ep;  // the experts' all-to-all group
+  // The experts' all-to-all group and the rows a rank routes: its N/tp SP rows over tp x ep
+  // (expert_tp 1), or all N gathered rows over ep (expert_tp = tp).
+  const bool whole = l.expert_tp == 1;
+  const int group = whole ? l.tp * l.ep : l.ep;
   const double ring = (l.tp - 1.0) / l.tp;
-  const int64_t B = kBatch / l.dp, N = B * kSeq, rows = N / l.tp;
+  const int64_t B = kBatch / l.dp, N = B * kSeq, rows = whole ? N / l.tp : N;
   const double NC = static_cast<double>(N) * kWidth * 4;
   for (size_t i = 0; i < run_lines.size(); ++i) {
     const auto &want = ref_lines[i], &got = run_lines[i];
@@ -94,45 +102,57 @@ TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
     EXPECT_NEAR(got["moe_bias_norm"].get<double>(), bias, 1e-6 * bias) << "step " << i;
 
     // ep: every row routed to another rank goes out twice and comes back twice (C fp32 each);
-    // each exchange first sends E/group counts (f64) to each of the group - 1 peers.
-    const auto& moe_rows = got["moe_rows"];
-    const int64_t out = moe_rows["out"], in = moe_rows["in"], local = moe_rows["local"],
-                  exchanges = moe_rows["exchanges"];
-    EXPECT_EQ(exchanges, kMicro * kMoeLayers);
-    EXPECT_EQ(out + local, exchanges * rows * kTopK) << got.dump();  // dropless, its N/tp rows
-    const double counts = static_cast<double>(exchanges * (group - 1) * (kExperts / group) * 8);
-    EXPECT_EQ(sent(got["comm"]["ep"], "all_to_all"), 2.0 * (out + in) * kWidth * 4 + counts)
-        << got.dump();
-    // The experts' part of the gradient norm, one f64 summed over the group.
-    EXPECT_EQ(sent(got["comm"]["ep"], "all_reduce"), 2.0 * (group - 1) / group * 8) << got.dump();
+    // each exchange first sends E/group counts (f64) to each of the group - 1 peers; the
+    // experts' part of the gradient norm is one f64 summed over the group.
+    const nlohmann::json ep = got["comm"].value("ep", nlohmann::json::object());
+    if (group == 1) {
+      EXPECT_FALSE(got.contains("moe_rows")) << got.dump();
+      EXPECT_EQ(sent(ep, "all_to_all") + sent(ep, "all_reduce"), 0.0) << got.dump();
+    } else {
+      const auto& moe_rows = got["moe_rows"];
+      const int64_t out = moe_rows["out"], in = moe_rows["in"], local = moe_rows["local"],
+                    exchanges = moe_rows["exchanges"];
+      EXPECT_EQ(exchanges, kMicro * kMoeLayers);
+      EXPECT_EQ(out + local, exchanges * rows * kTopK) << got.dump();  // dropless
+      const double counts = static_cast<double>(exchanges * (group - 1) * (kExperts / group) * 8);
+      EXPECT_EQ(sent(ep, "all_to_all"), 2.0 * (out + in) * kWidth * 4 + counts) << got.dump();
+      EXPECT_EQ(sent(ep, "all_reduce"), 2.0 * (group - 1) / group * 8) << got.dump();
+    }
 
     // tp: 14 [N, C] tensors each way per micro-batch (the embedding, per layer the attention's
-    // and the MLP's or shared experts' input and output, the head), as a dense run.
+    // and the MLP's or MoE layer's input and output, the head), as a dense run.
     const auto& tp = got["comm"]["tp"];
     const double per_micro = 4.0 * kLayers + 2;
     EXPECT_EQ(sent(tp, "all_gather"), kMicro * per_micro * ring * NC) << got.dump();
     EXPECT_EQ(sent(tp, "reduce_scatter"), kMicro * per_micro * ring * NC) << got.dump();
-    // All-reduces (ring: 2 (p-1)/p of the bytes): the loss (max, sum-exp, target logit: 3 N
-    // f64 per micro-batch), the f counts (B E f64 per MoE layer and micro-batch), the norm (one
-    // f64), the routing statistics (L E + 2 f64) and, without ZeRO's shards, the replicated
-    // gradients in f64: 2 norms per layer + the final one (C each), per MoE layer the router
-    // [E, C] and its bias [E].
-    double reduced = kMicro * (3.0 * N + kMoeLayers * B * kExperts) + 1 + (kLayers * kExperts + 2);
-    if (l.zero == 0)
-      reduced += (2.0 * kLayers + 1) * kWidth + kMoeLayers * (kExperts * kWidth + kExperts);
+    // All-reduces (ring: 2 (p-1)/p of the bytes), in f64: the loss (max, sum-exp, target
+    // logit: 3 N per micro-batch), the norm (1) and the replicated gradients (2 norms per layer
+    // + the final one, C each; per MoE layer the router [E, C] and its bias [E]); with whole
+    // experts the f counts (B E per MoE layer and micro-batch) and the routing statistics
+    // (L E + 2); with experts split over tp the gates' gradients (N top-k per MoE layer and
+    // micro-batch: each expert's output is partial over tp) and, with ep > 1, the experts' part
+    // of the norm once more (over ep, then tp).
+    double reduced = kMicro * 3.0 * N + 1 + (2.0 * kLayers + 1) * kWidth +
+                     kMoeLayers * (kExperts * kWidth + kExperts);
+    if (whole) {
+      reduced += kMicro * kMoeLayers * B * kExperts + (kLayers * kExperts + 2);
+    } else {
+      reduced += kMicro * kMoeLayers * N * kTopK + (l.ep > 1 ? 1 : 0);
+    }
     EXPECT_EQ(sent(tp, "all_reduce"), 2 * ring * 8 * reduced) << got.dump();
   }
 
-  // Model states per rank: plan/'s parameters of the rank, fp32; ZeRO over dp for dense tensors
-  // and over the dp / ep ranks holding the same experts for routed ones.
+  // Model states per rank: plan/'s parameters of the rank (dense over tp, experts over ep x tp
+  // in either layout), fp32, dense replicated over dp and experts over the dp / ep ranks
+  // holding the same experts.
   const ModelConfig mc = load_run_config(config_path("moe-tiny.toml"), {}).model;
   plan::Layout pl;
-  pl.tp = l.tp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = l.zero;
+  pl.tp = l.tp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = 0;
   const plan::LocalParams held =
       plan::params_of_rank(mc.spec(), pl, plan::pipeline_shape(mc.spec(), pl), 0);
-  const plan::ModelStates dense = plan::zero_model_states(held.dense, l.zero, l.dp, 4, 4, 8);
-  const plan::ModelStates expert =
-      plan::zero_model_states(held.expert, l.zero, l.dp / l.ep, 4, 4, 8);
+  const plan::ModelStates dense = plan::zero_model_states(held.dense, 0, l.dp, 4, 4, 8);
+  const plan::ModelStates expert = plan::zero_model_states(held.expert, 0, l.dp / l.ep, 4, 4, 8);
+  EXPECT_GT(expert.parameters, 0.0);
   const auto summary = read_json(run + "/summary.json");
   ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(world));
   for (int rank = 0; rank < world; ++rank) {
@@ -144,8 +164,10 @@ TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MoeTensorParallel,
-                         ::testing::Values(Layout{2, 1, 1, 0, "tp2_ep1"},
-                                           Layout{2, 2, 2, 0, "tp2_dp2_ep2"}),
+                         ::testing::Values(Layout{2, 1, 1, 1, "tp2_ep1"},
+                                           Layout{2, 2, 2, 1, "tp2_dp2_ep2"},
+                                           Layout{2, 1, 1, 2, "tp2_ep1_expert_tp2"},
+                                           Layout{2, 2, 2, 2, "tp2_dp2_ep2_expert_tp2"}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
