@@ -170,5 +170,24 @@ INSTANTIATE_TEST_SUITE_P(Layouts, MoeTensorParallel,
                                            Layout{2, 2, 2, 2, "tp2_dp2_ep2_expert_tp2"}),
                          [](const auto& info) { return info.param.name; });
 
+// Checkpoints hold the global layout (experts split in two dimensions are placed block by block):
+// written at tp 2 x dp 2 x ep 2 with every expert split over tp, the run resumes with whole
+// experts over tp x ep and continues the one-process run.
+TEST(MoeTensorParallel, CheckpointsReshardBetweenTheExpertLayouts) {
+  const std::string steps = " --set train.steps=4 --set checkpoint.interval=2";
+  const std::string ref = shared_run(kEnv + flags() + steps);
+  const std::string run = fresh_dir("moe_tensor_reshard");
+  const std::string base = kEnv + "launch -n 4 -- " + flags() + steps + " --run-dir " + run +
+                           " --set parallel.tp=2 --set parallel.dp=2 --set parallel.ep=2";
+  auto r = run_trillion(base + " --stop-after 2 --set parallel.expert_tp=2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run_trillion(base + " --resume --set parallel.expert_tp=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_metrics(run).size(), 4u);
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  EXPECT_TRUE(testing::has(cmp.output, "MATCH")) << cmp.output;
+}
+
 }  // namespace
 }  // namespace trillion
