@@ -258,6 +258,10 @@ void Moe::backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& do
   }
   router_.backward_weight(d.router.router, x, s.dz);
   if (!ctx_.moe_slice) shared_backward_weight(d, x, dout, s);
+  release_rows(s);
+}
+
+void Moe::release_rows(MoeState& s) {
   s.xe = Buffer();
   s.h = Buffer();
   s.act = Buffer();

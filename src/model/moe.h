@@ -116,6 +116,8 @@ class Moe {
   void shared_backward_weight(const MoeWeights& grads, const Tensor& x, const Tensor& dout,
                               MoeState& s);
   bool has_shared() const { return config_.n_shared_experts > 0; }
+  // Frees a micro-batch's routed-expert rows (what backward_weight frees).
+  static void release_rows(MoeState& s);
 
   const Router& router() const { return router_; }
   int64_t expert_ffn() const { return config_.expert_ffn; }

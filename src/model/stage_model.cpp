@@ -293,6 +293,12 @@ double StageModel::balance_loss(int slot) const {
   return sum;
 }
 
+void StageModel::release_expert_rows() {
+  for (auto& per_slot : moe_states_) {
+    for (MoeState& s : per_slot) Moe::release_rows(s);
+  }
+}
+
 MoeStepStats StageModel::take_moe_stats() {
   MoeStepStats out = moe_stats_;
   for (auto& l : moe_stats_.loads) std::fill(l.begin(), l.end(), 0.0);

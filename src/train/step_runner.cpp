@@ -683,6 +683,7 @@ double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets,
       starts != nullptr
           ? parallel::DocumentSource([&](int64_t, std::vector<int32_t>& out) { out = *starts; })
           : parallel::DocumentSource{});
+  for (auto& stage : stages_) stage->release_expert_rows();  // no backward will free them
   double sum = sums[0];
   if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum, DType::f64, {1}));
   return sum / static_cast<double>(n);

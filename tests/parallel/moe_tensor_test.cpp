@@ -8,7 +8,8 @@
 //   and bias norm equal the one-process values (the router bias moves from the whole step's loads
 //   on every rank);
 // - every rank's parameter, gradient and optimizer bytes == plan/'s per-rank MoE parameters
-//   (dense over tp, experts over ep x tp) through plan::zero_model_states, exactly;
+//   (dense over tp, experts over ep x tp) through plan::zero_model_states, and its activation
+//   bytes == plan::engine_activation_bytes with its tp split and expert layout, exactly;
 // - rank 0's bytes per step, group by group: the ep all-to-all == 2 (R_out + R_in) C 4 + the
 //   count exchanges over its tp x ep peers, its routed rows == its N/tp rows x top-k; over tp the
 //   all-gathers and reduce-scatters of a dense run (the shared experts are a tp region like the
@@ -24,8 +25,11 @@
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
+#include "plan/activation_memory.h"
 #include "plan/layout.h"
 #include "plan/memory.h"
+#include "schedule/generators.h"
+#include "schedule/simulator.h"
 #include "train/run_config.h"
 
 namespace trillion {
@@ -153,6 +157,20 @@ TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
   const plan::ModelStates dense = plan::zero_model_states(held.dense, 0, l.dp, 4, 4, 8);
   const plan::ModelStates expert = plan::zero_model_states(held.expert, 0, l.dp / l.ep, 4, 4, 8);
   EXPECT_GT(expert.parameters, 0.0);
+  // Activations per rank == plan/'s formula (the routed rows, freed after every backward and
+  // after the closing evaluation, are not held): the one-process run's with tp = 1, and each
+  // layout's with its tp split and expert layout.
+  const int slots = schedule::inflight_slots(
+      schedule::generate_schedule(schedule::ScheduleKind::k1F1B, 1, kMicro, 1), 0)[0];
+  auto activations = [&](int64_t batch, plan::TensorSplit split) {
+    return plan::engine_activation_bytes(mc.spec(), batch, kSeq, mc.activation_policy(), 4, 4,
+                                         {0, kLayers, true}, slots, split)
+        .total();
+  };
+  const auto ref_summary = read_json(ref + "/summary.json");
+  EXPECT_EQ(ref_summary["memory_per_rank"][0]["current"]["activations"].get<int64_t>(),
+            activations(kBatch, {}));
+  const int64_t predicted = activations(B, {l.tp, true, 1, !whole});
   const auto summary = read_json(run + "/summary.json");
   ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(world));
   for (int rank = 0; rank < world; ++rank) {
@@ -160,6 +178,10 @@ TEST_P(MoeTensorParallel, TrainsTheOneProcessRunWithTheFormulaBytes) {
     EXPECT_EQ(m["parameters"].get<double>(), dense.parameters + expert.parameters) << rank;
     EXPECT_EQ(m["gradients"].get<double>(), dense.gradients + expert.gradients) << rank;
     EXPECT_EQ(m["optimizer"].get<double>(), dense.optimizer + expert.optimizer) << rank;
+    EXPECT_EQ(m["activations"].get<int64_t>(), predicted) << rank;
+    EXPECT_EQ(summary["memory_per_rank"][rank]["predicted"]["activations"].get<int64_t>(),
+              predicted)
+        << rank;
   }
 }
 
