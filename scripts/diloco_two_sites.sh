@@ -21,11 +21,7 @@ while [[ $# -gt 0 ]]; do
 done
 bin=build/trillion
 data=runs/brown-data
-if [[ ! -f $data/train.bin || ! -f $data/tokenizer.json ]]; then
-  mkdir -p "$data"
-  $bin tokenizer train --vocab 4096 --overwrite --out "$data/tokenizer.json" data/brown.txt.gz
-  $bin data prepare --overwrite --tokenizer "$data/tokenizer.json" --out "$data" data/brown.txt.gz
-fi
+scripts/brown_data.sh "$data"
 export TRILLION_HOSTS_PREFIX=trs TRILLION_HOSTS_NET=10.215.0
 trap 'scripts/hosts.sh down' EXIT
 hostfile=$(scripts/hosts.sh up 2 --slots 1 --gbps 10 --sites 2 --site-gbps "$gbps")

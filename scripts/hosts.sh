@@ -134,12 +134,16 @@ shift
 exec ip netns exec "$host" unshare --uts bash -c "hostname $host; $*"
 EOF
   chmod +x "$STATE/agent"
+  # Two TCP connections per pair of ranks (btl_tcp_links 2): with one, a pair that sends and
+  # receives at once (a ring on 2 hosts) got about half the link each way here (16 MB all-reduce
+  # at 1 Gb/s: 264 ms with one, 160 ms with two; docs/multi-host.md).
   cat >"$STATE/hostfile.mca" <<EOF
 plm_rsh_agent $STATE/agent
 plm_rsh_no_tree_spawn 1
 oob_tcp_if_include $NET.0/24
 btl tcp,self,vader
 btl_tcp_if_include $NET.0/24
+btl_tcp_links 2
 EOF
   echo "$STATE/hostfile"
 }

@@ -22,11 +22,7 @@ while [[ $# -gt 0 ]]; do
 done
 bin=build/trillion
 data=runs/brown-data
-if [[ ! -f $data/train.bin || ! -f $data/tokenizer.json ]]; then
-  mkdir -p "$data"
-  $bin tokenizer train --vocab 4096 --overwrite --out "$data/tokenizer.json" data/brown.txt.gz
-  $bin data prepare --overwrite --tokenizer "$data/tokenizer.json" --out "$data" data/brown.txt.gz
-fi
+scripts/brown_data.sh "$data"
 mkdir -p "$out"
 run() {  # name, extra --set flags
   local name=$1

@@ -4,9 +4,11 @@
 #   scripts/setup.sh [--with-torch]   (--with-torch adds python3-torch, ~1 GB, for the PyTorch
 #                                      parity test of tests/interop; without it that test skips)
 # It also makes .venv-tests, a Python virtual environment with Hugging Face tokenizers and
-# tiktoken from PyPI (pinned), which the tokenizer parity test of tests/data compares against;
-# they are never a runtime dependency, and without network the test skips. Llama 3's tokenizer
-# file comes the same way (below).
+# tiktoken from PyPI (pinned), which the tokenizer parity test of tests/data compares against,
+# and PyTorch + Hugging Face transformers (pinned; ~80 s and 5.6 GB the first time), whose own
+# DeepseekV3ForCausalLM loads trillion's deepseek_v3 export in tests/interop; they are never a
+# runtime dependency, and without network those tests skip saying why. Llama 3's tokenizer file
+# comes the same way (below).
 set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
@@ -46,6 +48,16 @@ if ! "$venv/bin/python" -c 'import tokenizers, tiktoken' 2>/dev/null; then
   else
     echo "setup: could not install tokenizers/tiktoken into .venv-tests (no network?);" \
       "the tokenizer parity test against them will skip" >&2
+  fi
+fi
+
+# PyTorch and transformers for tests/interop/deepseek_export_test.cpp (skipped when absent).
+if [[ -x "$venv/bin/pip" ]] && ! "$venv/bin/python" -c 'import torch, transformers' 2>/dev/null; then
+  if "$venv/bin/pip" install -q torch==2.15.0 transformers==5.25.0; then
+    echo "setup: .venv-tests has torch and transformers"
+  else
+    echo "setup: could not install torch/transformers into .venv-tests (no network?);" \
+      "the Hugging Face DeepSeek-V3 load test will skip" >&2
   fi
 fi
 

@@ -1,8 +1,10 @@
 // See bench_allreduce.h. Each repetition starts after a world barrier (not emulated) and takes
 // the slowest rank's time; the median of the repetitions is reported. Links inside a site are not
 // emulated: the model prices them at the bandwidth this machine's ring all-reduce reaches in
-// shared memory (the best of 4 x reps runs, measured first; alpha taken as 0). The "no-link" column
-// is each algorithm run without the emulator.
+// shared memory (the best of 4 x reps runs, measured first; alpha taken as 0). Between real hosts
+// (--host-gbps) the model takes the NICs' configured rate and an alpha measured first by a
+// one-float ping-pong across the host boundary. The "no-link" column is each algorithm run
+// without the emulator.
 #include "cli/bench_allreduce.h"
 
 #include <fmt/format.h>
@@ -28,6 +30,32 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Alpha between hosts: the median half round trip of a one-float ping-pong between rank 0 and
+// rank `peer` (the first rank of the second host), over `reps` exchanges after one warm-up; every
+// rank returns it.
+double host_latency_seconds(comm::Communicator& world, int peer, int reps) {
+  const int r = world.rank();
+  float x = 0;
+  const Tensor t(&x, DType::f32, {1});
+  std::vector<double> half_trips;
+  world.barrier();
+  for (int rep = 0; rep <= reps && (r == 0 || r == peer); ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (r == 0) {
+      world.send(t, peer);
+      world.recv(t, peer);
+    } else {
+      world.recv(t, 0);
+      world.send(t, 0);
+    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) half_trips.push_back(dt / 2);
+  }
+  double alpha = r == 0 ? median(half_trips) : 0.0;
+  world.all_reduce(Tensor(&alpha, DType::f64, {1}), comm::ReduceOp::max);
+  return alpha;
 }
 
 plan::AllReduceKind kind_of(comm::AllReduceAlgorithm a) {
@@ -164,17 +192,23 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
   } else {
     topo.intra = {0, 1e12};
   }
-  topo.inter = real_hosts    ? plan::AlphaBeta{0, o.host_gbps * 1e9 / 8}
+  // Between real hosts: the NICs' configured rate and the latency measured now (per message:
+  // the TCP stacks, the MPI transport and waking the process on a shared machine).
+  const double host_alpha =
+      real_hosts && hosts.hosts() > 1 ? host_latency_seconds(world, rpn, 20 * o.reps) : 0.0;
+  topo.inter = real_hosts    ? plan::AlphaBeta{host_alpha, o.host_gbps * 1e9 / 8}
                : o.sites > 1 ? plan::AlphaBeta{slow.latency_s, slow.bytes_per_second}
                              : topo.intra;
   if (r == 0 && !json) {
     if (real_hosts) {
-      std::printf("between hosts: %.3f GB/s (the NICs' rate); inside a host: %s\n",
-                  topo.inter.bytes_per_second / 1e9,
-                  rpn > 1 ? fmt::format("{:.2f} GB/s (a host's ring in shared memory)",
-                                        topo.intra.bytes_per_second / 1e9)
-                                .c_str()
-                          : "one rank");
+      std::printf(
+          "between hosts: %.3f GB/s (the NICs' rate), alpha %.1f us (one-float ping-pong, "
+          "median); inside a host: %s\n",
+          topo.inter.bytes_per_second / 1e9, host_alpha * 1e6,
+          rpn > 1 ? fmt::format("{:.2f} GB/s (a host's ring in shared memory)",
+                                topo.intra.bytes_per_second / 1e9)
+                        .c_str()
+                  : "one rank");
     } else {
       std::printf(
           "inside a site: %.2f GB/s (this machine's ring all-reduce without the "
@@ -219,6 +253,7 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
                                        {"latency_ms", o.latency_ms},
                                        {"gbps", o.gbps},
                                        {"host_gbps", o.host_gbps},
+                                       {"host_latency_seconds", host_alpha},
                                        {"hosts", hosts.hosts()},
                                        {"intra_site_bytes_per_second", topo.intra.bytes_per_second},
                                        {"results", results}}

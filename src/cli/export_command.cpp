@@ -1,6 +1,7 @@
 // `trillion export --checkpoint DIR [--step N] --format safetensors --out DIR [--dtype f32|bf16]`:
-// writes a checkpoint as a Hugging Face LlamaForCausalLM directory (interop/hf_llama.h), with the
-// run's tokenizer as tokenizer.json when it has one; `--format gguf --out FILE.gguf [--dtype
+// writes a checkpoint as a Hugging Face LlamaForCausalLM directory (interop/hf_llama.h; an MLA
+// model as DeepseekV3ForCausalLM, interop/hf_deepseek.h, its MTP modules in mtp.safetensors), with
+// the run's tokenizer as tokenizer.json when it has one; `--format gguf --out FILE.gguf [--dtype
 // f32|f16|bf16|q8_0]` as a llama.cpp GGUF v3 file with the tokenizer embedded (interop/gguf.h).
 // Files that exist are not replaced without --overwrite.
 #include <fmt/format.h>
@@ -45,8 +46,8 @@ int export_command(int argc, char** argv) {
     refuse_to_replace({o.out_dir}, overwrite);
   } else {
     std::vector<std::string> outputs;
-    for (const char* file :
-         {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"}) {
+    for (const char* file : {"model.safetensors", "mtp.safetensors", "config.json",
+                             "generation_config.json", "tokenizer.json"}) {
       outputs.push_back(o.out_dir + "/" + file);
     }
     std::error_code ec;
@@ -79,11 +80,13 @@ int export_command(int argc, char** argv) {
     return 0;
   }
   const uint64_t bytes = interop::export_hf_llama(o);
+  const bool mtp = std::filesystem::exists(o.out_dir + "/mtp.safetensors");
   std::printf(
-      "exported %s -> %s/model.safetensors (%llu bytes, %s), config.json, "
+      "exported %s -> %s/model.safetensors%s (%llu bytes, %s), config.json, "
       "generation_config.json%s\n",
-      o.checkpoint_dir.c_str(), o.out_dir.c_str(), static_cast<unsigned long long>(bytes),
-      o.dtype.c_str(), tokenizer.empty() ? "" : ", tokenizer.json");
+      o.checkpoint_dir.c_str(), o.out_dir.c_str(), mtp ? " + mtp.safetensors" : "",
+      static_cast<unsigned long long>(bytes), o.dtype.c_str(),
+      tokenizer.empty() ? "" : ", tokenizer.json");
   return 0;
 }
 

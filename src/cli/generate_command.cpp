@@ -218,10 +218,27 @@ int generate_command(int argc, char** argv) {
     }
   }
   const double seconds = timer.seconds();
-  if (stats)
+  if (stats) {
     std::fprintf(stderr, "generated %lld tokens in %.3f s: %.1f tokens/s (%s)\n",
                  static_cast<long long>(generated), seconds, generated / std::max(seconds, 1e-9),
                  cached ? "kv cache" : "full window");
+    if (cached) {
+      // Beside the same width's multi-head cache (2 C per layer) and a grouped one with an eighth
+      // of the heads as KV heads (Llama 3's ratio).
+      const ModelConfig& m = cfg.model;
+      const int64_t elem = static_cast<int64_t>(dtype_size(m.dtype));
+      const int64_t head = m.d_model / m.n_heads, kv8 = std::max<int64_t>(1, m.n_heads / 8);
+      std::fprintf(stderr,
+                   "kv cache: %lld bytes per token (%s); at d_model %lld: MHA %lld, GQA with %lld "
+                   "KV heads %lld\n",
+                   static_cast<long long>(cached->cache_bytes_per_token()),
+                   m.mla ? "MLA: the kv latent and the rope key" : "keys and values",
+                   static_cast<long long>(m.d_model),
+                   static_cast<long long>(m.n_layers * 2 * m.d_model * elem),
+                   static_cast<long long>(kv8),
+                   static_cast<long long>(m.n_layers * 2 * kv8 * head * elem));
+    }
+  }
   return 0;
 }
 

@@ -122,6 +122,12 @@ uint64_t export_gguf(const GgufOptions& o) {
   const RunConfig cfg = parse_run_config(read_checkpoint_config(o.checkpoint_dir),
                                          o.checkpoint_dir + "/config.toml", {});
   const ModelConfig& m = cfg.model;
+  if (m.mla)
+    throw Error(
+        fmt::format("checkpoint '{}' has MLA attention: GGUF export writes llama.cpp's llama "
+                    "architecture, not its deepseek2; export it with --format safetensors "
+                    "(a Hugging Face deepseek_v3 directory) instead",
+                    o.checkpoint_dir));
   if (m.moe.enabled())
     throw Error(
         fmt::format("checkpoint '{}' is a MoE model: GGUF export is dense only (llama.cpp's "

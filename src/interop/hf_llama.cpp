@@ -4,14 +4,18 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "data/file_io.h"
+#include "interop/hf_deepseek.h"
 #include "interop/hf_tokenizer.h"
 #include "interop/safetensors.h"
 #include "model/transformer.h"
@@ -75,6 +79,17 @@ std::string convert(const char* src, int64_t count, int from_bytes, const std::s
   return out;
 }
 
+// Element bytes of HF tensor `t` in its stored row order, from the parameter table `base`.
+std::string stored_order(const char* base, const HfTensor& t, int elem) {
+  const char* first = base + t.offset * elem;
+  if (t.rows.empty()) return std::string(first, t.numel() * elem);
+  const int64_t width = t.numel() / t.shape[0] * elem;
+  std::string out;
+  out.reserve(t.numel() * elem);
+  for (int64_t r : t.rows) out.append(first + r * width, width);
+  return out;
+}
+
 const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& origin) {
   if (!j.contains(key) || j[key].is_null())
     throw Error(fmt::format("{}: field '{}' is missing", origin, key));
@@ -128,7 +143,7 @@ std::vector<HfTensor> hf_tensors(const TensorSpec& s) {
   const std::string experts = ".moe.experts.w_";
   const size_t at = s.name.find(experts);
   if (at == std::string::npos || s.name.rfind("layers.", 0) != 0)
-    return {{hf_llama_name(s.name), s.shape, s.offset}};
+    return {HfTensor(hf_llama_name(s.name), s.shape, s.offset)};
   // layers.{l}.moe.experts.w_{gate,up,down} [E, r, c] -> one [r, c] tensor per expert.
   const std::string layer = s.name.substr(7, at - 7), which = s.name.substr(at + experts.size());
   if (s.shape.size() != 3 || (which != "gate" && which != "up" && which != "down"))
@@ -136,9 +151,8 @@ std::vector<HfTensor> hf_tensors(const TensorSpec& s) {
   std::vector<HfTensor> out;
   const int64_t per_expert = s.shape[1] * s.shape[2];
   for (int64_t e = 0; e < s.shape[0]; ++e) {
-    out.push_back({fmt::format("model.layers.{}.mlp.experts.{}.{}_proj.weight", layer, e, which),
-                   {s.shape[1], s.shape[2]},
-                   s.offset + e * per_expert});
+    out.emplace_back(fmt::format("model.layers.{}.mlp.experts.{}.{}_proj.weight", layer, e, which),
+                     std::vector<int64_t>{s.shape[1], s.shape[2]}, s.offset + e * per_expert);
   }
   return out;
 }
@@ -149,8 +163,17 @@ int64_t HfTensor::numel() const {
   return n;
 }
 
+std::vector<HfTensor> model_hf_tensors(const TensorSpec& spec, const ModelConfig& m,
+                                       bool skip_rope_permutation) {
+  if (exports_as_deepseek_v3(m)) return deepseek_v3_tensors(spec, m, skip_rope_permutation);
+  // Llama has no place for multi-token-prediction modules (generation never uses them).
+  if (spec.name.starts_with("mtp.")) return {};
+  return hf_tensors(spec);
+}
+
 std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_dtype,
                                  std::optional<int> bos_id, std::optional<int> eos_id) {
+  if (exports_as_deepseek_v3(m)) return deepseek_v3_config_json(m, torch_dtype, bos_id, eos_id);
   nlohmann::ordered_json j;
   j["architectures"] = {m.moe.enabled() ? kMoeArchitecture : "LlamaForCausalLM"};
   j["model_type"] = m.moe.enabled() ? kMoeModelType : "llama";
@@ -201,7 +224,7 @@ std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_
   return j.dump(2) + "\n";
 }
 
-void parse_hf_llama_config(const std::string& text, const std::string& origin, ModelConfig& m) {
+bool parse_hf_llama_config(const std::string& text, const std::string& origin, ModelConfig& m) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
@@ -209,11 +232,15 @@ void parse_hf_llama_config(const std::string& text, const std::string& origin, M
     throw Error(fmt::format("{} is not JSON: {}", origin, e.what()));
   }
   if (!j.is_object()) throw Error(fmt::format("{} is not a JSON object", origin));
+  if (j.contains("model_type") && j["model_type"] == "deepseek_v3")
+    return parse_deepseek_v3_config(j, origin, m);
+  m.mla = false;
+  m.mla_dims = {};
   const bool moe = j.contains("model_type") && j["model_type"] == kMoeModelType;
   if (j.contains("model_type") && j["model_type"] != "llama" && !moe)
     throw Error(
-        fmt::format("{}: model_type {} is not supported: \"llama\" and \"{}\" (trillion's "
-                    "MoE export) checkpoints import",
+        fmt::format("{}: model_type {} is not supported: \"llama\", \"deepseek_v3\" and "
+                    "\"{}\" (trillion's MoE export) checkpoints import",
                     origin, j["model_type"].dump(), kMoeModelType));
   for (const char* flag : {"attention_bias", "mlp_bias"}) {
     if (j.contains(flag) && j[flag].is_boolean() && j[flag].get<bool>())
@@ -241,7 +268,7 @@ void parse_hf_llama_config(const std::string& text, const std::string& origin, M
   m.tied_embeddings = j.contains("tie_word_embeddings") && j["tie_word_embeddings"].is_boolean() &&
                       j["tie_word_embeddings"].get<bool>();
   m.moe = {};
-  if (!moe) return;
+  if (!moe) return false;
   MoeConfig& e = m.moe;
   e.n_routed_experts = int_field(j, "n_routed_experts", origin);
   e.n_shared_experts = j.contains("n_shared_experts") ? j["n_shared_experts"].get<int64_t>() : 0;
@@ -272,6 +299,7 @@ void parse_hf_llama_config(const std::string& text, const std::string& origin, M
   if (j.contains("bias_update_speed"))
     e.bias_update_rate = real_field(j, "bias_update_speed", origin);
   if (j.contains("capacity_factor")) e.capacity_factor = real_field(j, "capacity_factor", origin);
+  return false;
 }
 
 uint64_t export_hf_llama(const ExportOptions& o) {
@@ -279,26 +307,32 @@ uint64_t export_hf_llama(const ExportOptions& o) {
     throw Error(fmt::format("--dtype {}: expected f32 or bf16", o.dtype));
   const RunConfig cfg = parse_run_config(read_checkpoint_config(o.checkpoint_dir),
                                          o.checkpoint_dir + "/config.toml", {});
+  if (exports_as_deepseek_v3(cfg.model)) check_deepseek_v3_exportable(cfg.model, o.checkpoint_dir);
   const TensorTable table = build_parameter_table(cfg.model);
   const CheckpointWeights w = read_checkpoint_weights(o.checkpoint_dir);
   TRILLION_CHECK(static_cast<int64_t>(w.bytes.size()) == table.total_elements() * w.dtype_bytes,
                  "checkpoint size against its parameter table");
   const std::string code = o.dtype == "bf16" ? "BF16" : "F32";
-  std::vector<StoredTensor> tensors;
+  // A deliberately wrong RoPE layout (deepseek_v3 only), so a test can show it is caught.
+  const bool wrong_rope = exports_as_deepseek_v3(cfg.model) &&
+                          std::getenv("TRILLION_EXPORT_WRONG_ROPE_LAYOUT") != nullptr;
+  if (wrong_rope)
+    std::fprintf(stderr,
+                 "trillion export: TRILLION_EXPORT_WRONG_ROPE_LAYOUT is set: the rope rows are "
+                 "written unpermuted, a layout Hugging Face reads wrongly (for tests only)\n");
+  std::map<std::string, std::vector<StoredTensor>> files;  // file name -> its tensors
   for (const TensorSpec& s : table.specs()) {
-    // The main model only: Llama has no place for multi-token-prediction modules (and
-    // generation never uses them; docs/deepseek-v3.md).
-    if (s.name.starts_with("mtp.")) continue;
-    for (const HfTensor& t : hf_tensors(s)) {
-      tensors.push_back(
-          {t.name, code, t.shape,
-           convert(w.bytes.data() + t.offset * w.dtype_bytes, t.numel(), w.dtype_bytes, code)});
+    for (const HfTensor& t : model_hf_tensors(s, cfg.model, wrong_rope)) {
+      const std::string bytes = stored_order(w.bytes.data(), t, w.dtype_bytes);
+      files[t.file].push_back(
+          {t.name, code, t.shape, convert(bytes.data(), t.numel(), w.dtype_bytes, code)});
     }
   }
   std::filesystem::create_directories(o.out_dir);
   const std::string torch_dtype = o.dtype == "bf16" ? "bfloat16" : "float32";
-  write_safetensors(o.out_dir + "/model.safetensors", tensors,
-                    {{"format", "pt"}, {"source", "trillion " + o.checkpoint_dir}});
+  for (const auto& [file, tensors] : files)
+    write_safetensors(o.out_dir + "/" + file, tensors,
+                      {{"format", "pt"}, {"source", "trillion " + o.checkpoint_dir}});
   std::optional<int> bos, eos;
   if (!o.tokenizer_path.empty()) {
     const ExportedTokenizer tok = export_tokenizer_json(o.tokenizer_path);
@@ -319,81 +353,129 @@ uint64_t export_hf_llama(const ExportOptions& o) {
   g["max_length"] = cfg.model.seq_len;
   const std::string gen = g.dump(2) + "\n";
   data::write_file_atomic(o.out_dir + "/generation_config.json", {gen});
-  return std::filesystem::file_size(o.out_dir + "/model.safetensors");
+  uint64_t bytes = 0;
+  for (const auto& [file, tensors] : files)
+    bytes += std::filesystem::file_size(o.out_dir + "/" + file);
+  return bytes;
 }
+
+namespace {
+
+// Element i of stored tensor `t` as a double.
+double stored_value(const StoredTensor& t, int64_t i) {
+  if (t.dtype == "F32") {
+    float f;
+    std::memcpy(&f, t.bytes.data() + i * 4, 4);
+    return f;
+  }
+  if (t.dtype == "F64") {
+    double v;
+    std::memcpy(&v, t.bytes.data() + i * 8, 8);
+    return v;
+  }
+  bf16 b;
+  std::memcpy(&b, t.bytes.data() + i * 2, 2);
+  return bf16_to_float(b);
+}
+
+// Copies stored tensor `t` (HF tensor `s` of the model) into the parameter table `base` (elements
+// of esize bytes), undoing s.rows; a copy (s.copy) is compared with what is there instead.
+void read_tensor(const StoredTensor& t, const HfTensor& s, char* base, int esize,
+                 const std::string& path) {
+  const std::string& name = s.name;
+  if (t.shape != s.shape)
+    throw Error(fmt::format("{}: tensor '{}' has shape {}, config.json implies {}", path, name,
+                            shape_text(t.shape), shape_text(s.shape)));
+  if (t.dtype != "F32" && t.dtype != "F64" && t.dtype != "BF16")
+    throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16", path,
+                            name, t.dtype));
+  const int64_t width = s.numel() / s.shape[0];
+  for (int64_t i = 0; i < s.numel(); ++i) {
+    const double v = stored_value(t, i);
+    // A NaN or infinite weight would train, export and generate as NaN: refused by name.
+    if (!std::isfinite(v))
+      throw Error(
+          fmt::format("{}: tensor '{}' element {} is {} (weights must be finite); "
+                      "the file is damaged or came from a diverged run",
+                      path, name, i, v));
+    const int64_t row = s.rows.empty() ? i / width : s.rows[i / width];
+    char* dst = base + (s.offset + row * width + i % width) * esize;
+    if (esize == 8) {
+      if (s.copy && std::memcmp(dst, &v, 8) != 0)
+        throw Error(
+            fmt::format("{}: tensor '{}' element {} differs from the main model's copy "
+                        "of that tensor",
+                        path, name, i));
+      std::memcpy(dst, &v, 8);
+      continue;
+    }
+    const float f = static_cast<float>(v);
+    if (!std::isfinite(f))
+      throw Error(
+          fmt::format("{}: tensor '{}' element {} = {} overflows f32; import "
+                      "into model.dtype = \"f64\" (--config) or rescale it",
+                      path, name, i, v));
+    if (s.copy && std::memcmp(dst, &f, 4) != 0)
+      throw Error(fmt::format(
+          "{}: tensor '{}' element {} differs from the main model's copy of that tensor", path,
+          name, i));
+    std::memcpy(dst, &f, 4);
+  }
+}
+
+}  // namespace
 
 std::string import_hf_llama(const std::string& in_dir, const std::string& run_dir,
                             const std::string& base_toml, const std::string& base_origin,
                             bool allow_unknown, std::vector<std::string>* unknown) {
   RunConfig cfg = parse_run_config(base_toml, base_origin, {});
   const std::string config_path = in_dir + "/config.json";
-  parse_hf_llama_config(data::read_file_raw(config_path), config_path, cfg.model);
+  const bool interleaved =
+      parse_hf_llama_config(data::read_file_raw(config_path), config_path, cfg.model);
   cfg.model.validate();
   // Re-parse the resolved text so the [model] table goes through the run config's own checks.
   const std::string toml_text = to_toml(cfg);
   cfg = parse_run_config(toml_text, config_path, {});
   const TensorTable table = build_parameter_table(cfg.model);
-  const std::string st_path = in_dir + "/model.safetensors";
-  const SafetensorsFile st = read_safetensors(st_path);
+  std::map<std::string, SafetensorsFile> files;  // read when first needed
+  auto file = [&](const std::string& name) -> const SafetensorsFile& {
+    if (!files.count(name)) {
+      const std::string path = in_dir + "/" + name;
+      if (!std::filesystem::exists(path))
+        throw Error(
+            fmt::format("{} is missing (config.json describes a model with tensors in it{})", path,
+                        name == "model.safetensors" ? ""
+                                                    : ": the multi-token-prediction modules of "
+                                                      "num_nextn_predict_layers"));
+      files[name] = read_safetensors(path);
+    }
+    return files.at(name);
+  };
   MemoryTracker tracker;
   Buffer params(tracker, MemoryCategory::parameters, cfg.model.dtype, table.total_elements());
   const int esize = static_cast<int>(dtype_size(cfg.model.dtype));
-  std::set<std::string> used;
+  std::set<std::string> used;  // "file/name"
   for (const TensorSpec& spec : table.specs()) {
-    for (const HfTensor& s : hf_tensors(spec)) {
-      const std::string& name = s.name;
-      const StoredTensor* t = st.find(name);
+    for (const HfTensor& s : model_hf_tensors(spec, cfg.model, !interleaved)) {
+      const std::string path = in_dir + "/" + s.file;
+      const StoredTensor* t = file(s.file).find(s.name);
       if (t == nullptr)
         throw Error(
             fmt::format("{}: tensor '{}' is missing (config.json describes a model that "
                         "has it)",
-                        st_path, name));
-      used.insert(name);
-      if (t->shape != s.shape)
-        throw Error(fmt::format("{}: tensor '{}' has shape {}, config.json implies {}", st_path,
-                                name, shape_text(t->shape), shape_text(s.shape)));
-      if (t->dtype != "F32" && t->dtype != "F64" && t->dtype != "BF16")
-        throw Error(fmt::format("{}: tensor '{}' has dtype {}; import reads F32, F64 and BF16",
-                                st_path, name, t->dtype));
-      char* dst = static_cast<char*>(params.raw()) + s.offset * esize;
-      for (int64_t i = 0; i < s.numel(); ++i) {
-        double v = 0;
-        if (t->dtype == "F32") {
-          float f;
-          std::memcpy(&f, t->bytes.data() + i * 4, 4);
-          v = f;
-        } else if (t->dtype == "F64") {
-          std::memcpy(&v, t->bytes.data() + i * 8, 8);
-        } else {
-          bf16 b;
-          std::memcpy(&b, t->bytes.data() + i * 2, 2);
-          v = bf16_to_float(b);
-        }
-        // A NaN or infinite weight would train, export and generate as NaN: refused by name.
-        if (!std::isfinite(v))
-          throw Error(
-              fmt::format("{}: tensor '{}' element {} is {} (weights must be finite); "
-                          "the file is damaged or came from a diverged run",
-                          st_path, name, i, v));
-        if (esize == 8) {
-          std::memcpy(dst + i * 8, &v, 8);
-        } else {
-          const float f = static_cast<float>(v);
-          if (!std::isfinite(f))
-            throw Error(
-                fmt::format("{}: tensor '{}' element {} = {} overflows f32; import "
-                            "into model.dtype = \"f64\" (--config) or rescale it",
-                            st_path, name, i, v));
-          std::memcpy(dst + i * 4, &f, 4);
-        }
-      }
+                        path, s.name));
+      used.insert(s.file + "/" + s.name);
+      read_tensor(*t, s, static_cast<char*>(params.raw()), esize, path);
     }
   }
   // Tensors the model has no place for (biases, buffers, another architecture's weights) are
   // not dropped silently: refused with their names, or left out on request.
   std::vector<std::string> extra;
-  for (const StoredTensor& t : st.tensors)
-    if (!used.count(t.name)) extra.push_back(t.name);
+  for (const auto& [name, st] : files) {
+    for (const StoredTensor& t : st.tensors)
+      if (!used.count(name + "/" + t.name)) extra.push_back(t.name);
+  }
+  const std::string st_path = in_dir + "/model.safetensors";
   if (!extra.empty() && !allow_unknown) {
     std::string list;
     for (size_t i = 0; i < extra.size() && i < 8; ++i) list += (i ? ", '" : "'") + extra[i] + "'";

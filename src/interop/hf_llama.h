@@ -30,19 +30,38 @@ std::string hf_llama_name(const std::string& trillion_name);
 
 // The HF tensors a trillion parameter is stored as: itself, or one per routed expert.
 struct HfTensor {
+  HfTensor(std::string name_, std::vector<int64_t> shape_, int64_t offset_,
+           std::string file_ = "model.safetensors", bool copy_ = false)
+      : name(std::move(name_)),
+        shape(std::move(shape_)),
+        offset(offset_),
+        file(std::move(file_)),
+        copy(copy_) {}
   std::string name;
   std::vector<int64_t> shape;
   int64_t offset = 0;  // first element in the parameter table
+  // Stored row r is the parameter's row rows[r] (rows of shape[0]); empty: the same order.
+  std::vector<int64_t> rows;
+  std::string file = "model.safetensors";  // the file of the exported directory it goes to
+  bool copy = false;  // a second copy of a tensor stored elsewhere too (import checks it equal)
   int64_t numel() const;
 };
 std::vector<HfTensor> hf_tensors(const TensorSpec& spec);
+// The HF tensors of a parameter of model `m`: DeepSeek-V3's (hf_deepseek.h) for an MLA model,
+// else hf_tensors; none for the MTP modules of a Llama-attention model (Llama has no place for
+// them). skip_rope_permutation: see deepseek_v3_tensors.
+std::vector<HfTensor> model_hf_tensors(const TensorSpec& spec, const ModelConfig& m,
+                                       bool skip_rope_permutation = false);
 
-// config.json text of LlamaForCausalLM for a model; bos/eos ids when a tokenizer is known.
+// config.json text of LlamaForCausalLM for a model (DeepseekV3ForCausalLM for an MLA model);
+// bos/eos ids when a tokenizer is known.
 std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_dtype,
                                  std::optional<int> bos_id, std::optional<int> eos_id);
 // Reads the fields trillion needs from config.json text into `m` (other fields untouched);
-// throws Error naming `origin` and the missing, mistyped or unsupported field.
-void parse_hf_llama_config(const std::string& text, const std::string& origin, ModelConfig& m);
+// throws Error naming `origin` and the missing, mistyped or unsupported field. model_type
+// "deepseek_v3" reads as an MLA model (hf_deepseek.h). Returns whether the RoPE rows are stored
+// in interleaved pairs (deepseek_v3's rope_interleave; false for Llama).
+bool parse_hf_llama_config(const std::string& text, const std::string& origin, ModelConfig& m);
 
 struct ExportOptions {
   std::string checkpoint_dir;  // a verified checkpoint directory

@@ -67,9 +67,12 @@ void Mla::rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& doc
 }
 
 void Mla::recompute_core(const AttentionActivations& core) {
-  TRILLION_CHECK(ctx_.context_attention == nullptr, "MLA does not run under context parallelism");
   const AttentionShape s = masked(ctx_.shape.attention(), core.documents);
-  if (tiled_) {
+  if (ctx_.context_attention != nullptr) {
+    // Ring attention over cp passes each head's K and V (the up-projected ones: one K/V head
+    // per query head, HD + VD wide), as for GQA.
+    ctx_.context_attention->forward(core.heads, core.state, core.qkv, core.documents);
+  } else if (tiled_) {
     be_.flash_attention_forward(core.heads, core.state, core.qkv, s, blocks_);
   } else {
     be_.attention_forward(core.heads, core.state, core.qkv, s);
@@ -143,11 +146,13 @@ void Mla::backward_input(Tensor dx, const Tensor& dout, const MlaWeights& w,
   auto dgrad = [&](Tensor dy_in, const Tensor& dy, const Tensor& W, double beta) {
     linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, dy_in, false, false, dy, W, 1.0, beta);
   };
-  TRILLION_CHECK(ctx_.context_attention == nullptr, "MLA does not run under context parallelism");
   const AttentionShape s = masked(ls.attention(), core.documents);
   const Tensor& dqkv = d_core.d_qkv;
   dgrad(d_heads, dout, w.wo, 0.0);
-  if (tiled_) {
+  if (ctx_.context_attention != nullptr) {
+    ctx_.context_attention->backward(dqkv, d_heads, core.heads, core.qkv, core.state,
+                                     core.documents);
+  } else if (tiled_) {
     be_.flash_attention_backward(dqkv, d_heads, core.heads, core.qkv, core.state, s, blocks_);
   } else {
     be_.attention_backward(dqkv, d_heads, core.qkv, core.state, s);

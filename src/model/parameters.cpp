@@ -31,14 +31,16 @@ ParameterSet::ParameterSet(TensorTable table, const ShardCoord& shard, DType dty
     units_.back().end = spec.offset + spec.numel();
     unit_of_spec_.push_back(num_units() - 1);
   }
-  params_base_.assign(units_.size(), nullptr);
-  grads_base_.assign(units_.size(), nullptr);
+  first_spec_.assign(units_.size() + 1, table_.size());
+  for (int i = table_.size() - 1; i >= 0; --i) first_spec_[unit_of_spec_[i]] = i;
+  params_base_.assign(table_.size(), nullptr);
+  grads_base_.assign(table_.size(), nullptr);
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype));
-  for (size_t u = 0; u < units_.size(); ++u) {
+  for (int u = 0; u < num_units(); ++u) {
     if (storage.parameters)
-      params_base_[u] = static_cast<char*>(params_.raw()) + units_[u].begin * elem;
+      bind_parameters(u, static_cast<char*>(params_.raw()) + units_[u].begin * elem);
     if (storage.gradients)
-      grads_base_[u] = static_cast<char*>(grads_.raw()) + units_[u].begin * elem;
+      bind_gradients(u, static_cast<char*>(grads_.raw()) + units_[u].begin * elem);
   }
 }
 
@@ -51,29 +53,40 @@ int ParameterSet::local_unit(int global_unit) const {
 
 Tensor ParameterSet::view(const std::vector<char*>& base, int index) const {
   const TensorSpec& spec = table_.spec(index);
-  const int unit = unit_of_spec_[index];
-  char* b = base[unit];
-  TRILLION_CHECK(b != nullptr,
-                 fmt::format("{} of unit {} used while not bound ({})",
-                             &base == &params_base_ ? "parameters" : "gradients", unit, spec.name));
+  char* b = base[index];
+  TRILLION_CHECK(b != nullptr, fmt::format("{} of unit {} used while not bound ({})",
+                                           &base == &params_base_ ? "parameters" : "gradients",
+                                           unit_of_spec_[index], spec.name));
+  return Tensor(b, dtype_, spec.shape.data(), static_cast<int>(spec.shape.size()));
+}
+
+void ParameterSet::bind(std::vector<char*>& base, int unit, const UnitRange& part, void* data) {
+  TRILLION_CHECK(unit >= 0 && unit < num_units(), "unit out of range");
   const int64_t elem = static_cast<int64_t>(dtype_size(dtype_));
-  return Tensor(b + (spec.offset - units_[unit].begin) * elem, dtype_, spec.shape.data(),
-                static_cast<int>(spec.shape.size()));
+  for (int i = first_spec_[unit]; i < first_spec_[unit + 1]; ++i) {
+    const int64_t offset = table_.spec(i).offset;
+    const bool empty_at_end = table_.spec(i).numel() == 0 && offset == part.end;
+    if (offset < part.begin || (offset >= part.end && !empty_at_end)) continue;
+    base[i] = data == nullptr ? nullptr : static_cast<char*>(data) + (offset - part.begin) * elem;
+  }
 }
 
-void ParameterSet::bind_parameters(int unit, void* data) {
-  TRILLION_CHECK(unit >= 0 && unit < num_units(), "unit out of range");
-  params_base_[unit] = static_cast<char*>(data);
+void ParameterSet::bind_parameters(int unit, const UnitRange& part, void* data) {
+  bind(params_base_, unit, part, data);
 }
 
-void ParameterSet::bind_gradients(int unit, void* data) {
-  TRILLION_CHECK(unit >= 0 && unit < num_units(), "unit out of range");
-  grads_base_[unit] = static_cast<char*>(data);
+void ParameterSet::bind_gradients(int unit, const UnitRange& part, void* data) {
+  bind(grads_base_, unit, part, data);
 }
 
 void ParameterSet::init(uint64_t seed) {
+  init(seed, [](int) { return true; });
+}
+
+void ParameterSet::init(uint64_t seed, const std::function<bool(int)>& pick) {
   std::vector<double> values;
   for (int i = 0; i < table_.size(); ++i) {
+    if (!pick(i)) continue;
     const TensorSpec& spec = table_.spec(i);
     values.resize(spec.numel());
     const Philox rng(seed, "init:" + spec.name);

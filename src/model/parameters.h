@@ -5,10 +5,12 @@
 // here, so data parallelism and ZeRO see one flat layout per rank whatever the stages.
 //
 // Invariants: local units are numbered 0..n-1 in table order and each is one contiguous range of
-// the table; a view of an unbound unit is an internal error, not a wild read; init values depend
+// the table; tensors are bound per unit or per part of a unit; a view of an unbound tensor is an
+// internal error, not a wild read; init values depend
 // only on (seed, tensor name, global element index), never on the layout.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,8 +63,13 @@ class ParameterSet {
 
   // Unit `unit`'s parameters (gradients) now live at `data`: the unit's first element at the
   // pointer. nullptr unbinds.
-  void bind_parameters(int unit, void* data);
-  void bind_gradients(int unit, void* data);
+  void bind_parameters(int unit, void* data) { bind_parameters(unit, unit_range(unit), data); }
+  void bind_gradients(int unit, void* data) { bind_gradients(unit, unit_range(unit), data); }
+  // The same for the tensors of `unit` that start inside `part` (part.begin's element at the
+  // pointer): a unit split between two stores (expert parallelism's dense and expert parts, the
+  // routing bias ZeRO-3 keeps whole) is bound part by part.
+  void bind_parameters(int unit, const UnitRange& part, void* data);
+  void bind_gradients(int unit, const UnitRange& part, void* data);
   // The model's own flat buffers (empty when ModelStorage says they live elsewhere).
   Buffer& parameters() { return params_; }
   Buffer& gradients() { return grads_; }
@@ -70,12 +77,15 @@ class ParameterSet {
   // Fills every bound parameter: normal(0, std) from Philox keyed by (seed, "init:" + name,
   // global element index), ones or zeros, as each spec's init says.
   void init(uint64_t seed);
+  // The same for the tensors `pick(spec)` selects only (the others may be unbound).
+  void init(uint64_t seed, const std::function<bool(int)>& pick);
   void zero_grad();  // the model's own gradient buffer (nothing when gradients live elsewhere)
 
   HookChain& hooks() { return hooks_; }
 
  private:
   Tensor view(const std::vector<char*>& base, int spec) const;
+  void bind(std::vector<char*>& base, int unit, const UnitRange& part, void* data);
 
   TensorTable table_;
   ShardCoord shard_;
@@ -84,7 +94,8 @@ class ParameterSet {
   Buffer params_, grads_;
   std::vector<UnitRange> units_;
   std::vector<int> global_unit_, unit_of_spec_;
-  std::vector<char*> params_base_, grads_base_;  // per unit: where element `begin` lives
+  std::vector<int> first_spec_;                  // per unit, and one past the last unit
+  std::vector<char*> params_base_, grads_base_;  // per spec: where its first element lives
   HookChain hooks_;
 };
 

@@ -55,20 +55,25 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
   TRILLION_CHECK((params.parameters().count() > 0) == need.parameters &&
                      (params.gradients().count() > 0) == need.gradients,
                  "model storage does not match the ZeRO stage");
-  TRILLION_CHECK(options.ranges.empty() || options.stage <= 1,
-                 "data parallelism over part of the units needs ZeRO 0 or 1");
   TRILLION_CHECK(!options.mixed_precision || options.ranges.empty(),
                  "a precision recipe's store holds every unit whole");
+  TRILLION_CHECK(options.shard_host == nullptr || options.shard_host->stage() == options.stage,
+                 "a shard host runs the same ZeRO stage");
+  ShardPlace param_place{nullptr, 0, options.shard_extra}, grad_place = param_place;
+  if (options.shard_host != nullptr) {
+    param_place = {&options.shard_host->optimizer_params(), options.state_base, 0};
+    grad_place = {&options.shard_host->optimizer_grads(), options.state_base, 0};
+  }
   params_store_ =
       options.mixed_precision
           ? make_mixed_precision_store(options.stage, params, dp, backend, tracker, plan_)
-          : make_parameter_store(options.stage, params, dp, backend, tracker, plan_);
+          : make_parameter_store(options.stage, params, dp, backend, tracker, plan_, param_place);
   TRILLION_CHECK(!options.bf16_gradients || options.mixed_precision,
                  "bf16 gradients need a precision recipe's store");
   grads_store_ = options.bf16_gradients
                      ? make_bf16_gradient_store(options.stage, params, dp, backend, tracker, plan_)
                      : make_gradient_store(options.stage, params, dp, backend, tracker, plan_,
-                                           options.ranges.empty());
+                                           options.ranges.empty(), grad_place);
   for (const Bucket& b : plan_.buckets()) {
     int64_t n = expected_[b.first_unit];
     for (int u = b.first_unit; u <= b.last_unit; ++u) {
@@ -91,9 +96,10 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
     }
     state_elements_ = state;
   } else {
+    const int64_t base = shard_base();
     for (const OwnedPiece& p : plan_.owned_pieces(params.table())) {
-      segments_.push_back({p.spec, params_store_->sharded() ? p.local : p.global,
-                           grads_store_->sharded() ? p.local : p.global,
+      segments_.push_back({p.spec, params_store_->sharded() ? base + p.local : p.global,
+                           grads_store_->sharded() ? base + p.local : p.global,
                            options.state_base + p.local, p.length});
     }
   }
@@ -152,7 +158,8 @@ std::vector<CheckpointPiece> DataParallel::checkpoint_pieces() const {
     return pieces;
   }
   for (const OwnedPiece& p : plan_.owned_pieces(params_.table())) {
-    pieces.push_back({p.spec, p.global, params_store_->sharded() ? p.local : p.global,
+    pieces.push_back({p.spec, p.global,
+                      params_store_->sharded() ? shard_base() + p.local : p.global,
                       options_.state_base + p.local, p.length});
   }
   return pieces;
@@ -279,7 +286,10 @@ std::vector<Tensor> DataParallel::reduced_gradients() {
   // The store's buffer: the model's gradients, or the bf16 ones (precision.grad_dtype = bf16);
   // under ZeRO-2/3 this rank's shards, laid out alike on ranks that hold the same units.
   const Buffer& grads = grads_store_->optimizer_grads();
-  if (options_.stage >= 2) return {grads.flat()};
+  if (options_.stage >= 2) {
+    if (plan_.shard_elements() == 0) return {};
+    return {grads.view(shard_base(), {plan_.shard_elements()})};
+  }
   std::vector<Tensor> views;
   if (options_.stage == 0) {
     if (options_.ranges.empty()) return {grads.flat()};

@@ -47,6 +47,11 @@ struct DataParallelOptions {
   // Where this instance's optimizer state starts in the optimizer's buffers (the second
   // instance of expert parallelism follows the first's).
   int64_t state_base = 0;
+  // ZeRO-2/3 with two instances: the second one's sharded gradients (and ZeRO-3 parameters) live
+  // at state_base in the first one's buffers (shard_host), which reserves shard_extra elements
+  // after its own shard for them; one optimizer step then reads one buffer of each.
+  class DataParallel* shard_host = nullptr;
+  int64_t shard_extra = 0;
   // A precision recipe's fp32 master and bf16 compute copy, held and sharded by the store
   // (parallel/mixed_weights.h) instead of fp32 weights in the model's buffer.
   bool mixed_precision = false;
@@ -92,6 +97,9 @@ class DataParallel : public UnitHooks {
   const Buffer& optimizer_grads() { return grads_store_->optimizer_grads(); }
   const std::vector<OptimSegment>& segments() const { return segments_; }
   int64_t state_elements() const;
+  // Where this instance's shard starts in optimizer_params() / optimizer_grads() when they are
+  // sharded (0 unless it lives in a shard_host's buffers).
+  int64_t shard_base() const { return options_.shard_host != nullptr ? options_.state_base : 0; }
   SumAcrossRanks sum_across_ranks();
 
   void begin_step();

@@ -7,7 +7,7 @@ namespace trillion::parallel {
 
 void gather_shards(comm::Communicator& dp, Backend& be, MemoryTracker& tracker,
                    const BucketPlan& plan, const Buffer& shard, const Buffer& full,
-                   MemoryCategory scratch_category) {
+                   MemoryCategory scratch_category, int64_t base) {
   const int n = plan.ranks();
   // A bucket whose chunks tile it exactly is gathered straight into the full buffer; only a
   // padded one (size not a multiple of n) needs a scratch buffer and a copy. (Scratch for every
@@ -16,7 +16,7 @@ void gather_shards(comm::Communicator& dp, Backend& be, MemoryTracker& tracker,
   std::vector<comm::Handle> handles;
   for (size_t i = 0; i < plan.buckets().size(); ++i) {
     const Bucket& b = plan.buckets()[i];
-    const Tensor input = shard.view(b.shard_offset, {b.chunk});
+    const Tensor input = shard.view(base + b.shard_offset, {b.chunk});
     if (b.chunk * n == b.size()) {
       handles.push_back(dp.start_all_gather(input, full.view(b.begin, {b.size()})));
       continue;
@@ -32,14 +32,54 @@ void gather_shards(comm::Communicator& dp, Backend& be, MemoryTracker& tracker,
   }
 }
 
-void take_shard(Backend& be, const BucketPlan& plan, const Buffer& full, const Buffer& shard) {
+void take_shard(Backend& be, const BucketPlan& plan, const Buffer& full, const Buffer& shard,
+                int64_t base) {
   for (const Bucket& b : plan.buckets()) {
     const int64_t lo = b.owned_begin(plan.rank()), hi = b.owned_end(plan.rank());
-    if (hi > lo) be.copy(shard.view(b.shard_offset, {hi - lo}), full.view(lo, {hi - lo}));
+    if (hi > lo) be.copy(shard.view(base + b.shard_offset, {hi - lo}), full.view(lo, {hi - lo}));
   }
 }
 
 namespace {
+
+// The part of unit u that bucket b covers (the whole unit unless the plan covers parts).
+UnitRange part_of(const ParameterSet& params, int u, const Bucket& b) {
+  const UnitRange r = params.unit_range(u);
+  return {std::max(r.begin, b.begin), std::min(r.end, b.end)};
+}
+
+// Binds (data != nullptr: data holds bucket b from b.begin on) or unbinds bucket b's parts of its
+// units' parameters or gradients.
+void bind_bucket(ParameterSet& params, const Bucket& b, void* data, bool gradients) {
+  const int64_t elem = static_cast<int64_t>(dtype_size(params.dtype()));
+  for (int u = b.first_unit; u <= b.last_unit; ++u) {
+    const UnitRange part = part_of(params, u, b);
+    char* at = data == nullptr ? nullptr : static_cast<char*>(data) + (part.begin - b.begin) * elem;
+    if (gradients) {
+      params.bind_gradients(u, part, at);
+    } else {
+      params.bind_parameters(u, part, at);
+    }
+  }
+}
+
+// A sharded store's shard: its own buffer (plus place.extra elements for a second store), or a
+// place in another store's.
+struct Shard {
+  Shard(MemoryTracker& tracker, MemoryCategory category, DType dtype, const BucketPlan& plan,
+        const ShardPlace& place)
+      : own(place.host != nullptr
+                ? Buffer()
+                : Buffer(tracker, category, dtype, plan.shard_elements() + place.extra)),
+        buffer(place.host != nullptr ? place.host : &own),
+        base(place.host != nullptr ? place.base : 0),
+        elements(plan.shard_elements()) {}
+  Tensor chunk(const Bucket& b) const { return buffer->view(base + b.shard_offset, {b.chunk}); }
+  Tensor all() const { return buffer->view(base, {elements}); }
+  Buffer own;
+  const Buffer* buffer;
+  int64_t base, elements;
+};
 
 // ---- parameter stores -------------------------------------------------------------------------
 
@@ -88,13 +128,13 @@ class RefreshedParameters : public ReplicatedParameters {
 class ShardedParameters : public ParameterStore {
  public:
   ShardedParameters(ParameterSet& params, comm::Communicator& dp, Backend& be,
-                    MemoryTracker& tracker, const BucketPlan& plan)
+                    MemoryTracker& tracker, const BucketPlan& plan, const ShardPlace& place)
       : params_(params),
         dp_(dp),
         be_(be),
         tracker_(tracker),
         plan_(plan),
-        shard_(tracker, MemoryCategory::parameters, params.dtype(), plan.shard_elements()),
+        shard_(tracker, MemoryCategory::parameters, params.dtype(), plan, place),
         units_(params.num_units()) {
     for (int u = 0; u < params.num_units(); ++u) {
       const Bucket& b = plan.buckets()[plan.bucket_of_unit(u)];
@@ -102,7 +142,7 @@ class ShardedParameters : public ParameterStore {
     }
   }
   bool sharded() const override { return true; }
-  const Buffer& optimizer_params() override { return shard_; }
+  const Buffer& optimizer_params() override { return *shard_.buffer; }
 
   void acquire(int unit, int next) override {
     prefetch(unit);
@@ -111,7 +151,7 @@ class ShardedParameters : public ParameterStore {
       g.pending->wait();
       g.pending.reset();
     }
-    if (!g.bound) params_.bind_parameters(unit, g.full.raw());
+    if (!g.bound && g.full.count() > 0) bind_bucket(params_, bucket(unit), g.full.raw(), false);
     g.bound = true;
     prefetch(next);
   }
@@ -119,7 +159,7 @@ class ShardedParameters : public ParameterStore {
     Gathered& g = units_[unit];
     if (g.pending) g.pending->wait();  // never free memory MPI is still writing
     g.pending.reset();
-    params_.bind_parameters(unit, nullptr);
+    if (g.full.count() > 0) bind_bucket(params_, bucket(unit), nullptr, false);
     g.bound = false;
     g.full = Buffer();
   }
@@ -131,24 +171,31 @@ class ShardedParameters : public ParameterStore {
   void prefetch(int unit) override {
     if (unit < 0 || unit >= static_cast<int>(units_.size())) return;
     Gathered& g = units_[unit];
-    if (g.full.count() > 0) return;
-    const Bucket& b = plan_.buckets()[plan_.bucket_of_unit(unit)];
-    g.full = Buffer(tracker_, MemoryCategory::parameters, shard_.dtype(), b.chunk * plan_.ranks());
-    g.pending = dp_.start_all_gather(shard_.view(b.shard_offset, {b.chunk}), g.full.flat());
+    const Bucket& b = bucket(unit);
+    if (g.full.count() > 0 || b.size() == 0) return;  // gathered, or no part of it here
+    g.full = Buffer(tracker_, MemoryCategory::parameters, params_.dtype(), b.chunk * plan_.ranks());
+    g.pending = dp_.start_all_gather(shard_.chunk(b), g.full.flat());
   }
   void init(uint64_t seed) override {
-    // Initialise a full temporary copy (values keyed by tensor and element), keep the shard.
+    // Initialise a full temporary copy of what the plan covers (values keyed by tensor and
+    // element), keep the shard.
     Buffer full(tracker_, MemoryCategory::workspace, params_.dtype(),
                 params_.table().total_elements());
-    bind_all(full);
-    params_.init(seed);
-    bind_all(Buffer());
-    take_shard(be_, plan_, full, shard_);
+    const size_t elem = dtype_size(params_.dtype());
+    for (const Bucket& b : plan_.buckets()) {
+      bind_bucket(params_, b, static_cast<char*>(full.raw()) + b.begin * elem, false);
+    }
+    params_.init(seed, [&](int spec) { return covers(params_.table().spec(spec).offset); });
+    for (const Bucket& b : plan_.buckets()) bind_bucket(params_, b, nullptr, false);
+    take_shard(be_, plan_, full, *shard_.buffer, shard_.base);
   }
   void gather_full(const Buffer& full) override {
-    gather_shards(dp_, be_, tracker_, plan_, shard_, full, MemoryCategory::workspace);
+    gather_shards(dp_, be_, tracker_, plan_, *shard_.buffer, full, MemoryCategory::workspace,
+                  shard_.base);
   }
-  void load_full(const Buffer& full) override { take_shard(be_, plan_, full, shard_); }
+  void load_full(const Buffer& full) override {
+    take_shard(be_, plan_, full, *shard_.buffer, shard_.base);
+  }
 
  private:
   struct Gathered {
@@ -156,13 +203,12 @@ class ShardedParameters : public ParameterStore {
     comm::Handle pending;
     bool bound = false;
   };
-  void bind_all(const Buffer& full) {
-    const size_t elem = dtype_size(params_.dtype());
-    for (int u = 0; u < params_.num_units(); ++u) {
-      params_.bind_parameters(u, full.count() == 0 ? nullptr
-                                                   : static_cast<char*>(full.raw()) +
-                                                         params_.unit_range(u).begin * elem);
+  const Bucket& bucket(int unit) const { return plan_.buckets()[plan_.bucket_of_unit(unit)]; }
+  bool covers(int64_t element) const {
+    for (const Bucket& b : plan_.buckets()) {
+      if (element >= b.begin && element < b.end) return true;
     }
+    return false;
   }
 
   ParameterSet& params_;
@@ -170,7 +216,7 @@ class ShardedParameters : public ParameterStore {
   Backend& be_;
   MemoryTracker& tracker_;
   const BucketPlan& plan_;
-  Buffer shard_;
+  Shard shard_;
   std::vector<Gathered> units_;
 };
 
@@ -274,34 +320,32 @@ class ReduceScatteredGradients : public AllReducedGradients {
 class ShardedGradients : public GradientStore {
  public:
   ShardedGradients(ParameterSet& params, comm::Communicator& dp, Backend& be,
-                   MemoryTracker& tracker, const BucketPlan& plan)
+                   MemoryTracker& tracker, const BucketPlan& plan, const ShardPlace& place)
       : params_(params),
         dp_(dp),
         be_(be),
         tracker_(tracker),
         plan_(plan),
-        shard_(tracker, MemoryCategory::gradients, params.dtype(), plan.shard_elements()),
+        shard_(tracker, MemoryCategory::gradients, params.dtype(), plan, place),
         buckets_(plan.buckets().size()) {}
   bool sharded() const override { return true; }
   bool reduces_every_micro_batch() const override { return true; }
-  void begin_step() override { be_.fill(shard_.flat(), 0.0); }
+  void begin_step() override {
+    if (shard_.elements > 0) be_.fill(shard_.all(), 0.0);
+  }
   void open(int bucket) override {
     Buffer& buf = buckets_[bucket];
-    if (buf.count() > 0) return;
     const Bucket& b = plan_.buckets()[bucket];
-    buf = Buffer(tracker_, MemoryCategory::gradients, shard_.dtype(), b.chunk * plan_.ranks());
-    const size_t elem = dtype_size(buf.dtype());
-    for (int u = b.first_unit; u <= b.last_unit; ++u) {
-      params_.bind_gradients(
-          u, static_cast<char*>(buf.raw()) + (params_.unit_range(u).begin - b.begin) * elem);
-    }
+    if (buf.count() > 0 || b.size() == 0) return;
+    buf = Buffer(tracker_, MemoryCategory::gradients, params_.dtype(), b.chunk * plan_.ranks());
+    bind_bucket(params_, b, buf.raw(), true);
   }
   double local_sum_squares(int bucket) override {  // padding is zero
     return be_.sum_squares(buckets_[bucket].flat());
   }
   Reduction start(int bucket) override {
     const Bucket& b = plan_.buckets()[bucket];
-    for (int u = b.first_unit; u <= b.last_unit; ++u) params_.bind_gradients(u, nullptr);
+    bind_bucket(params_, b, nullptr, true);
     Reduction r;
     r.bucket = bucket;
     r.input = std::move(buckets_[bucket]);
@@ -311,11 +355,15 @@ class ShardedGradients : public GradientStore {
   }
   void complete(Reduction& r) override {
     const Bucket& b = plan_.buckets()[r.bucket];
-    be_.add(shard_.view(b.shard_offset, {b.chunk}), r.output.flat());
+    be_.add(shard_.chunk(b), r.output.flat());
   }
-  const Buffer& optimizer_grads() override { return shard_; }
-  double sum_squares() override { return be_.sum_squares(shard_.flat()); }  // padding is zero
-  void scale(double f) override { be_.scale(shard_.flat(), f); }
+  const Buffer& optimizer_grads() override { return *shard_.buffer; }
+  double sum_squares() override {  // padding is zero
+    return shard_.elements > 0 ? be_.sum_squares(shard_.all()) : 0.0;
+  }
+  void scale(double f) override {
+    if (shard_.elements > 0) be_.scale(shard_.all(), f);
+  }
 
  private:
   ParameterSet& params_;
@@ -323,7 +371,7 @@ class ShardedGradients : public GradientStore {
   Backend& be_;
   MemoryTracker& tracker_;
   const BucketPlan& plan_;
-  Buffer shard_;
+  Shard shard_;
   std::vector<Buffer> buckets_;
 };
 
@@ -331,20 +379,20 @@ class ShardedGradients : public GradientStore {
 
 std::unique_ptr<ParameterStore> make_parameter_store(int stage, ParameterSet& params,
                                                      comm::Communicator& dp, Backend& be,
-                                                     MemoryTracker& tracker,
-                                                     const BucketPlan& plan) {
+                                                     MemoryTracker& tracker, const BucketPlan& plan,
+                                                     const ShardPlace& place) {
   if (stage == 0) return std::make_unique<ReplicatedParameters>(params, be);
   if (stage <= 2) return std::make_unique<RefreshedParameters>(params, dp, be, tracker, plan);
-  return std::make_unique<ShardedParameters>(params, dp, be, tracker, plan);
+  return std::make_unique<ShardedParameters>(params, dp, be, tracker, plan, place);
 }
 
 std::unique_ptr<GradientStore> make_gradient_store(int stage, ParameterSet& params,
                                                    comm::Communicator& dp, Backend& be,
                                                    MemoryTracker& tracker, const BucketPlan& plan,
-                                                   bool whole) {
+                                                   bool whole, const ShardPlace& place) {
   if (stage == 0) return std::make_unique<AllReducedGradients>(params, dp, be, plan, whole);
   if (stage == 1) return std::make_unique<ReduceScatteredGradients>(params, dp, be, tracker, plan);
-  return std::make_unique<ShardedGradients>(params, dp, be, tracker, plan);
+  return std::make_unique<ShardedGradients>(params, dp, be, tracker, plan, place);
 }
 
 }  // namespace trillion::parallel

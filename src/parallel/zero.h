@@ -15,7 +15,8 @@
 // gather_shards (all-gather every bucket's chunks into the full table layout) and take_shard
 // (copy this rank's owned pieces out of a full buffer).
 //
-// Invariants: the sharded gradient store holds a bucket's full gradient buffer only from the
+// Invariants: a store binds only the parts of units its plan covers, never another store's; the
+// sharded gradient store holds a bucket's full gradient buffer only from the
 // first backward use of one of its units until its reduce-scatter starts; the sharded parameter
 // store binds a unit to a gathered copy only between gather() and release(), so a use outside
 // that window is caught as an unbound view.
@@ -31,14 +32,28 @@
 
 namespace trillion::parallel {
 
-// full[b.begin, b.end) <- the n chunks of bucket b gathered from every rank's `shard`, for every
-// bucket. `scratch_category` accounts the padded temporaries.
+// full[b.begin, b.end) <- the n chunks of bucket b gathered from every rank's `shard` (this
+// plan's shard starting at element `base` of it), for every bucket. `scratch_category` accounts
+// the padded temporaries.
 void gather_shards(comm::Communicator& dp, Backend& be, MemoryTracker& tracker,
                    const BucketPlan& plan, const Buffer& shard, const Buffer& full,
-                   MemoryCategory scratch_category);
+                   MemoryCategory scratch_category, int64_t base = 0);
 
-// shard <- this rank's owned pieces of `full` (padding left as it is).
-void take_shard(Backend& be, const BucketPlan& plan, const Buffer& full, const Buffer& shard);
+// shard[base...] <- this rank's owned pieces of `full` (padding left as it is).
+void take_shard(Backend& be, const BucketPlan& plan, const Buffer& full, const Buffer& shard,
+                int64_t base = 0);
+
+// Where a sharded store (ZeRO-3's parameters, ZeRO-2/3's gradients) keeps its shard: in a buffer
+// of its own (host == nullptr) with `extra` more elements reserved after the shard, or at element
+// `base` of `host`, a buffer another store owns. Expert parallelism runs two DataParallels; the
+// second one's shards follow the first's in the first one's buffers ([dense | expert], as the
+// optimizer state), so one optimizer step updates both from one parameter and one gradient
+// buffer.
+struct ShardPlace {
+  const Buffer* host = nullptr;
+  int64_t base = 0;
+  int64_t extra = 0;
+};
 
 // Where the parameters live between steps, and how they are made usable.
 class ParameterStore {
@@ -90,15 +105,17 @@ class GradientStore {
   virtual void scale(double factor) = 0;
 };
 
+// The plan's buckets may cover part of each unit (BucketPlan over DataParallelOptions::ranges):
+// the stores then bind, gather and reduce that part only.
 std::unique_ptr<ParameterStore> make_parameter_store(int stage, ParameterSet& params,
                                                      comm::Communicator& dp, Backend& be,
-                                                     MemoryTracker& tracker,
-                                                     const BucketPlan& plan);
+                                                     MemoryTracker& tracker, const BucketPlan& plan,
+                                                     const ShardPlace& place = {});
 // whole: the plan covers every element of the table (norms and scaling then run over the whole
 // buffer at once, as the one-process optimizer does).
 std::unique_ptr<GradientStore> make_gradient_store(int stage, ParameterSet& params,
                                                    comm::Communicator& dp, Backend& be,
                                                    MemoryTracker& tracker, const BucketPlan& plan,
-                                                   bool whole = true);
+                                                   bool whole = true, const ShardPlace& place = {});
 
 }  // namespace trillion::parallel

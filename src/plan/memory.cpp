@@ -170,14 +170,19 @@ int PipelineShape::max_rank_layers() const {
 }
 
 StageWeights balanced_stage_weights(const ModelSpec& m) {
-  const ModelCounts c = count_model(m);
+  ModelSpec main = m;
+  main.mtp_depth = 0;
+  const ModelCounts c = count_model(main);
+  const double vc = static_cast<double>(m.vocab * m.d_model);
   const double layer =
-      static_cast<double>(c.matmul_active - m.vocab * m.d_model) / static_cast<double>(m.n_layers);
-  // The head costs its logits GEMMs (in layers of matmul work); the embedding costs almost no
-  // time but its stage holds the most in-flight micro-batches (p under 1F1B) and the embedding's
-  // weights, so it counts one layer, as Llama 3's balanced pipeline gives the first stage one
-  // layer less (2407.21783 §3.3.2).
-  return {1.0, static_cast<double>(m.vocab * m.d_model) / layer};
+      (static_cast<double>(c.matmul_active) - vc) / static_cast<double>(m.n_layers);
+  // The head costs its logits GEMMs (in layers of matmul work), and each MTP module one more
+  // layer, its [C, 2C] projection and the logits again; the embedding costs almost no time but
+  // its stage holds the most in-flight micro-batches (p under 1F1B) and the embedding's weights,
+  // so it counts one layer, as Llama 3's balanced pipeline gives the first stage one layer less
+  // (2407.21783 §3.3.2).
+  const double module = layer + 2.0 * static_cast<double>(m.d_model * m.d_model) + vc;
+  return {1.0, (vc + static_cast<double>(m.mtp_depth) * module) / layer};
 }
 
 namespace {
@@ -220,7 +225,7 @@ const std::vector<std::vector<int>>& placement(const Layout& l) {
 // heads when tp exceeds them); routed experts divide by ep and by tp (whole experts over tp x ep,
 // or their width over tp).
 struct UnitParams {
-  std::vector<double> dense, expert;
+  std::vector<double> dense, expert, routing_bias;  // routing_bias: part of dense
 };
 const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
   thread_local ModelSpec last;
@@ -234,6 +239,7 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
   UnitParams u;
   u.dense.assign(m.n_layers + 2, 0.0);
   u.expert.assign(m.n_layers + 2, 0.0);
+  u.routing_bias.assign(m.n_layers + 2, 0.0);
   const TensorTable table = parameter_table(m);
   for (const TensorSpec& s : table.specs()) {
     double n = static_cast<double>(s.global_numel());
@@ -248,6 +254,7 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
       u.expert[s.unit] += n;
     } else {
       u.dense[s.unit] += n;
+      if (is_routing_bias(s)) u.routing_bias[s.unit] += n;
     }
   }
   return cache.emplace(std::pair{tp, ep}, std::move(u)).first->second;
@@ -390,6 +397,7 @@ LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineSh
     for (int unit = su.first_unit; unit <= su.last_unit; ++unit) {
       p.dense += u.dense[unit];
       p.expert += u.expert[unit];
+      p.routing_bias += u.routing_bias[unit];
       embedding = embedding || unit == embedding_unit();
       head = head || unit == head_unit(m);
     }
@@ -399,6 +407,17 @@ LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineSh
   // optimizer state.
   if (m.head_reads_embedding() && head && !embedding) p.dense += u.dense[embedding_unit()];
   return p;
+}
+
+ModelStates rank_model_states(const LocalParams& p, int stage, int n_d, int n_e, double param_bytes,
+                              double grad_bytes, double optimizer_bytes) {
+  const double whole = stage >= 3 ? p.routing_bias : 0.0;
+  const ModelStates d =
+      zero_model_states(p.dense - whole, stage, n_d, param_bytes, grad_bytes, optimizer_bytes);
+  const ModelStates x =
+      zero_model_states(p.expert, stage, n_e, param_bytes, grad_bytes, optimizer_bytes);
+  return {d.parameters + x.parameters + whole * param_bytes, d.gradients + x.gradients,
+          d.optimizer + x.optimizer};
 }
 
 LocalParams params_per_gpu(const ModelSpec& m, const Layout& l) {
@@ -447,11 +466,10 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     mem.rank = r;
     const LocalParams local = params_of_rank(m, l, shape, r);
     const double g = l.grad_bytes, opt_bytes = l.optimizer_bytes();
-    const ModelStates dense = zero_model_states(local.dense, l.zero, n_d, 2, g, opt_bytes);
-    const ModelStates expert = zero_model_states(local.expert, l.zero, n_e, 2, g, opt_bytes);
-    mem.weights = dense.parameters + expert.parameters;
-    mem.gradients = dense.gradients + expert.gradients;
-    mem.optimizer = dense.optimizer + expert.optimizer;
+    const ModelStates states = rank_model_states(local, l.zero, n_d, n_e, 2, g, opt_bytes);
+    mem.weights = states.parameters;
+    mem.gradients = states.gradients;
+    mem.optimizer = states.optimizer;
     // An fp32 EMA of the parameters, sliced as the optimizer states (DeepSeek-V3 §3.2.3 keeps
     // it in host memory instead, updated asynchronously after each step).
     const double ema = zero_model_states(local.dense, l.zero, n_d, 0, 0, 4).optimizer +
@@ -472,8 +490,13 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
         if (unit == embedding_unit()) continue;
         if (unit == head_unit(m)) {
           has_head = true;
-          // Final norm input and output; its statistic, the loss's logsumexp and loss.
+          // Final norm input and output; its statistic, the loss's logsumexp and loss. Each MTP
+          // module keeps one layer like the last, and its embedding lookup, two norm outputs,
+          // block input and head norm output, with five statistics (activation_memory.h).
           bytes += 2 * e * h / (sp ? t : 1) + 3 * opt.stat_bytes;
+          bytes +=
+              static_cast<double>(m.mtp_depth) * ((m.is_moe() ? moe_kept : dense_kept) +
+                                                  5 * e * h / (sp ? t : 1) + 5 * opt.stat_bytes);
           continue;
         }
         const int64_t layer = unit - 1;

@@ -131,11 +131,18 @@ double inflight_microbatches(const Layout& l, int microbatches);
 
 // Parameters a rank holds before ZeRO sharding, split by TP (matrices whose split dimension
 // divides; others replicated) and, for routed experts, by EP x TP.
+// routing_bias: the part of `dense` that is MoE routing biases (plan::is_routing_bias).
 struct LocalParams {
-  double dense = 0, expert = 0;
+  double dense = 0, expert = 0, routing_bias = 0;
 };
 LocalParams params_of_rank(const ModelSpec& m, const Layout& l, const PipelineShape& shape,
                            int rank);
+// A rank's model states under ZeRO `stage`: dense parameters sharded over n_d ranks (dp x cp),
+// routed experts over n_e (dp x cp / ep, the ranks holding the same experts). Under ZeRO-3 the
+// routing biases stay whole outside the sharded stores, as parameters only (no gradient, no
+// optimizer state: the balancing rule moves them in place); below it they are dense tensors.
+ModelStates rank_model_states(const LocalParams& p, int stage, int n_d, int n_e, double param_bytes,
+                              double grad_bytes, double optimizer_bytes);
 // The most any rank holds (dense and expert maxima may come from different ranks).
 LocalParams params_per_gpu(const ModelSpec& m, const Layout& l);
 

@@ -150,11 +150,13 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
     } else {
       const int64_t E = m.n_routed_experts, FE = m.expert_ffn;
       b.matrix(p + "moe.router", {E, C}, TensorRole::router, kReplicated);
-      if (m.router_bias) {  // no gradient: moved by the balancing rule after each step
-        b.add(p + "moe.router_bias", {E}, TensorRole::router, kReplicated, {InitKind::zeros, 0});
-      }
       if (m.n_shared_experts > 0) {
         b.mlp(p + "moe.shared.", C, m.n_shared_experts * FE, true, TensorRole::shared_expert);
+      }
+      // No gradient: moved by the balancing rule after each step. Stored between the dense
+      // tensors and the routed experts, so ZeRO-3 can keep it out of both sharded stores.
+      if (m.router_bias) {
+        b.add(p + "moe.router_bias", {E}, TensorRole::router, kReplicated, {InitKind::zeros, 0});
       }
       b.matrix(p + "moe.experts.w_gate", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
       b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
@@ -181,6 +183,11 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
     b.block_norm(p + "final_norm", C, m.norm);
   }
   return std::move(b.table);
+}
+
+bool is_routing_bias(const TensorSpec& s) {
+  return s.role == TensorRole::router && s.name.starts_with("layers.") &&
+         s.name.ends_with(".moe.router_bias");
 }
 
 }  // namespace trillion::plan

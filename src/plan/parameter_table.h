@@ -9,8 +9,9 @@
 //               [KV*HD, C], attn.wo [C, NH*HD]; MLA: attn.wq_a, q_norm, wq_b, wkv_a, kv_norm,
 //               wkv_b, wo), mlp_norm [C], then a dense MLP (SwiGLU: mlp.w_gate, mlp.w_up [F, C],
 //               mlp.w_down [C, F]; GELU: mlp.w_up, mlp.w_down) or a MoE block (moe.router [E, C],
-//               moe.shared.{w_gate, w_up, w_down} for the shared experts, moe.experts.{w_gate,
-//               w_up} [E, FE, C] and moe.experts.w_down [E, C, FE])
+//               moe.shared.{w_gate, w_up, w_down} for the shared experts, moe.router_bias [E]
+//               for sigmoid routing, moe.experts.{w_gate, w_up} [E, FE, C] and
+//               moe.experts.w_down [E, C, FE])
 //   unit L + 1  final_norm [C], lm_head [V, C] (absent when tied: the head reads embed)
 //               then, for multi-token prediction, mtp.{k} for k < mtp_depth: enorm, hnorm [C],
 //               eh_proj [C, 2C], a block's tensors (attn_norm ... as layers.{l}), final_norm [C]
@@ -41,5 +42,10 @@ inline int head_unit(const ModelSpec& m) {
 
 // Throws Error naming the field when the spec cannot describe a model (non-positive sizes).
 TensorTable parameter_table(const ModelSpec& m, DType dtype = DType::f32);
+
+// A main layer's aux-loss-free routing bias (layers.{l}.moe.router_bias): no gradient, moved in
+// place by the balancing rule after each step, so ZeRO-3 keeps it whole on every rank, outside
+// the sharded stores (an MTP module's bias is never moved and stays inside).
+bool is_routing_bias(const TensorSpec& s);
 
 }  // namespace trillion::plan

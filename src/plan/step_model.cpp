@@ -271,6 +271,24 @@ PassCost head_cost(const Context& c) {
   return r;
 }
 
+// The head's unit with multi-token prediction (DeepSeek-V3 §2.2): after the main head, each of the
+// D modules runs its projection [C, 2C], one layer (MoE when the model's layers are) and the
+// shared head again, sequentially on the head's stage.
+PassCost head_unit_cost(const Context& c, const PassCost& head, const PassCost& last_layer) {
+  PassCost r = head;
+  const double h = static_cast<double>(c.m.d_model);
+  PassCost module = head;
+  module.add_gemm(linear_seconds(c.gpu, c.p, c.tokens, h, 2 * h, c.e));
+  module.f += last_layer.f, module.b += last_layer.b, module.w += last_layer.w;
+  module.recompute += last_layer.recompute;
+  module.tp += last_layer.tp, module.cp += last_layer.cp, module.ep += last_layer.ep;
+  const double d = static_cast<double>(c.m.mtp_depth);
+  r.f += d * module.f, r.b += d * module.b, r.w += d * module.w,
+      r.recompute += d * module.recompute;
+  r.tp += d * module.tp, r.cp += d * module.cp, r.ep += d * module.ep;
+  return r;
+}
+
 }  // namespace
 
 long schedule_simulations_run() {
@@ -314,7 +332,7 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
                   e, l.precision};
   const PassCost dense = layer_cost(c, false);
   const PassCost moe = m.is_moe() ? layer_cost(c, true) : dense;
-  const PassCost head = head_cost(c);
+  const PassCost head = head_unit_cost(c, head_cost(c), moe);
 
   // Each rank's work: the layers (and the head) of the stages it holds.
   PassCost busiest;

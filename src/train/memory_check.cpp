@@ -140,15 +140,13 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
   double owned = 0, local = 0;
   for (int r = 0; r < layout.pp; ++r) {
     const plan::LocalParams held = held_by(r);
-    const plan::ModelStates d =
-        plan::zero_model_states(held.dense, zero, n_dense, b.weights, b.gradients, b.optimizer);
-    const plan::ModelStates x =
-        plan::zero_model_states(held.expert, zero, n_experts, b.weights, b.gradients, b.optimizer);
+    const plan::ModelStates st = plan::rank_model_states(held, zero, n_dense, n_experts, b.weights,
+                                                         b.gradients, b.optimizer);
     const double master = (held.dense + held.expert) * b.whole_master;
-    if (d.total() + x.total() + master > p.weights + p.gradients + p.optimizer) {
-      p.weights = d.parameters + x.parameters;
-      p.gradients = d.gradients + x.gradients;
-      p.optimizer = d.optimizer + x.optimizer + master;
+    if (st.total() + master > p.weights + p.gradients + p.optimizer) {
+      p.weights = st.parameters;
+      p.gradients = st.gradients;
+      p.optimizer = st.optimizer + master;
     }
     // What a checkpoint writes from this position: all it holds under ZeRO-0 (dp rank 0), its
     // chunks under ZeRO 1-3.

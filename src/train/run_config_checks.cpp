@@ -71,12 +71,6 @@ void check_context_parallel(const RunConfig& rc, const std::string& source) {
         source, p.cp, p.cp_split, split.chunks(), rc.model.seq_len, split.chunks(),
         split.chunks()));
   }
-  if (rc.model.mla) {
-    throw Error(fmt::format(
-        "{}: parallel.cp = {} with model.attention = \"mla\": ring attention over MLA's latent "
-        "is not implemented yet; use cp = 1 (tp, pp and dp run MLA)",
-        source, p.cp));
-  }
   if (!rc.model.tiled_attention) {
     throw Error(fmt::format(
         "{}: parallel.cp = {} needs model.attention_kernel = \"tiled\" (ring attention merges "
@@ -181,10 +175,8 @@ void check_recipe_master_zero(const RunConfig& rc, const std::string& source) {
   if (rc.precision.recipe != "fp32" && !recipe_weights_in_store(rc) && rc.parallel.zero >= 3) {
     throw Error(fmt::format(
         "{}: precision.recipe = '{}' with {} keeps the fp32 master weights whole in the model, "
-        "which parallel.zero = 3 does not hold on any rank; use {}",
-        source, rc.precision.recipe, moe ? "MoE layers" : "diloco",
-        moe ? "parallel.zero = 0 or 1 (MoE layers take no higher stage)"
-            : "parallel.zero <= 2, or recipe fp32"));
+        "which parallel.zero = 3 does not hold on any rank; use parallel.zero <= 2, or recipe fp32",
+        source, rc.precision.recipe, moe ? "MoE layers" : "diloco"));
   }
 }
 

@@ -93,18 +93,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
                             c.parallel.ep, c.model.moe.n_routed_experts));
   }
   const ParallelConfig& p = c.parallel;
-  if (c.model.moe.enabled() && p.zero == 3) {
-    throw Error(
-        "parallel.zero = 3 with MoE layers: the routing bias is updated in place after each step, "
-        "which ZeRO-3's sharded parameters do not allow yet; use parallel.zero = 0, 1 or 2");
-  }
-  if (c.model.moe.enabled() && p.zero == 2 && p.ep > 1) {
-    throw Error(fmt::format(
-        "parallel.zero = 2 with parallel.ep = {}: the experts' gradients reduce over their own "
-        "group, and ZeRO-2's sharded gradient store binds whole units; use parallel.zero = 0 or "
-        "1 with expert parallelism (or ep = 1)",
-        p.ep));
-  }
   const bool dualpipe =
       schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
   // A tied head or MTP modules on a rank without the embedding read a copy of the table

@@ -174,7 +174,8 @@ void StepRunner::build_stage_models(const RankStages& stages) {
 }
 
 // Gradient reduction over dp (x cp: reduce_); under expert parallelism the routed experts reduce
-// over edp instead, in a DataParallel of their own.
+// over edp instead, in a DataParallel of their own (as under ZeRO-3 with routing biases, which
+// stay outside both).
 void StepRunner::build_data_parallel(const RankStages& stages) {
   const int rank = pp_.rank();
   parallel::DataParallelOptions dp_options = parallel_options(config_);
@@ -193,35 +194,39 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
       dp_options.passes_per_unit[params_->local_unit(g)] = passes_of_chunk[c];
     }
   }
-  if (ep_.size() <= 1) {
+  // ZeRO-3 keeps the routing biases whole, outside both stores (parallel/whole_tensors.h).
+  if (config_.parallel.zero == 3) {
+    whole_ =
+        std::make_unique<parallel::WholeTensors>(*params_, plan::is_routing_bias, be_, tracker_);
+    if (whole_->empty()) whole_.reset();
+  }
+  if (ep_.size() <= 1 && !whole_) {
     parallel_ =
         std::make_unique<parallel::DataParallel>(*params_, reduce_, be_, tracker_, dp_options);
     return;
   }
-  // Each unit's routed experts (stored last in it) reduce over edp, the rest over dp (x cp:
-  // reduce_); one bucket per unit, since a unit's two parts interleave in the flat layout.
-  std::vector<UnitRange> dense, expert;
-  for (int u = 0; u < params_->num_units(); ++u) {
-    const UnitRange r = params_->unit_range(u);
-    int64_t split_at = r.end;
-    for (const TensorSpec& t : params_->table().specs()) {
-      if (t.role == TensorRole::routed_expert && t.offset >= r.begin && t.offset < r.end) {
-        split_at = std::min(split_at, t.offset);
-      }
-    }
-    dense.push_back({r.begin, split_at});
-    expert.push_back({split_at, r.end});
-  }
+  // Each unit's routed experts reduce over edp (dp x cp with ep = 1), the rest over dp (x cp:
+  // reduce_) but for the tensors kept whole; one bucket per unit, since a unit's parts
+  // interleave in the flat layout.
+  const parallel::UnitParts parts = parallel::unit_parts(*params_, whole_.get());
+  const std::vector<UnitRange>&dense = parts.dense, &expert = parts.expert;
+  comm::Communicator& experts = ep_.size() > 1 ? edp_ : reduce_;
   parallel::DataParallelOptions expert_options = dp_options;
   dp_options.ranges = dense;
   dp_options.bucket_elements = 0;
+  // ZeRO-2/3: the expert shards follow the dense ones in the dense instance's buffers.
+  if (config_.parallel.zero >= 2) {
+    dp_options.shard_extra =
+        parallel::BucketPlan(expert, 0, experts.size(), experts.rank()).shard_elements();
+  }
   parallel_ =
       std::make_unique<parallel::DataParallel>(*params_, reduce_, be_, tracker_, dp_options);
   expert_options.ranges = expert;
   expert_options.bucket_elements = 0;
   expert_options.state_base = parallel_->state_elements();
+  if (config_.parallel.zero >= 2) expert_options.shard_host = parallel_.get();
   expert_parallel_ =
-      std::make_unique<parallel::DataParallel>(*params_, edp_, be_, tracker_, expert_options);
+      std::make_unique<parallel::DataParallel>(*params_, experts, be_, tracker_, expert_options);
 }
 
 // Tied embeddings across pipeline ranks: the first and the last stage exchange the head's
@@ -590,9 +595,29 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
 }
 
+void StepRunner::init_parameters(uint64_t seed) {
+  parallel_->init_parameters(seed);
+  // ZeRO-3: the expert instance holds its parameters itself (below ZeRO-3 both instances share
+  // the model's buffer, which parallel_ has filled).
+  if (expert_parallel_ && config_.parallel.zero == 3) expert_parallel_->init_parameters(seed);
+  if (whole_) whole_->init(seed);
+}
+
+void StepRunner::gather_local_parameters(const Buffer& local) {
+  parallel_->gather_parameters(local);
+  if (expert_parallel_ && config_.parallel.zero == 3) expert_parallel_->gather_parameters(local);
+  if (whole_) whole_->copy_to(local);
+}
+
+void StepRunner::load_local_parameters(const Buffer& local) {
+  parallel_->load_parameters(local);
+  if (expert_parallel_ && config_.parallel.zero == 3) expert_parallel_->load_parameters(local);
+  if (whole_) whole_->load_from(local);
+}
+
 void StepRunner::gather_global_parameters(const Buffer& global) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
-  parallel_->gather_parameters(local);
+  gather_local_parameters(local);
   to_global(local, global);
 }
 
@@ -606,7 +631,7 @@ void StepRunner::gather_global_state(const Buffer& state, const Buffer& global) 
 void StepRunner::load_global_parameters(const Buffer& global) {
   Buffer local(tracker_, MemoryCategory::workspace, params_->dtype(), table().total_elements());
   parallel::global_to_local(be_, global_table_, global, params_->table(), params_->shard(), local);
-  parallel_->load_parameters(local);
+  load_local_parameters(local);
 }
 
 void StepRunner::load_global_state(const Buffer& global, const Buffer& state) {
@@ -650,6 +675,15 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
   };
   add(*parallel_);
   if (expert_parallel_) add(*expert_parallel_);
+  // Tensors kept whole (replicated over dp x cp, ep and tp): the first rank of each writes them.
+  if (whole_ && reduce_.rank() == 0 && ep_.rank() == 0 && tp_.rank() == 0) {
+    for (int spec : whole_->specs()) {
+      for (const auto& [from, to, n] : blocks[spec]) {
+        const int64_t at = whole_->offset_of(spec) + (from - local.spec(spec).offset);
+        runs.push_back({to, n, &whole_->buffer(), at, 0, true});
+      }
+    }
+  }
   return runs;
 }
 
@@ -658,7 +692,7 @@ void StepRunner::load_parameters_from(const GlobalReader& read) {
   parallel::for_each_global_run(
       table(), params_->shard(), global_table_,
       [&](int, int64_t to, int64_t from, int64_t n) { read(from, local.view(to, {n})); });
-  parallel_->load_parameters(local);
+  load_local_parameters(local);
 }
 
 void StepRunner::load_state_from(const GlobalReader& read, const Buffer& state) {

@@ -34,6 +34,7 @@
 #include "parallel/pipeline/executor.h"
 #include "parallel/pipeline/tied_embedding.h"
 #include "parallel/tensor.h"
+#include "parallel/whole_tensors.h"
 #include "schedule/action.h"
 #include "train/run_config.h"
 
@@ -124,7 +125,7 @@ class StepRunner {
   double evaluate(const int32_t* tokens, const int32_t* targets,
                   const std::vector<int32_t>* starts = nullptr);
   // Initial parameters, identical for every layout.
-  void init_parameters(uint64_t seed) { parallel_->init_parameters(seed); }
+  void init_parameters(uint64_t seed);
 
   // The one-process layout of the parameters or of an optimizer moment, for checkpoints: every
   // rank gets the whole model (collective over the dp and pp groups), and loads it back cut to
@@ -144,6 +145,7 @@ class StepRunner {
     int64_t global = 0, length = 0;
     const Buffer* params = nullptr;
     int64_t param_offset = 0, state_offset = 0;  // in *params and in the optimizer's moments
+    bool stateless = false;  // no optimizer moments (zeros in the checkpoint): a whole tensor
   };
   std::vector<OwnedRun> owned_runs();
   using GlobalReader = std::function<void(int64_t global, const Tensor& destination)>;
@@ -201,6 +203,9 @@ class StepRunner {
   // Expert parallelism: the routed experts reduce over the edp group (parallel_ then holds the
   // dense tensors, over dp).
   std::unique_ptr<parallel::DataParallel> expert_parallel_;
+  // ZeRO-3 with the aux-loss-free router: the routing biases, whole on every rank outside the
+  // stores (parallel/whole_tensors.h); nullptr otherwise.
+  std::unique_ptr<parallel::WholeTensors> whole_;
   std::unique_ptr<parallel::PipelineExecutor> executor_, eval_executor_;
   // Tied embeddings with the embedding and the head on different pipeline ranks: this rank's end
   // of the exchange (parallel/pipeline/tied_embedding.h); nullptr elsewhere.
@@ -236,6 +241,10 @@ class StepRunner {
   // Assembles a local-layout buffer into the global layout over the pp group (one holder of
   // each tensor contributes).
   void to_global(const Buffer& local, const Buffer& global);
+  // This rank's parameters into / from a local-table-layout buffer (every store, then the
+  // tensors kept whole).
+  void gather_local_parameters(const Buffer& local);
+  void load_local_parameters(const Buffer& local);
   std::unique_ptr<Optimizer> optimizer_;
   LrSchedule lr_schedule_;
   DocumentBatchSource documents_;

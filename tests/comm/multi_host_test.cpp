@@ -7,7 +7,8 @@
 // (dp_cp, whose members are on both hosts) runs the hierarchical all-reduce, whose messages the
 // mesh counts by their peer's host. Where namespaces cannot be made (not root, no `ip`), the tests
 // skip and say why. Each test makes its own hosts under its own name prefix and subnet and removes
-// them.
+// them. `bench machine` across hosts measures the link between them apart from the one inside a
+// host.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -34,7 +35,9 @@ constexpr double kFramingShare = 0.03, kStartupBytes = 96 * 1024;
 // Emulated hosts for one test: `up` on construction, `down` on destruction.
 class Hosts {
  public:
-  Hosts(const std::string& prefix, const std::string& net, int n, int slots) : prefix_(prefix) {
+  // gbps > 0 limits each host's NIC (hosts.sh --gbps).
+  Hosts(const std::string& prefix, const std::string& net, int n, int slots, double gbps = 0)
+      : prefix_(prefix) {
     env_ = "TRILLION_HOSTS_PREFIX=" + prefix + " TRILLION_HOSTS_NET=" + net + " ";
     script_ = std::string(TRILLION_SOURCE_DIR) + "/scripts/hosts.sh";
     const auto check = run_shell(env_ + script_ + " check 2>&1");
@@ -43,7 +46,8 @@ class Hosts {
       return;
     }
     const auto up = run_shell(env_ + script_ + " up " + std::to_string(n) + " --slots " +
-                              std::to_string(slots) + " 2>&1");
+                              std::to_string(slots) +
+                              (gbps > 0 ? " --gbps " + std::to_string(gbps) : "") + " 2>&1");
     if (up.exit_code != 0) {
       why_not_ = "hosts.sh up failed: " + up.output;
       return;
@@ -234,6 +238,38 @@ TEST(MultiHostRestart, ACutLinkIsNamedWithinTheHeartbeatTimeout) {
   std::printf("cut link named %.1f s after the cut (heartbeat timeout %d s)\n", seconds,
               kHeartbeat);
   EXPECT_LT(seconds, kHeartbeat + 10.0) << out;
+}
+
+// `trillion bench machine` across 2 hosts of 2 ranks, NICs limited to 1 Gb/s: the cluster file
+// it writes has the host's ranks as its fast domain (shared memory) and the link between hosts as
+// scale-out, measured at the NICs' rate (a 64 MiB ping-pong cannot beat 0.125 GB/s, and TCP gets
+// most of it), and `trillion plan --cluster` reads it.
+TEST(MultiHostMachine, BenchMachineMeasuresTheLinkBetweenHostsApart) {
+  Hosts hosts("trm", "10.214.7", 2, 2, 1);
+  if (!hosts.why_not().empty()) GTEST_SKIP() << hosts.why_not();
+  const std::string file = fresh_dir("h38_machine") + ".toml";
+  const auto r = run_shell(kEnv + std::string(TRILLION_BINARY) + " launch -n 4 --hostfile " +
+                           hosts.hostfile() + " -- bench machine --out " + file +
+                           " --size 256 --copy-mb 16 --reps 2 --json 2>&1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t open = r.output.find('{'), close = r.output.rfind('}');
+  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << r.output;
+  const auto j = nlohmann::json::parse(r.output.substr(open, close - open + 1));
+  EXPECT_EQ(j["hosts"].get<int>(), 2);
+  const double inter = j["inter_host_gb_per_s"].get<double>();
+  EXPECT_LE(inter, 0.125 * 1.02) << r.output;
+  EXPECT_GE(inter, 0.125 * 0.5) << r.output;
+  EXPECT_GT(j["mpi_gb_per_s"].get<double>(), 2 * inter) << r.output;
+  EXPECT_GT(j["inter_host_latency_us"].get<double>(), 0) << r.output;
+  const std::string toml = testing::slurp(file);
+  EXPECT_NE(toml.find("nvlink_domain = 2\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("scaleout_source = \"measured by trillion bench machine: MPI ping-pong "
+                      "between ranks on two of the job's 2 hosts"),
+            std::string::npos)
+      << toml;
+  const auto plan =
+      run_trillion("plan --model " + config_path("tiny.toml") + " --cluster " + file + " --gpus 4");
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
 }
 
 }  // namespace

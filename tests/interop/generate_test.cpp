@@ -25,13 +25,24 @@ using testing::make_tiny_run;
 using testing::run_shell;
 using testing::run_trillion;
 
+// Dense multi-head latent attention on tiny.toml's width (d_model 32, 4 heads): qk 8 + 4 rope,
+// v 6, kv latent 16, and a query latent of q_lora (0: none).
+std::vector<std::string> mla_sets(int q_lora) {
+  return {"model.attention=\"mla\"",
+          "model.n_kv_heads=4",
+          "model.kv_lora_rank=16",
+          "model.qk_nope_head_dim=8",
+          "model.qk_rope_head_dim=4",
+          "model.v_head_dim=6",
+          "model.q_lora_rank=" + std::to_string(q_lora)};
+}
+
 // The cached decoder's logits at every position equal the full forward's at that position.
 template <DType kDtype>
-void cached_equals_full(double tolerance) {
-  RunConfig cfg = load_run_config(
-      testing::config_path("tiny.toml"),
-      {std::string("model.dtype=\"") + (kDtype == DType::f64 ? "f64" : "f32") + "\"",
-       "model.init_std=0.2"});
+void cached_equals_full(double tolerance, std::vector<std::string> sets = {}) {
+  sets.push_back(std::string("model.dtype=\"") + (kDtype == DType::f64 ? "f64" : "f32") + "\"");
+  sets.push_back("model.init_std=0.2");
+  RunConfig cfg = load_run_config(testing::config_path("tiny.toml"), sets);
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
   const int64_t T = cfg.model.seq_len, V = cfg.model.vocab_size;
@@ -60,6 +71,55 @@ TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF64) {
 }
 TEST(CachedDecoder, LogitsEqualTheFullForwardAtEveryPositionF32) {
   cached_equals_full<DType::f32>(2e-5);
+}
+
+// MLA's latent cache (keys and values never formed: the up-projections absorbed) gives the full
+// forward's logits, with and without query compression, and caches DC + DR elements per token
+// and layer.
+TEST(CachedDecoder, MlaLatentCacheEqualsTheFullForward) {
+  for (int q_lora : {0, 12}) {
+    cached_equals_full<DType::f64>(1e-12, mla_sets(q_lora));
+    cached_equals_full<DType::f32>(2e-5, mla_sets(q_lora));
+  }
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  const RunConfig cfg = load_run_config(testing::config_path("tiny.toml"), mla_sets(12));
+  Transformer model(cfg.model, {1, cfg.model.seq_len}, *be, tracker);
+  const size_t before = tracker.current(MemoryCategory::activations);
+  CachedDecoder dec(model.config(), model.table(), model.parameters(), *be, tracker);
+  const int64_t per_token = cfg.model.n_layers * (16 + 4) * 4;
+  EXPECT_EQ(dec.cache_bytes_per_token(), per_token);
+  EXPECT_EQ(tracker.current(MemoryCategory::activations) - before,
+            static_cast<size_t>(per_token * cfg.model.seq_len));
+  // GQA's cache on the same model: 2 KV HD per layer.
+  const RunConfig gqa = load_run_config(testing::config_path("tiny.toml"), {});
+  Transformer plain(gqa.model, {1, gqa.model.seq_len}, *be, tracker);
+  CachedDecoder plain_dec(plain.config(), plain.table(), plain.parameters(), *be, tracker);
+  EXPECT_EQ(plain_dec.cache_bytes_per_token(),
+            gqa.model.n_layers * 2 * gqa.model.n_kv_heads * gqa.model.head_dim * 4);
+}
+
+TEST(CachedDecoder, MlaGenerateGivesTheFullWindowTokens) {
+  const std::string root = fresh_dir("kv_generate_mla");
+  std::vector<std::string> sets = mla_sets(12);
+  sets.push_back("model.init_std=0.3");
+  make_tiny_run(root + "/run", sets);
+  const std::string args =
+      "generate --checkpoint " + root + "/run --prompt-ids '1 2 3' --max-tokens 40 --temperature 0";
+  const auto cached = run_trillion(args, false);
+  const auto full = run_trillion(args + " --no-kv-cache", false);
+  ASSERT_EQ(cached.exit_code, 0) << cached.output;
+  EXPECT_EQ(cached.output, full.output);
+  EXPECT_GT(cached.output.size(), 40u * 2);
+  // --stats prints the cache per token: (DC + DR) x layers x 4 bytes, beside MHA's 2 C x layers.
+  const int64_t layers = load_run_config(testing::config_path("tiny.toml"), sets).model.n_layers;
+  const auto stats = run_trillion(args + " --stats");
+  EXPECT_NE(stats.output.find("kv cache: " + std::to_string(layers * 20 * 4) +
+                              " bytes per token (MLA: the kv latent and the rope key); at d_model "
+                              "32: MHA " +
+                              std::to_string(layers * 2 * 32 * 4)),
+            std::string::npos)
+      << stats.output;
 }
 
 TEST(CachedDecoder, GenerateGivesTheFullWindowTokens) {

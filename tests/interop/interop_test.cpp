@@ -262,22 +262,9 @@ TEST(SafetensorsImport, RefusesDuplicateUnknownAndNonFiniteTensors) {
   }
 }
 
-// Logits [n, V] (row-major) of every position of `ids` from trillion's full forward.
 std::vector<double> trillion_logits(const RunConfig& cfg, const std::string& ckpt,
                                     const std::vector<int32_t>& ids) {
-  MemoryTracker tracker;
-  auto be = make_cpu_backend(tracker);
-  const int64_t n = static_cast<int64_t>(ids.size()), V = cfg.model.vocab_size;
-  Transformer model(cfg.model, {1, n}, *be, tracker);
-  load_checkpoint(ckpt, model.parameters(), nullptr, nullptr);
-  std::vector<int32_t> targets(n, 0);
-  model.forward(ids.data(), targets.data());
-  std::vector<double> logits(n * V);
-  Buffer rows(tracker, MemoryCategory::workspace, cfg.model.dtype, n * V);
-  be->gemm(rows.view(0, {n, V}), false, true, model.final_hidden().rows(0, n), model.head_weight(),
-           1.0, 0.0);
-  be->copy(Tensor(logits.data(), DType::f64, {n * V}), rows.flat());
-  return logits;
+  return testing::full_logits(cfg, ckpt, ids);
 }
 
 const std::vector<int32_t> kReferenceIds = {3, 17, 42, 8, 63, 0, 29, 11, 5, 50};
@@ -315,16 +302,25 @@ TEST(HfLlamaReference, PlainPythonLlamaGivesTheSameNextTokenLogits) {
   EXPECT_GT(d.max_abs, 0.1);
 }
 
+// The Python with PyTorch: scripts/setup.sh's .venv-tests (torch from PyPI), else the system
+// interpreter (Debian's python3-torch, scripts/setup.sh --with-torch); "" when neither has it.
+std::string torch_python() {
+  for (const std::string& python : {std::string(TRILLION_SOURCE_DIR) + "/.venv-tests/bin/python",
+                                    std::string("/usr/bin/python3")}) {
+    if (run_shell(python + " -c 'import torch' 2>/dev/null").exit_code == 0) return python;
+  }
+  return "";
+}
+
 // The PyTorch Llama of tests/interop/torch_llama.py (nn.Modules built from config.json) on a
 // checkpoint trained for 20 steps by `trillion train` computes trillion's logits at every
-// position, in f32. Debian's python3-torch is installed for the system interpreter, so the test
-// runs /usr/bin/python3 (a python3 earlier on PATH may lack torch).
+// position, in f32.
 TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
-  const std::string python = "/usr/bin/python3";
-  if (run_shell(python + " -c 'import torch' 2>/dev/null").exit_code != 0) {
-    GTEST_SKIP() << "PyTorch is not installed for " << python
-                 << " (Debian: apt-get install python3-torch, or scripts/setup.sh --with-torch); "
-                    "the plain Python reference test checks the same formulas";
+  const std::string python = torch_python();
+  if (python.empty()) {
+    GTEST_SKIP() << "PyTorch is not installed in .venv-tests or for /usr/bin/python3 "
+                    "(scripts/setup.sh installs it); the plain Python reference test checks the "
+                    "same formulas";
   }
   const std::string root = fresh_dir("st_torch");
   const auto train = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " +
@@ -465,10 +461,10 @@ TEST(SafetensorsExport, MoeHasDeepSeekV3NamesAndTheCheckpointBitwise) {
 // The PyTorch model of torch_llama.py with DeepSeek-V3's MoE layer computes trillion's logits
 // at every position of the tiny trained MoE.
 TEST(HfLlamaReference, PyTorchDeepSeekMoeGivesTheSameLogits) {
-  const std::string python = "/usr/bin/python3";
-  if (run_shell(python + " -c 'import torch' 2>/dev/null").exit_code != 0)
-    GTEST_SKIP() << "PyTorch is not installed for " << python
-                 << " (scripts/setup.sh --with-torch installs python3-torch)";
+  const std::string python = torch_python();
+  if (python.empty())
+    GTEST_SKIP() << "PyTorch is not installed in .venv-tests or for /usr/bin/python3 "
+                    "(scripts/setup.sh installs it)";
   const std::string root = fresh_dir("st_moe_torch");
   const std::string ckpt = train_tiny_moe(root + "/run");
   ASSERT_EQ(run_trillion("export --checkpoint " + ckpt + " --out " + root + "/hf").exit_code, 0);

@@ -1,6 +1,6 @@
 // Context parallelism of a MoE model under `trillion launch`: configs/moe-tiny.toml (1 dense + 2
 // MoE layers, 8 routed experts top-2 + 1 shared, sigmoid routing with the bias, dropless) at cp 2
-// (zigzag and contiguous), cp 2 x ep 2 and dp 2 x cp 2 x ep 2 with ZeRO-1 trains the
+// (zigzag and contiguous), cp 2 x ep 2 and dp 2 x cp 2 x ep 2 with ZeRO-1 and ZeRO-3 trains the
 // one-process run of the same config (ONE shared reference): losses and final weights within
 // 1e-5 (`trillion compare`). The balance loss's alpha is raised to 0.05 so that its gradient
 // (whose f is summed over the cp group) moves the weights far beyond the tolerance; the logged
@@ -10,7 +10,7 @@
 // and micro-batch; its routed rows are its T/cp tokens x top-k. Every cp rank holds exactly
 // 1/cp of the one-process run's activation bytes (every kept MoE tensor is per token; under ep
 // the ranks' bytes add up to it), and exactly plan/'s model-state bytes (ZeRO over dp x cp for
-// dense tensors, over dp x cp / ep for experts).
+// dense tensors, over dp x cp / ep for experts; ZeRO-3 keeps the routing biases whole).
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -129,14 +129,13 @@ TEST_P(ContextParallelMoe, TrainsTheOneProcessRun) {
   pl.dp = l.dp, pl.cp = l.cp, pl.ep = l.ep, pl.zero = l.zero;
   const plan::LocalParams local =
       plan::params_of_rank(mc.spec(), pl, plan::pipeline_shape(mc.spec(), pl), 0);
-  const plan::ModelStates dense = plan::zero_model_states(local.dense, l.zero, world, 4, 4, 8);
-  const plan::ModelStates expert =
-      plan::zero_model_states(local.expert, l.zero, world / l.ep, 4, 4, 8);
+  const plan::ModelStates states =
+      plan::rank_model_states(local, l.zero, world, world / l.ep, 4, 4, 8);
   for (int rank = 0; rank < world; ++rank) {
     const auto& m = summary["memory_per_rank"][rank]["current"];
-    EXPECT_EQ(m["parameters"].get<double>(), dense.parameters + expert.parameters) << rank;
-    EXPECT_EQ(m["gradients"].get<double>(), dense.gradients + expert.gradients) << rank;
-    EXPECT_EQ(m["optimizer"].get<double>(), dense.optimizer + expert.optimizer) << rank;
+    EXPECT_EQ(m["parameters"].get<double>(), states.parameters) << rank;
+    EXPECT_EQ(m["gradients"].get<double>(), states.gradients) << rank;
+    EXPECT_EQ(m["optimizer"].get<double>(), states.optimizer) << rank;
   }
 }
 
@@ -144,7 +143,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, ContextParallelMoe,
                          ::testing::Values(Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag"},
                                            Layout{2, "contiguous", 1, 1, 0, "cp2_contiguous"},
                                            Layout{2, "zigzag", 1, 2, 0, "cp2_ep2"},
-                                           Layout{2, "zigzag", 2, 2, 1, "dp2_cp2_ep2_zero1"}),
+                                           Layout{2, "zigzag", 2, 2, 1, "dp2_cp2_ep2_zero1"},
+                                           Layout{2, "zigzag", 2, 2, 3, "dp2_cp2_ep2_zero3"}),
                          [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
 }  // namespace

@@ -208,6 +208,57 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag_full", true, "full"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
+// Multi-head latent attention under ring attention: the ring passes each head's up-projected K
+// and V (one K/V head per query head, qk 12 + v 6 wide), the decoupled RoPE key rotated at each
+// row's global position. cp 2 zigzag, cp 2 x tp 2 (SP) and cp 2 with DeepSeek-V3's norm-up
+// recompute train the one-process run; the cp bytes per step, each rank's activations and the
+// ring's buffers are plan/'s.
+TEST(ContextParallelMla, RingsOverThePerHeadKeysAndValues) {
+  const std::string mla =
+      " --set model.attention=mla --set model.n_kv_heads=4 --set model.q_lora_rank=8"
+      " --set model.kv_lora_rank=8 --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4"
+      " --set model.v_head_dim=6";
+  struct Case {
+    int tp;
+    std::string recompute, name;
+  };
+  for (const Case& c : {Case{1, "none", "mla_cp2"}, Case{2, "none", "mla_cp2_tp2"},
+                        Case{1, "norm-up", "mla_cp2_normup"}}) {
+    const std::string extra = mla + " --set model.recompute=" + c.recompute;
+    const std::string ref = shared_run(kEnv + flags() + extra);
+    const std::string run = fresh_dir("context_" + c.name);
+    const auto r = run_trillion(kEnv + "launch -n " + std::to_string(2 * c.tp) + " -- " + flags() +
+                                extra + " --run-dir " + run +
+                                " --set parallel.cp=2 --set parallel.tp=" + std::to_string(c.tp));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << c.name << ": " << cmp.output;
+    const RunConfig rc = load_run_config(
+        config_path("tiny.toml"),
+        {"model.attention=\"mla\"", "model.n_kv_heads=4", "model.q_lora_rank=8",
+         "model.kv_lora_rank=8", "model.qk_nope_head_dim=8", "model.qk_rope_head_dim=4",
+         "model.v_head_dim=6", "model.recompute=\"" + c.recompute + "\""});
+    const plan::TensorSplit split{c.tp, c.tp > 1, 2};
+    const int64_t block = plan::context_ring_block_bytes(rc.model.spec(), kBatch, kSeq, 4, split);
+    EXPECT_EQ(block, kBatch * (kSeq / 2) * (kHeads / c.tp) * (12 + 6) * 4);
+    const plan::RingBytes ring = plan::context_ring_bytes(2, static_cast<uint64_t>(block));
+    for (const auto& m : read_metrics(run)) {
+      EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(),
+                static_cast<double>(kMicro * kLayers * ring.total()))
+          << c.name;
+    }
+    const int64_t predicted =
+        plan::engine_activation_bytes(rc.model.spec(), kBatch, kSeq, rc.model.activation_policy(),
+                                      4, 4, {}, 1, split)
+            .total();
+    const auto summary = read_json(run + "/summary.json");
+    for (const auto& m : summary["memory_per_rank"]) {
+      EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << c.name;
+      EXPECT_EQ(m["predicted"]["workspace_context_ring"].get<int64_t>(), 5 * block) << c.name;
+    }
+  }
+}
+
 TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("context_refused");
   const std::pair<std::string, std::string> cases[] = {

@@ -1,9 +1,11 @@
 // DeepSeek-V3's architecture at toy size (configs/deepseek-tiny.toml: MLA with query compression
 // and v_head_dim != qk head dim, a dense layer then MoE layers with a shared expert and the
 // sigmoid router's bias) under the layouts that run it, against its one-process run (6 steps):
-// dp 2 x ep 2 (ZeRO-1), dp 2 ZeRO-2, pp 2 under 1F1B and DualPipe, pp 2 x dp 2 x ep 2. Losses and
-// final weights within 1e-5 (`trillion compare`), and each rank's parameter bytes are plan/'s
-// (params_of_rank of the layout's pipeline shape, experts split over ep).
+// dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2 under 1F1B and DualPipe, pp 2 x dp 2 x ep 2.
+// Losses and final weights within 1e-5 (`trillion compare`), and each rank's parameter, gradient
+// and optimizer bytes are plan/'s (rank_model_states of params_of_rank of the layout's pipeline
+// shape: experts split over ep, dense states sharded over dp and expert ones over dp / ep, the
+// routing biases whole under ZeRO-3).
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -62,16 +64,20 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
   for (int rank = 0; rank < l.ranks; ++rank) {
     const int p = rank / l.dp;  // the mesh: dp fastest below pp (tp = cp = 1)
     const plan::LocalParams held = plan::params_of_rank(spec, pl, shape, p);
-    // ZeRO-2 shards nothing of the parameters; ep splits the experts.
-    EXPECT_EQ(summary["memory_per_rank"][rank]["current"]["parameters"].get<double>(),
-              4 * (held.dense + held.expert))
-        << "rank " << rank;
+    const plan::ModelStates states =
+        plan::rank_model_states(held, l.zero, l.dp, l.dp / l.ep, 4, 4, 8);
+    const auto& current = summary["memory_per_rank"][rank]["current"];
+    EXPECT_EQ(current["parameters"].get<double>(), states.parameters) << "rank " << rank;
+    EXPECT_EQ(current["gradients"].get<double>(), states.gradients) << "rank " << rank;
+    EXPECT_EQ(current["optimizer"].get<double>(), states.optimizer) << "rank " << rank;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepSeekLayout,
                          ::testing::Values(Layout{"dp2_ep2", 2, 1, 2, 2, 1, "1f1b"},
                                            Layout{"dp2_zero2", 2, 1, 2, 1, 2, "1f1b"},
+                                           Layout{"dp2_ep2_zero2", 2, 1, 2, 2, 2, "1f1b"},
+                                           Layout{"dp2_ep2_zero3", 2, 1, 2, 2, 3, "1f1b"},
                                            Layout{"pp2_1f1b", 2, 2, 1, 1, 1, "1f1b"},
                                            Layout{"pp2_dualpipe", 2, 2, 1, 1, 1, "dualpipe"},
                                            Layout{"pp2_dp2_ep2", 4, 2, 2, 2, 1, "1f1b"}),

@@ -1,17 +1,20 @@
 // Mixture of Experts across ranks, under `trillion launch`, against the one-process run of
 // configs/moe-tiny.toml (1 dense + 2 MoE layers, 8 routed experts top-2 + 1 shared, dropless):
-// - expert parallelism ep in {2, 4} with dp (experts split over ep, dense over dp), ZeRO 0 and 1,
-//   and with the pipeline executor (zb-h1, DualPipe): per-step losses and final weights within
-//   1e-5 (`trillion compare`);
+// - expert parallelism ep in {2, 4} with dp (experts split over ep, dense over dp), ZeRO 0 to 3,
+//   and with the pipeline executor (zb-h1, DualPipe, DualPipe with ZeRO-3), and ZeRO-3 at ep 1:
+//   per-step losses and final weights within 1e-5 (`trillion compare`);
 // - every rank's parameter, gradient and optimizer bytes == plan/'s per-rank MoE parameters
 //   (plan::params_of_rank: dense and expert parameters of its stages) through
-//   plan::zero_model_states with fp32 sizes, dense over dp and experts over dp / ep, exactly;
+//   plan::rank_model_states with fp32 sizes, dense over dp and experts over dp / ep (ZeRO-3: the
+//   routing biases whole, outside the stores), exactly; under ZeRO-2/3 every group's bytes per
+//   step == its reduce-scatter (and ZeRO-3 all-gather) of the parameters it shards;
 // - rank 0's all-to-all bytes per step == 2 (R_out + R_in) C 4 + the count exchanges, and its
 //   routed rows R_out + R_local == tokens x top-k per MoE layer and micro-batch (dropless);
 // - balance: on a low-entropy Markov corpus softmax top-k without an auxiliary loss collapses
 //   (mean max/mean load >= 2 over steps 41-60) while sigmoid routing with the aux-loss-free bias
 //   and no balance loss stays <= 1.3 over the same steps;
-// - a checkpoint written at dp 2 ep 2 resumes at dp 2 ep 1 (and one written at ep 1 at ep 2) and
+// - a checkpoint written at dp 2 ep 2 resumes at dp 2 ep 1 (and one written at ep 1 at ep 2), one
+//   written at ep 2 ZeRO-3 at ep 1 ZeRO-2 and one written at ep 1 ZeRO-1 at ep 2 ZeRO-3, and each
 //   continues the one-process run (checkpoints hold every expert once, in the global layout).
 #include <gtest/gtest.h>
 
@@ -57,6 +60,37 @@ void PrintTo(const Layout& l, std::ostream* os) {
 
 class ExpertParallel : public ::testing::TestWithParam<Layout> {};
 
+// ZeRO-2/3 at pp 1, every step's bytes per collective on rank 0, exactly: the dense tensors (but
+// the routing biases ZeRO-3 keeps whole) reduce-scatter over dp and the routed experts over edp
+// (over dp too with ep = 1) once per micro-batch, (n - 1)/n of their fp32 values each time;
+// ZeRO-2 all-gathers the updated parameters once per step, ZeRO-3 gathers them in the forward
+// and again in the backward pass of every micro-batch.
+void expect_zero_group_bytes(const Layout& l, const ModelConfig& mc, const std::string& run) {
+  plan::Layout pl;
+  pl.dp = l.dp, pl.ep = l.ep;
+  const plan::LocalParams local =
+      plan::params_of_rank(mc.spec(), pl, plan::pipeline_shape(mc.spec(), pl), 0);
+  const double dense = local.dense - (l.zero == 3 ? local.routing_bias : 0.0);
+  auto pass = [](double params, int n) { return params * 4 * (n - 1) / n; };
+  const double gathers = l.zero == 3 ? 2.0 * kMicro : 1.0;
+  const int n_e = l.dp / l.ep;
+  double dp_rs = kMicro * pass(dense, l.dp), dp_ag = gathers * pass(dense, l.dp);
+  double edp_rs = kMicro * pass(local.expert, n_e), edp_ag = gathers * pass(local.expert, n_e);
+  if (l.ep == 1) dp_rs += edp_rs, dp_ag += edp_ag, edp_rs = edp_ag = 0;
+  ASSERT_GT(local.routing_bias, 0);
+  for (const auto& m : read_metrics(run)) {
+    const auto& c = m["comm"];
+    EXPECT_EQ(c["dp"]["reduce_scatter"].get<double>(), dp_rs) << m.dump();
+    EXPECT_EQ(c["dp"]["all_gather"].get<double>(), dp_ag) << m.dump();
+    if (edp_rs == 0) {
+      EXPECT_FALSE(c.contains("edp")) << m.dump();
+      continue;
+    }
+    EXPECT_EQ(c["edp"]["reduce_scatter"].get<double>(), edp_rs) << m.dump();
+    EXPECT_EQ(c["edp"]["all_gather"].get<double>(), edp_ag) << m.dump();
+  }
+}
+
 TEST_P(ExpertParallel, SameRunModelStatesAndAllToAllBytes) {
   const Layout l = GetParam();
   const std::string ref = shared_run(kEnv + flags());
@@ -83,19 +117,16 @@ TEST_P(ExpertParallel, SameRunModelStatesAndAllToAllBytes) {
   ASSERT_EQ(summary["memory_per_rank"].size(), static_cast<size_t>(l.dp * l.pp));
   for (int p = 0; p < l.pp; ++p) {
     const plan::LocalParams local = plan::params_of_rank(mc.spec(), pl, shape, p);
-    const plan::ModelStates dense = plan::zero_model_states(local.dense, l.zero, l.dp, 4, 4, 8);
-    const plan::ModelStates expert =
-        plan::zero_model_states(local.expert, l.zero, l.dp / l.ep, 4, 4, 8);
+    const plan::ModelStates states =
+        plan::rank_model_states(local, l.zero, l.dp, l.dp / l.ep, 4, 4, 8);
     for (int d = 0; d < l.dp; ++d) {
       const auto& rank = summary["memory_per_rank"][p * l.dp + d]["current"];
-      EXPECT_EQ(rank["parameters"].get<double>(), dense.parameters + expert.parameters)
-          << "pp " << p << " dp " << d;
-      EXPECT_EQ(rank["gradients"].get<double>(), dense.gradients + expert.gradients)
-          << "pp " << p << " dp " << d;
-      EXPECT_EQ(rank["optimizer"].get<double>(), dense.optimizer + expert.optimizer)
-          << "pp " << p << " dp " << d;
+      EXPECT_EQ(rank["parameters"].get<double>(), states.parameters) << "pp " << p << " dp " << d;
+      EXPECT_EQ(rank["gradients"].get<double>(), states.gradients) << "pp " << p << " dp " << d;
+      EXPECT_EQ(rank["optimizer"].get<double>(), states.optimizer) << "pp " << p << " dp " << d;
     }
   }
+  if (l.zero >= 2 && l.pp == 1) expect_zero_group_bytes(l, mc, run);
 
   // Rank 0's all-to-all bytes: every row it routes to another rank goes out twice (dispatch
   // forward, output gradient backward) and every row routed to it comes back twice (combine
@@ -119,12 +150,15 @@ TEST_P(ExpertParallel, SameRunModelStatesAndAllToAllBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, ExpertParallel,
-    ::testing::Values(Layout{2, 2, 0, 1, "1f1b", "dp2_ep2"},
-                      Layout{4, 4, 1, 1, "1f1b", "dp4_ep4_zero1"},
-                      Layout{4, 2, 1, 1, "1f1b", "dp4_ep2_zero1"},
-                      Layout{2, 2, 1, 2, "zb-h1", "dp2_ep2_zero1_pp2_zbh1"},
-                      Layout{2, 2, 0, 2, "dualpipe", "dp2_ep2_pp2_dualpipe"},
-                      Layout{2, 1, 2, 1, "1f1b", "dp2_zero2"}),
+    ::testing::Values(
+        Layout{2, 2, 0, 1, "1f1b", "dp2_ep2"}, Layout{4, 4, 1, 1, "1f1b", "dp4_ep4_zero1"},
+        Layout{4, 2, 1, 1, "1f1b", "dp4_ep2_zero1"},
+        Layout{2, 2, 1, 2, "zb-h1", "dp2_ep2_zero1_pp2_zbh1"},
+        Layout{2, 2, 0, 2, "dualpipe", "dp2_ep2_pp2_dualpipe"},
+        Layout{2, 1, 2, 1, "1f1b", "dp2_zero2"}, Layout{2, 2, 2, 1, "1f1b", "dp2_ep2_zero2"},
+        Layout{2, 2, 3, 1, "1f1b", "dp2_ep2_zero3"}, Layout{2, 1, 3, 1, "1f1b", "dp2_zero3"},
+        Layout{4, 2, 2, 1, "1f1b", "dp4_ep2_zero2"}, Layout{4, 2, 3, 1, "1f1b", "dp4_ep2_zero3"},
+        Layout{2, 2, 3, 2, "dualpipe", "dp2_ep2_zero3_pp2_dualpipe"}),
     [](const auto& info) { return info.param.name; });
 
 TEST(ExpertParallel, LayoutsThatCannotRunAreRefusedByName) {
@@ -134,10 +168,6 @@ TEST(ExpertParallel, LayoutsThatCannotRunAreRefusedByName) {
   };
   for (const Case& c : {
            Case{2, " --set parallel.dp=2 --set parallel.ep=4", "parallel.ep = 4 must divide"},
-           Case{2, " --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=3",
-                "parallel.zero = 3 with MoE"},
-           Case{2, " --set parallel.dp=2 --set parallel.ep=2 --set parallel.zero=2",
-                "parallel.zero = 2 with parallel.ep = 2"},
            Case{3, " --set parallel.dp=3 --set parallel.ep=3 --set train.micro_batch=6",
                 "model.n_routed_experts = 8"},
            Case{2, " --set parallel.dp=2 --set parallel.ep=2 --set diloco.islands=2",
@@ -152,17 +182,27 @@ TEST(ExpertParallel, LayoutsThatCannotRunAreRefusedByName) {
 
 TEST(ExpertParallel, CheckpointsReshardAcrossEp) {
   const std::string ref = shared_run(kEnv + flags());
-  for (const auto& [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
+  struct Hop {
+    int ep, zero;
+  };
+  // ep 2 <-> 1, and ZeRO-3 (expert shards over edp, routing biases whole) <-> ZeRO-2 / ZeRO-1.
+  for (const auto& [first, second] :
+       {std::pair{Hop{2, 0}, Hop{1, 0}}, std::pair{Hop{1, 0}, Hop{2, 0}},
+        std::pair{Hop{2, 3}, Hop{1, 2}}, std::pair{Hop{1, 1}, Hop{2, 3}}}) {
     const std::string run = fresh_dir("moe_reshard");
     const std::string base = kEnv + "launch -n 2 -- " + flags() +
                              " --run-dir " + run +
                              " --set train.checkpoint_every=2 --set parallel.dp=2";
-    auto r = run_trillion(base + " --stop-after 2 --set parallel.ep=" + std::to_string(first));
+    auto at = [](const Hop& h) {
+      return " --set parallel.ep=" + std::to_string(h.ep) +
+             " --set parallel.zero=" + std::to_string(h.zero);
+    };
+    auto r = run_trillion(base + " --stop-after 2" + at(first));
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    r = run_trillion(base + " --resume --set parallel.ep=" + std::to_string(second));
+    r = run_trillion(base + " --resume" + at(second));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
-    EXPECT_EQ(cmp.exit_code, 0) << "ep " << first << " -> " << second << "\n" << cmp.output;
+    EXPECT_EQ(cmp.exit_code, 0) << at(first) << " -> " << at(second) << "\n" << cmp.output;
   }
 }
 

@@ -4,8 +4,10 @@
 // summed over the two model copies), pp 2 under 1F1B and zb-h1 (the head's rank reads a copy of
 // the embedding: parallel/pipeline/tied_embedding.h) and tp 2 without sequence parallelism.
 // Losses and final weights within 1e-5 (`trillion compare`), each step's mtp_loss_1 within 1e-5,
-// and under 1F1B and zb-h1 each rank's parameter bytes are plan/'s (the head's rank's copy too);
-// SP, cp, and a copy under ZeRO-2/3 are refused by name.
+// each rank's activation bytes are plan/'s, and under 1F1B and zb-h1 each rank's parameter bytes
+// are plan/'s (the head's rank's copy too);
+// MLA with MTP at dp 2 (ZeRO-1, ZeRO-3) and pp 2 (1F1B, ZB-H1, DualPipe) likewise; SP, cp, and a
+// copy under ZeRO-2/3 are refused by name.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -44,6 +46,13 @@ void expect_same_run(const std::string& ref, const std::string& run) {
     EXPECT_GT(want, 1.0);
     EXPECT_NEAR(b[i]["mtp_loss_1"].get<double>(), want, 1e-5 * want) << "step " << i + 1;
     EXPECT_EQ(b[i]["mtp_loss_weight"].get<double>(), i + 1 < 3 ? 0.3 : 0.1) << "step " << i + 1;
+  }
+  // Each rank's stored activations, the modules' on the head's rank included, are plan/'s.
+  const auto summary = testing::read_json(run + "/summary.json");
+  for (const auto& rank : summary["memory_per_rank"]) {
+    EXPECT_EQ(rank["current"]["activations"].get<int64_t>(),
+              rank["predicted"]["activations"].get<int64_t>())
+        << run << ", rank " << rank["rank"];
   }
 }
 
@@ -84,6 +93,32 @@ TEST(MtpLayout, Dp2Zero3PipelinesAndTp2MatchOneProcess) {
                    " --set parallel.tp=2 --set parallel.sp=false");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   expect_same_run(ref, tp);
+}
+
+// Dense multi-head latent attention with an MTP module (DeepSeek-V3's attention and objective on
+// the tiny scale): dp 2 under ZeRO-1 and ZeRO-3, and pp 2 under 1F1B, ZB-H1 and DualPipe (the
+// module with the head on the last stage) train the one-process run, with plan/'s activation
+// bytes on every rank.
+TEST(MtpLayout, MlaWithMtpTrainsTheOneProcessRunAtDpAndPp) {
+  const std::string mla =
+      " --set model.attention=mla --set model.n_kv_heads=4 --set model.q_lora_rank=8"
+      " --set model.kv_lora_rank=8 --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4"
+      " --set model.v_head_dim=6";
+  const std::string ref = shared_run(kEnv + flags() + mla);
+  for (const std::string layout :
+       {"parallel.dp=2 --set parallel.zero=1", "parallel.dp=2 --set parallel.zero=3",
+        "parallel.pp=2 --set parallel.schedule=1f1b", "parallel.pp=2 --set parallel.schedule=zb-h1",
+        "parallel.pp=2 --set parallel.schedule=dualpipe"}) {
+    std::string name = "h33mla_mtp_" + layout;
+    for (char& ch : name) {
+      if (ch == ' ' || ch == '=' || ch == '.') ch = '_';
+    }
+    const std::string run = fresh_dir(name.substr(0, 60));
+    const auto r = run_trillion(kEnv + "launch -n 2 -- " + flags() + mla + " --run-dir " + run +
+                                " --set " + layout);
+    ASSERT_EQ(r.exit_code, 0) << layout << ": " << r.output;
+    expect_same_run(ref, run);
+  }
 }
 
 TEST(MtpLayout, LayoutsThatCannotRunAreRefusedByName) {

@@ -105,5 +105,40 @@ TEST(DeepSeekMemory, PublishedLayoutFitsWithoutFullRecompute) {
   EXPECT_THROW(make_plan(in), Error);
 }
 
+// Multi-token prediction (mtp_depth = D) at the published layout with an even partition: only
+// the ranks holding the head (DualPipe's ranks 0 and p - 1 hold both ends) store more, as much per
+// module (one MoE layer under the layout's policy plus the module's five [h] tensors and five
+// statistics); its step costs more; the balanced partition moves layers off the head's stage.
+TEST(DeepSeekMemory, MtpModulesCostTheHeadsRankOnly) {
+  ModelSpec m = find_model("deepseek-v3");
+  Layout l = deepseek_layout();
+  l.norm_up = true;
+  l.partition = Partition::kEven;
+  std::vector<std::vector<MemoryBreakdown>> by_depth;
+  for (int64_t d : {0, 1, 2}) {
+    m.mtp_depth = d;
+    by_depth.push_back(memory_per_rank(m, l, 4096, 120));
+  }
+  const double one = by_depth[1][0].activations - by_depth[0][0].activations;
+  EXPECT_GT(one, 0);
+  EXPECT_DOUBLE_EQ(by_depth[2][0].activations - by_depth[1][0].activations, one);
+  EXPECT_DOUBLE_EQ(by_depth[1][15].activations - by_depth[0][15].activations, one);
+  for (int r = 1; r + 1 < l.pp; ++r) {
+    EXPECT_DOUBLE_EQ(by_depth[1][r].activations, by_depth[0][r].activations) << "rank " << r;
+  }
+  // Per micro-batch in flight: at least a layer's worth (norm-up keeps > 2 h per token).
+  EXPECT_GT(one, 4096.0 * 2 * 7168 * 2);
+  const Gpu gpu = find_gpu("h800");
+  m.mtp_depth = 0;
+  const double plain = model_step(m, gpu, l, 4096, 62914560.0).step;
+  m.mtp_depth = 1;
+  const double with = model_step(m, gpu, l, 4096, 62914560.0).step;
+  EXPECT_GT(with, plain);
+  l.partition = Partition::kBalanced;
+  const PipelineShape shape = pipeline_shape(m, l);
+  m.mtp_depth = 0;
+  EXPECT_LT(shape.stage_layers.back(), pipeline_shape(m, l).stage_layers.back());
+}
+
 }  // namespace
 }  // namespace trillion::plan

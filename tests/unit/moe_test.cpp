@@ -2,14 +2,17 @@
 // dense layers around them) against central finite differences in f64 of the whole objective
 // (cross-entropy + the sequence-wise balance loss), for both routers, with and without node
 // limits and capacity; the routing bias gets no gradient; split backward equals fused bitwise;
-// the balancing rule moves the bias against the load; the parameter table matches the planner.
+// the balancing rule moves the bias against the load; the parameter table matches the planner;
+// ZeRO-3's split of a MoE unit (dense part, routing bias kept whole, experts) and its bindings.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <set>
 
 #include "model/transformer.h"
+#include "parallel/whole_tensors.h"
 #include "plan/model_spec.h"
+#include "plan/parameter_table.h"
 #include "test_util.h"
 
 using namespace trillion;
@@ -172,4 +175,47 @@ TEST(Moe, TableCountsAreThePlannersAndActivatedIsTopK) {
   EXPECT_EQ(c.total - c.activated, 2 * 3 * 12 * 6);
   EXPECT_TRUE(t.contains("layers.1.moe.router_bias"));
   EXPECT_FALSE(build_parameter_table(tiny_moe("softmax_aux")).contains("layers.1.moe.router_bias"));
+}
+
+// The MoE unit is dense tensors | routing bias | routed experts; under ZeRO-3 the bias lives in
+// WholeTensors' buffer (bound for good), the stores' parts leave it out, and binding one part of
+// a unit leaves the other parts' tensors as they were.
+TEST(Moe, RoutingBiasSitsBetweenDenseAndExpertsAndIsBoundWholeOutsideTheStores) {
+  const ModelConfig cfg = tiny_moe("sigmoid_bias");
+  MemoryTracker tracker;
+  auto be = make_cpu_backend(tracker);
+  ParameterSet params(build_parameter_table(cfg), {}, cfg.dtype, *be, tracker,
+                      ModelStorage{.parameters = false, .gradients = false});
+  const TensorTable& t = params.table();
+  const int bias = t.index("layers.1.moe.router_bias");
+  EXPECT_TRUE(plan::is_routing_bias(t.spec(bias)));
+  EXPECT_FALSE(plan::is_routing_bias(t.spec(t.index("layers.1.moe.router"))));
+  const int unit = params.unit_of(bias);
+  const int64_t E = 4;
+  EXPECT_EQ(t.spec(bias).offset + E, t.spec(t.index("layers.1.moe.experts.w_gate")).offset);
+  EXPECT_EQ(t.spec(bias).offset, t.spec(t.index("layers.1.moe.shared.w_down")).offset +
+                                     t.spec(t.index("layers.1.moe.shared.w_down")).numel());
+
+  const parallel::WholeTensors whole(params, plan::is_routing_bias, *be, tracker);
+  ASSERT_EQ(whole.specs(), std::vector<int>{bias});
+  EXPECT_EQ(tracker.current(MemoryCategory::parameters), E * 8);  // f64, only the bias
+  const parallel::UnitParts parts = parallel::unit_parts(params, &whole);
+  const UnitRange r = params.unit_range(unit);
+  EXPECT_EQ(parts.dense[unit].begin, r.begin);
+  EXPECT_EQ(parts.dense[unit].end, t.spec(bias).offset);
+  EXPECT_EQ(parts.expert[unit].begin, t.spec(bias).offset + E);
+  EXPECT_EQ(parts.expert[unit].end, r.end);
+  EXPECT_EQ(parts.expert[0].size(), 0);  // the dense layer's unit has no expert part
+  EXPECT_EQ(parts.dense[0].size(), params.unit_range(0).size());
+
+  // Bind the dense part: the bias stays in WholeTensors' buffer, the experts unbound.
+  std::vector<double> dense(parts.dense[unit].size(), 0.0);
+  params.bind_parameters(unit, parts.dense[unit], dense.data());
+  EXPECT_EQ(params.param(bias).raw(), whole.buffer().raw());
+  EXPECT_EQ(params.param("layers.1.moe.router").raw(),
+            dense.data() + (t.spec(t.index("layers.1.moe.router")).offset - r.begin));
+  EXPECT_THROW(params.param("layers.1.moe.experts.w_gate"), std::exception);
+  params.bind_parameters(unit, parts.dense[unit], nullptr);
+  EXPECT_THROW(params.param("layers.1.moe.router"), std::exception);
+  EXPECT_EQ(params.param(bias).raw(), whole.buffer().raw());
 }

@@ -2,8 +2,8 @@
 // (main + lambda / D sum of the depth losses) through the MTP modules, the shared embedding and
 // head, at depth 1 and 2, tied and untied; the depth losses against a hand-assembled reference;
 // split dgrad/wgrad equals the fused backward bitwise; two micro-steps equal one double step;
-// parameter counts equal plan/'s; the main model is untouched by the modules (generation); a
-// tiny model trains; config errors name the key.
+// parameter counts and stored activation bytes equal plan/'s; the main model is untouched by the
+// modules (generation); a tiny model trains; config errors name the key.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "model/cached_decoder.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "plan/activation_memory.h"
 #include "plan/model_spec.h"
 #include "plan/parameter_table.h"
 #include "test_util.h"
@@ -234,6 +235,29 @@ TEST(Mtp, ParameterCountsEqualThePlan) {
     const int64_t C = cfg.d_model;
     const int64_t layer = main_counts.attention + main_counts.dense_mlp + main_counts.norms;
     EXPECT_EQ(counts.mtp, depth * (2 * C + 2 * C * C + layer + C));
+  }
+}
+
+// The modules' stored activations (each keeps its block whole, whatever the main layers
+// recompute) are plan/'s, to the byte; a second module adds exactly as much as the first.
+TEST(Mtp, ActivationBytesEqualThePlanForEveryPolicy) {
+  for (const char* policy : {"none", "selective", "full"}) {
+    int64_t added[3] = {0, 0, 0};
+    for (int64_t depth : {0, 1, 2}) {
+      MemoryTracker tracker;
+      auto be = make_cpu_backend(tracker);
+      ModelConfig cfg = mtp_config(DType::f32, depth);
+      cfg.n_layers = 2;
+      cfg.set_recompute(policy);
+      Transformer model(cfg, {3, 6}, *be, tracker);
+      const plan::ActivationBytes predicted = plan::engine_activation_bytes(
+          model.config().spec(), 3, 6, model.config().activation_policy(), 4, 4);
+      const auto measured = static_cast<int64_t>(tracker.current(MemoryCategory::activations));
+      EXPECT_EQ(measured, predicted.total()) << policy << " depth " << depth;
+      added[depth] = measured;
+    }
+    EXPECT_GT(added[1], added[0]) << policy;
+    EXPECT_EQ(added[2] - added[1], added[1] - added[0]) << policy;
   }
 }
 

@@ -112,8 +112,9 @@ std::vector<ShardRun> CheckpointWriter::owned_runs(int64_t* elements) {
     auto at = [&](const Buffer& b, int64_t offset) -> const void* {
       return b.count() > 0 ? static_cast<const char*>(b.raw()) + offset * dtype_bytes_ : nullptr;
     };
-    runs.push_back({r.global, r.length, at(*r.params, r.param_offset), at(m, r.state_offset),
-                    at(v, r.state_offset)});
+    runs.push_back({r.global, r.length, at(*r.params, r.param_offset),
+                    r.stateless ? nullptr : at(m, r.state_offset),
+                    r.stateless ? nullptr : at(v, r.state_offset)});
     *elements += r.length;
   }
   return runs;
