@@ -29,9 +29,10 @@
 #include "plan/model_spec.h"
 #include "precision/recipe.h"
 #include "train/gemm_peak.h"
-#include "train/mfu_peak.h"
 #include "train/mesh_options.h"
 #include "train/metrics.h"
+#include "train/mfu_peak.h"
+#include "train/step_layout.h"
 #include "train/step_runner.h"
 
 namespace trillion::cli {
@@ -138,7 +139,8 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                                                            .dp = static_cast<int>(pc.dp),
                                                            .cp = static_cast<int>(pc.cp),
                                                            .tp = static_cast<int>(pc.tp),
-                                                           .ep = static_cast<int>(pc.ep)},
+                                                           .ep = static_cast<int>(pc.ep),
+                                                           .experts_over_tp = experts_over_tp(cfg)},
                                            comm::MeshLimits{.n_heads = mc.n_heads,
                                                             .n_kv_heads = mc.n_kv_heads,
                                                             .n_layers = mc.n_layers,

@@ -54,6 +54,10 @@ void validate_mesh(const MeshShape& s, int world_size, const MeshLimits& limits)
                     s.ep, s.dp * s.cp));
   }
   require_divides(s.ep, limits.n_experts, "parallel.ep", "model.n_routed_experts");
+  if (s.experts_over_tp) {
+    require_divides(s.ep * s.tp, limits.n_experts, "parallel.ep x parallel.tp",
+                    "model.n_routed_experts");
+  }
 }
 
 std::string group_name(MeshGroup g) {
@@ -111,6 +115,8 @@ std::pair<int, int> color_key(const MeshShape& s, MeshGroup g, const MeshCoord& 
     case MeshGroup::dp_cp:
       return {c.pp * s.tp + c.tp, e};
     case MeshGroup::ep:
+      if (s.experts_over_tp)
+        return {c.pp * (s.dp * s.cp / s.ep) + e / s.ep, e % s.ep * s.tp + c.tp};
       return {(c.pp * s.tp + c.tp) * (s.dp * s.cp / s.ep) + e / s.ep, e % s.ep};
     case MeshGroup::edp:
       return {(c.pp * s.tp + c.tp) * s.ep + e % s.ep, e / s.ep};

@@ -22,6 +22,10 @@
 //    8    1  0  0  0       edp: same e mod ep: {0,4} {2,6} {1,5} {3,7} {8,12} ...
 //   ...                    (rank 8..15 repeat 0..7 with pp=1)
 //
+// With experts_over_tp (MoE layers whose tp ranks act as extra expert ranks) the ep group takes
+// the tp ranks in too: in the example, ep = {0,1,2,3} {4,5,6,7} {8,9,10,11} {12,13,14,15}, and
+// edp (same experts) is unchanged.
+//
 // Validation (validate_mesh) runs before anything is allocated and names the value and the fix:
 // world size must equal pp*dp*cp*tp, tp must divide the query and key/value heads, pp <= layers,
 // dp the global micro-batch, cp the sequence length, ep the dp*cp plane and the experts.
@@ -55,6 +59,9 @@ namespace trillion::comm {
 struct MeshShape {
   int pp = 1, dp = 1, cp = 1, tp = 1;
   int ep = 1;  // expert parallel degree, within dp x cp
+  // MoE with parallel.expert_tp = 1 under tp: the ep group also spans the tp ranks (tp * ep
+  // members, ordered ep-major: member (e % ep) * tp + tp_i), each holding whole experts.
+  bool experts_over_tp = false;
   int world_size() const { return pp * dp * cp * tp; }
 };
 

@@ -138,14 +138,46 @@ TensorTable TensorTable::local(const std::function<bool(int unit)>& keep,
       }
       d /= n;
     }
+    if (coord.expert_width_over_tp && g.shard.width_dim >= 0) {
+      int64_t& w = s.shape[g.shard.width_dim];
+      if (w % coord.tp_size != 0) {
+        throw Error(fmt::format("tp = {} does not divide the width ({}) of expert tensor {} {}",
+                                coord.tp_size, w, g.name, shape_text(g.global_shape)));
+      }
+      w /= coord.tp_size;
+    }
     out.add(std::move(s));
   }
   return out;
 }
 
+std::vector<int64_t> shard_origin(const TensorSpec& spec, const ShardCoord& coord) {
+  std::vector<int64_t> origin(spec.shape.size(), 0);
+  if (!spec.shard.sharded()) return origin;
+  origin[spec.shard.dim] = coord.rank(spec.shard.group) * spec.shape[spec.shard.dim];
+  if (coord.expert_width_over_tp && spec.shard.width_dim >= 0) {
+    origin[spec.shard.width_dim] = coord.tp_rank * spec.shape[spec.shard.width_dim];
+  }
+  return origin;
+}
+
 int64_t global_element_index(const TensorSpec& spec, const ShardCoord& coord,
                              int64_t local_index) {
-  if (!spec.shard.sharded() || coord.size(spec.shard.group) == 1) return local_index;
+  if (!spec.shard.sharded()) return local_index;
+  if (coord.expert_width_over_tp && spec.shard.width_dim >= 0 && coord.tp_size > 1) {
+    // Two split dimensions: through the multi-index.
+    const std::vector<int64_t> origin = shard_origin(spec, coord);
+    const int rank = static_cast<int>(spec.shape.size());
+    std::vector<int64_t> index(rank);
+    for (int k = rank - 1; k >= 0; --k) {
+      index[k] = local_index % spec.shape[k] + origin[k];
+      local_index /= spec.shape[k];
+    }
+    int64_t global = 0;
+    for (int k = 0; k < rank; ++k) global = global * spec.global_shape[k] + index[k];
+    return global;
+  }
+  if (coord.size(spec.shard.group) == 1) return local_index;
   // Split the local flat index into (outer, i_dim, inner) around the shard dimension; the
   // global index offsets i_dim by this rank's share of that dimension.
   const int d = spec.shard.dim;

@@ -13,7 +13,8 @@
 // Invariants: offsets are assigned in insertion order with no padding (so tensors added back to
 // back are one contiguous matrix, e.g. wq|wk|wv), names are unique, total_elements() is exactly
 // the sum of the specs' element counts, and a spec's shape equals its global shape with the shard
-// dimension divided by the shard group's size.
+// dimension divided by the shard group's size (and, for routed experts split over tp too, the
+// width dimension by tp).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,9 @@ std::string_view shard_group_name(ShardGroup g);
 struct TensorShard {
   int dim = -1;  // -1: not sharded
   ShardGroup group = ShardGroup::none;
+  // Routed experts: their width (FE) dimension, which tp splits too where the coordinate says so
+  // (ShardCoord::expert_width_over_tp: parallel.expert_tp = tp).
+  int width_dim = -1;
   bool sharded() const { return group != ShardGroup::none; }
 };
 
@@ -78,6 +82,7 @@ struct TensorSpec {
 struct ShardCoord {
   int tp_size = 1, tp_rank = 0;
   int ep_size = 1, ep_rank = 0;
+  bool expert_width_over_tp = false;  // routed experts' width_dim split over tp as well
   int size(ShardGroup g) const;
   int rank(ShardGroup g) const;
 };
@@ -115,5 +120,9 @@ class TensorTable {
 // (identity for unsharded tensors). Initialisation keys its random numbers by it, so values do
 // not depend on the layout.
 int64_t global_element_index(const TensorSpec& spec, const ShardCoord& coord, int64_t local_index);
+
+// The global index, along each dimension, of the first element of the block of `spec` that
+// `coord` holds (all zeros for a replicated tensor); the block's extents are spec.shape.
+std::vector<int64_t> shard_origin(const TensorSpec& spec, const ShardCoord& coord);
 
 }  // namespace trillion

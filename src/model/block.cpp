@@ -27,7 +27,8 @@ BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, Mo
   a.rstd2 = base.take({N});
   if (sp) a.norm2_full = base.take({ctx_.shape.tokens(), C});
   if (moe != nullptr) {
-    TRILLION_CHECK(ctx_.tp_size() == 1, "MoE layers do not run under tensor parallelism yet");
+    TRILLION_CHECK(ctx_.tp_size() == 1 || ctx_.moe_slice || ctx_.experts_tp,
+                   "MoE layers under tensor parallelism need parallel.expert_tp");
     TRILLION_CHECK(r != LayerRecompute::full, "a MoE layer cannot be fully recomputed");
     TRILLION_CHECK(moe_ != nullptr, "a MoE layer in a block without a MoE module");
     a.moe = moe;
@@ -121,17 +122,53 @@ void Block::forward(const BlockWeights& w, const BlockActivations& a, const Tens
   });
   // MLP half: out = mid + Mlp(rmsnorm(mid))
   be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
+  if (a.moe != nullptr && ctx_.moe_slice) {
+    TRILLION_CHECK(write_out, "a MoE layer cannot be fully recomputed");
+    moe_slice_forward(w, a);
+    return;
+  }
   const Tensor& mlp_in = sp ? a.norm2_full : a.norm2;
   if (sp) parallel::all_gather_sp_forward(ctx_.tp, a.norm2, a.norm2_full);
-  if (a.moe != nullptr) {
+  if (a.moe != nullptr && ctx_.tp_size() == 1) {
     if (write_out) be_.copy(a.out, a.mid);
     moe_->forward(a.out, a.norm2, w.moe, *a.moe);
+  } else if (a.moe != nullptr) {
+    // Experts split over tp: the MoE layer is a tp region over the gathered rows, as the MLP.
+    TRILLION_CHECK(write_out, "a MoE layer cannot be fully recomputed");
+    residual_exit(a.out, a.mid, a.partial,
+                  [&](const Tensor& out) { moe_->forward(out, mlp_in, w.moe, *a.moe); });
   } else if (!write_out) {
     mlp_.forward(a.out, mlp_in, w.mlp, a.mlp, /*write_out=*/false);
   } else {
     residual_exit(a.out, a.mid, a.partial,
                   [&](const Tensor& out) { mlp_.forward(out, mlp_in, w.mlp, a.mlp); });
   }
+}
+
+void Block::moe_slice_forward(const BlockWeights& w, const BlockActivations& a) {
+  // out = mid + reduce_scatter(Shared(all_gather(norm2))) + Routed(norm2 rows of this rank).
+  if (moe_->has_shared()) {
+    parallel::all_gather_sp_forward(ctx_.tp, a.norm2, a.norm2_full);
+    residual_exit(a.out, a.mid, a.partial, [&](const Tensor& out) {
+      moe_->shared_forward(out, a.norm2_full, w.moe, *a.moe);
+    });
+  } else {
+    be_.copy(a.out, a.mid);
+  }
+  moe_->forward(a.out, a.norm2, w.moe, *a.moe);
+}
+
+void Block::moe_slice_backward_input(const Tensor& dres, const BlockWeights& w,
+                                     const BlockActivations& a, const BlockStash& g) {
+  // d_norm2 = (the shared experts' gathered-and-scattered part) + the routed rows' part.
+  if (moe_->has_shared()) {
+    parallel::reduce_scatter_sp_backward(ctx_.tp, dres, g.d_out);
+    moe_->shared_backward_input(a.partial, g.d_out, w.moe, *a.moe);
+    parallel::all_gather_sp_backward(ctx_.tp, a.partial, g.d_norm2);
+  } else {
+    be_.fill(g.d_norm2, 0.0);
+  }
+  moe_->backward_input(g.d_norm2, dres, w.moe, *a.moe);
 }
 
 void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActivations& a,
@@ -142,21 +179,25 @@ void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActiva
   // reduce_scatter_sp's backward gathered d_out).
   comm::Communicator* tp = ctx_.tp;
   const bool sp = ctx_.sequence_parallel();
-  if (sp) {
-    parallel::reduce_scatter_sp_backward(tp, dres, g.d_out);
+  if (a.moe != nullptr && ctx_.moe_slice) {
+    moe_slice_backward_input(dres, w, a, g);
   } else {
-    be_.copy(g.d_out, dres);
-  }
-  const Tensor& d_norm2_full = sp ? a.partial : g.d_norm2;
-  if (a.moe != nullptr) {
-    moe_->backward_input(g.d_norm2, dres, w.moe, *a.moe);
-  } else {
-    mlp_.backward_input(d_norm2_full, g.d_out, w.mlp, a.mlp, g.mlp, t.d_act);
-  }
-  if (sp) {
-    parallel::all_gather_sp_backward(tp, d_norm2_full, g.d_norm2);
-  } else {
-    parallel::copy_to_tp_backward(tp, g.d_norm2);
+    if (sp) {
+      parallel::reduce_scatter_sp_backward(tp, dres, g.d_out);
+    } else {
+      be_.copy(g.d_out, dres);
+    }
+    const Tensor& d_norm2_full = sp ? a.partial : g.d_norm2;
+    if (a.moe != nullptr) {  // tp = 1, or experts split over tp (a tp region)
+      moe_->backward_input(d_norm2_full, g.d_out, w.moe, *a.moe);
+    } else {
+      mlp_.backward_input(d_norm2_full, g.d_out, w.mlp, a.mlp, g.mlp, t.d_act);
+    }
+    if (sp) {
+      parallel::all_gather_sp_backward(tp, d_norm2_full, g.d_norm2);
+    } else {
+      parallel::copy_to_tp_backward(tp, g.d_norm2);
+    }
   }
   be_.rmsnorm_backward_input(dres, g.d_norm2, a.mid, w.mlp_norm, a.rstd2);
   // Attention half. dres now holds dL/d(mid).
@@ -183,7 +224,8 @@ void Block::backward_input(Tensor dres, const BlockWeights& w, const BlockActiva
 void Block::backward_weight(const BlockWeights& d, const BlockActivations& a, const BlockStash& g) {
   const bool sp = ctx_.sequence_parallel();
   if (a.moe != nullptr) {
-    moe_->backward_weight(d.moe, a.norm2, g.d_out, *a.moe);
+    moe_->backward_weight(d.moe, sp && !ctx_.moe_slice ? a.norm2_full : a.norm2, g.d_out, *a.moe);
+    if (ctx_.moe_slice) moe_->shared_backward_weight(d.moe, a.norm2_full, g.d_out, *a.moe);
   } else {
     mlp_.backward_weight(d.mlp, sp ? a.norm2_full : a.norm2, g.d_out, a.mlp, g.mlp);
   }

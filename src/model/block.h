@@ -13,6 +13,12 @@
 // weight gradients) and the outputs reduce-scattered; backward mirrors it. Norm weight gradients
 // are then partial over the rank's rows and must be summed over tp before the optimizer
 // (reduce_replicated_gradients); without SP every tp rank computes them whole and identical.
+// A MoE layer under ctx.moe_slice (tp with parallel.expert_tp = 1): the shared experts are a tp
+// region like the dense MLP (norm2 gathered, output reduce-scattered), while the router and the
+// routed experts take the rank's own N/tp rows of norm2 directly (their all-to-all spans tp x ep:
+// each token is routed once, and no tp collective touches the routed rows). Under ctx.experts_tp
+// (parallel.expert_tp = tp) the whole MoE layer is a tp region like the MLP: gathered rows in,
+// each expert's column-/row-parallel partial output reduce-scattered out.
 #pragma once
 
 #include <optional>
@@ -118,6 +124,10 @@ class Block {
   template <typename PartialInto>
   void residual_exit(const Tensor& out, const Tensor& residual, const Tensor& partial,
                      PartialInto partial_into);
+  // The MoE sublayer under ctx.moe_slice (see the header comment).
+  void moe_slice_forward(const BlockWeights& w, const BlockActivations& a);
+  void moe_slice_backward_input(const Tensor& dres, const BlockWeights& w,
+                                const BlockActivations& a, const BlockStash& g);
 
   Backend& be_;
   const ParallelContext& ctx_;

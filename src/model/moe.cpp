@@ -75,7 +75,8 @@ Moe::Moe(Backend& backend, const ParallelContext& ctx, const MoeConfig& config,
               exchange != nullptr
                   ? static_cast<int>(config.n_routed_experts / exchange->local_experts())
                   : 1),
-      shared_(backend, ctx, config.n_shared_experts * config.expert_ffn) {}
+      // The shared experts are tp shards (column-parallel gate/up, row-parallel down).
+      shared_(backend, ctx, config.n_shared_experts * config.expert_ffn / ctx.tp_size()) {}
 
 void Moe::carve(Carver& kept, MoeState& s) const {
   router_.carve(kept, s.routing);
@@ -99,8 +100,8 @@ Tensor Moe::expert_matrix(const Tensor& stacked, int64_t e) const {
 
 void Moe::forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s) {
   TRILLION_CHECK(tracker_ != nullptr, "Moe needs a memory tracker for its expert buffers");
-  const int64_t N = ctx_.shape.tokens(), K = config_.top_k, E = config_.n_routed_experts;
-  const int64_t C = ctx_.shape.d_model, FE = config_.expert_ffn;
+  const int64_t N = ctx_.moe_tokens(), K = config_.top_k, E = config_.n_routed_experts;
+  const int64_t C = ctx_.shape.d_model, FE = expert_width();
   const DType dt = x.dtype();
   router_.forward(x, w.router, s.routing);
   // Rows in expert order: every kept assignment, grouped by expert, in token order inside.
@@ -157,18 +158,36 @@ void Moe::forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s)
     scale_rows(sent.view(0, {R, C}), s.y.view(0, {R, C}), gate);
     be_.embedding_backward_weight(out, s.row_token.data(), sent.view(0, {R, C}));
   }
+  if (!ctx_.moe_slice) shared_forward(out, x, w, s);
+}
+
+void Moe::shared_forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s) {
   if (config_.n_shared_experts > 0) shared_.forward(out, x, w.shared, s.shared);
 }
 
+void Moe::shared_backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, MoeState& s) {
+  const int64_t N = ctx_.shape.tokens();
+  Buffer d_act(*tracker_, MemoryCategory::workspace, dout.dtype(), N * shared_.width());
+  shared_.backward_input(dx, dout, w.shared, s.shared, s.shared_stash,
+                         d_act.view(0, {N, shared_.width()}));
+}
+
+void Moe::shared_backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& dout,
+                                 MoeState& s) {
+  if (config_.n_shared_experts > 0) {
+    shared_.backward_weight(d.shared, x, dout, s.shared, s.shared_stash);
+  }
+}
+
 void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, MoeState& s) {
-  const int64_t N = ctx_.shape.tokens(), K = config_.top_k, C = ctx_.shape.d_model;
-  const int64_t FE = config_.expert_ffn, R = static_cast<int64_t>(s.row_token.size());
+  const int64_t N = ctx_.moe_tokens(), K = config_.top_k, C = ctx_.shape.d_model;
+  const int64_t FE = expert_width(), R = static_cast<int64_t>(s.row_token.size());
   const int64_t received = s.plan.received();
   const DType dt = dout.dtype();
-  if (config_.n_shared_experts > 0) {
-    Buffer d_act(*tracker_, MemoryCategory::workspace, dt, N * shared_.width());
-    shared_.backward_input(dx, dout, w.shared, s.shared, s.shared_stash,
-                           d_act.view(0, {N, shared_.width()}));
+  if (ctx_.moe_slice) {
+    // dx holds the shared experts' part already (Block gathers and scatters it).
+  } else if (config_.n_shared_experts > 0) {
+    shared_backward_input(dx, dout, w, s);
   } else {
     be_.fill(dx, 0.0);
   }
@@ -188,6 +207,8 @@ void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, Moe
       gate[r] = double(g[s.row_slot[r]]);
     }
   });
+  // Experts split over tp: y, hence each dot, is this rank's partial sum over its columns.
+  if (ctx_.experts_tp) ctx_.tp->all_reduce(Tensor(dgates.data(), DType::f64, {N * K}));
   Buffer dy(*tracker_, MemoryCategory::workspace, dt, std::max<int64_t>(R, 1) * C);
   if (R > 0) scale_rows(dy.view(0, {R, C}), dout_rows.view(0, {R, C}), gate);
   s.dye = Buffer(*tracker_, MemoryCategory::workspace, dt, std::max<int64_t>(received, 1) * C);
@@ -219,7 +240,7 @@ void Moe::backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, Moe
 }
 
 void Moe::backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& dout, MoeState& s) {
-  const int64_t C = ctx_.shape.d_model, FE = config_.expert_ffn;
+  const int64_t C = ctx_.shape.d_model, FE = expert_width();
   int64_t row = 0;
   for (int64_t e = 0; e < exchange_->local_experts(); ++e) {
     const int64_t n = s.plan.local_rows[e];
@@ -236,9 +257,11 @@ void Moe::backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& do
     row += n;
   }
   router_.backward_weight(d.router.router, x, s.dz);
-  if (config_.n_shared_experts > 0) {
-    shared_.backward_weight(d.shared, x, dout, s.shared, s.shared_stash);
-  }
+  if (!ctx_.moe_slice) shared_backward_weight(d, x, dout, s);
+  release_rows(s);
+}
+
+void Moe::release_rows(MoeState& s) {
   s.xe = Buffer();
   s.h = Buffer();
   s.act = Buffer();

@@ -98,15 +98,33 @@ class Moe {
   void carve(Carver& kept, MoeState& s) const;
   void carve_stash(Carver& c, MoeState& s) const;
 
-  // out[N, C] += the layer's output for the normed input x [N, C].
+  // out[N, C] += the layer's output for the normed input x [N, C]. Under ctx.moe_slice: the
+  // routed experts' output for this rank's rows only (N = ctx.moe_tokens()); the caller runs the
+  // shared experts over the gathered rows with shared_forward.
   void forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s);
-  // dx[N, C] = dL/dx from dout = dL/d(out) (uses s.grad_scale for the balance loss).
+  // dx[N, C] = dL/dx from dout = dL/d(out) (uses s.grad_scale for the balance loss). Under
+  // ctx.moe_slice: dx[N, C] += the routed experts' and router's part (dx holds the shared's).
   void backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, MoeState& s);
-  // grads += weight gradients; frees the micro-batch's expert buffers.
+  // grads += weight gradients; frees the micro-batch's expert buffers (under ctx.moe_slice
+  // without the shared experts': shared_backward_weight).
   void backward_weight(const MoeWeights& grads, const Tensor& x, const Tensor& dout, MoeState& s);
+
+  // The shared experts alone, over all N = ctx.shape.tokens() rows (tp shards of their width):
+  // out += Shared(x); dx = dL/dx; grads += their weight gradients.
+  void shared_forward(Tensor out, const Tensor& x, const MoeWeights& w, MoeState& s);
+  void shared_backward_input(Tensor dx, const Tensor& dout, const MoeWeights& w, MoeState& s);
+  void shared_backward_weight(const MoeWeights& grads, const Tensor& x, const Tensor& dout,
+                              MoeState& s);
+  bool has_shared() const { return config_.n_shared_experts > 0; }
+  // Frees a micro-batch's routed-expert rows (what backward_weight frees).
+  static void release_rows(MoeState& s);
 
   const Router& router() const { return router_; }
   int64_t expert_ffn() const { return config_.expert_ffn; }
+  // The width of each routed expert this rank computes (FE, or FE / tp under ctx.experts_tp).
+  int64_t expert_width() const {
+    return config_.expert_ffn / (ctx_.experts_tp ? ctx_.tp_size() : 1);
+  }
 
  private:
   Tensor expert_matrix(const Tensor& stacked, int64_t e) const;  // [E_local, r, c] -> [r, c]

@@ -32,6 +32,14 @@ struct ParallelContext {
   int cp_rank = 0;
   ContextAttention* context_attention = nullptr;
   comm::Communicator* ep = nullptr;
+  // MoE layers under tp with parallel.expert_tp = 1 (requires SP): the router and the routed
+  // experts take this rank's N/tp residual rows, and the ep group spans tp x ep; the shared
+  // experts stay tp-sharded over the gathered rows, like a dense MLP.
+  bool moe_slice = false;
+  // MoE layers under tp with parallel.expert_tp = tp (requires SP): every routed expert's width
+  // FE is split over tp (column-parallel gate/up, row-parallel down) and the MoE layer is a tp
+  // region like the dense MLP: it routes all N gathered rows, its output is reduce-scattered.
+  bool experts_tp = false;
   // Moves MoE rows to the ranks holding their experts (nullptr: every expert on this rank).
   ExpertExchange* experts = nullptr;
   // The precision recipe of the blocks' linear layers (nullptr: the backend's dtype, exactly).
@@ -44,6 +52,9 @@ struct ParallelContext {
   int64_t residual_tokens() const {
     return sequence_parallel() ? shape.tokens() / tp_size() : shape.tokens();
   }
+  // The token rows a MoE layer routes on this rank and the first one's index in the micro-batch.
+  int64_t moe_tokens() const { return moe_slice ? residual_tokens() : shape.tokens(); }
+  int64_t moe_first_token() const { return moe_slice ? tp_rank() * residual_tokens() : 0; }
 
   // The one-process context of a [batch, seq_len] micro-batch.
   static ParallelContext single(const ModelConfig& config, int64_t batch, int64_t seq_len) {

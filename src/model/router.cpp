@@ -28,18 +28,20 @@ Router::Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& co
     : be_(backend), ctx_(ctx), config_(config), ep_size_(ep_size) {}
 
 void Router::carve(Carver& kept, Routing& r) const {
-  const int64_t N = ctx_.shape.tokens();
+  const int64_t N = ctx_.moe_tokens();
   r.scores = kept.take({N, config_.n_routed_experts});
   r.gates = kept.take({N, config_.top_k});
 }
 
 Tensor Router::carve_stash(Carver& c) const {
-  return c.take({ctx_.shape.tokens(), config_.n_routed_experts});
+  return c.take({ctx_.moe_tokens(), config_.n_routed_experts});
 }
 
 void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
-  // T: this rank's rows of each sequence; T_seq: the whole sequence's tokens (T * cp).
-  const int64_t N = ctx_.shape.tokens(), T = ctx_.shape.seq, B = N / T;
+  // T: this rank's rows of each sequence; T_seq: the whole sequence's tokens (T * cp). N: the
+  // rows routed here, from row `first` of the micro-batch's B * T (a tp slice under moe_slice).
+  const int64_t N = ctx_.moe_tokens(), first = ctx_.moe_first_token(), T = ctx_.shape.seq;
+  const int64_t B = ctx_.shape.tokens() / T;
   const int64_t T_seq = T * ctx_.sequence.cp;
   const int64_t E = config_.n_routed_experts, K = config_.top_k;
   const bool sigmoid = config_.router == "sigmoid_bias";
@@ -103,7 +105,7 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
       });
       double chosen_sum = 0;
       for (int64_t k = 0; k < K; ++k) chosen_sum += double(row[order[k]]);
-      const int64_t b = t / T;
+      const int64_t b = (first + t) / T;
       for (int64_t k = 0; k < K; ++k) {
         const int64_t e = order[k];
         r.expert[t * K + k] = static_cast<int32_t>(e);
@@ -121,6 +123,8 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
     // f needs the whole sequence's choices: the counts (exact integers, so the sum is the
     // one-process count in any order) add over the cp ranks holding its parts.
     if (ctx_.cp != nullptr) ctx_.cp->all_reduce(Tensor(r.f.data(), DType::f64, {B * E}));
+    // Under moe_slice the tp ranks hold the other rows of the micro-batch: add theirs.
+    if (ctx_.moe_slice) ctx_.tp->all_reduce(Tensor(r.f.data(), DType::f64, {B * E}));
     const double f_scale = static_cast<double>(E) / static_cast<double>(K * T_seq);
     for (double& f : r.f) f *= f_scale;
     // Balance loss per sequence: alpha * sum_i f_i P_i. P is a sum over the sequence's tokens,
@@ -128,7 +132,10 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
     // (finish_moe_step sums the shares over dp x cp).
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> P(E, 0.0);
-      for (int64_t t = b * T; t < (b + 1) * T; ++t) {
+      // This rank's rows of sequence b (all of them unless moe_slice cuts it).
+      const int64_t lo = std::max(b * T, first) - first;
+      const int64_t hi = std::min((b + 1) * T, first + N) - first;
+      for (int64_t t = lo; t < hi; ++t) {
         const T_* row = s + t * E;
         double total = 1.0;
         if (sigmoid) total = std::accumulate(row, row + E, 0.0);
@@ -145,7 +152,7 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
 
 void Router::backward_input(Tensor dx, const Tensor& dz, const std::vector<double>& dgates,
                             const RouterWeights& w, const Routing& r, double grad_scale) {
-  const int64_t N = ctx_.shape.tokens(), T = ctx_.shape.seq;
+  const int64_t N = ctx_.moe_tokens(), first = ctx_.moe_first_token(), T = ctx_.shape.seq;
   const int64_t E = config_.n_routed_experts, K = config_.top_k;
   const bool sigmoid = config_.router == "sigmoid_bias";
   const double alpha = config_.balance_loss_alpha;
@@ -169,7 +176,7 @@ void Router::backward_input(Tensor dx, const Tensor& dz, const std::vector<doubl
       // Balance loss through P: dL/ds'_i = grad_scale * alpha * f_i of the token's sequence
       // (with cp: the whole sequence's f from forward, and the 1/T of P cancels the T of the
       // sequence's weight grad_scale * T for the whole length T, so no cp factor appears).
-      const double* f = &r.f[(t / T) * E];
+      const double* f = &r.f[((first + t) / T) * E];
       if (sigmoid) {
         const double total = std::accumulate(row, row + E, 0.0);
         double a_dot = 0;
@@ -190,11 +197,22 @@ void Router::backward_input(Tensor dx, const Tensor& dz, const std::vector<doubl
       }
     }
   });
-  be_.gemm(dx, false, false, dz, w.router, 1.0, 1.0);
+  const auto [a, b] = gradient_rows();
+  if (b > a) be_.gemm(dx.rows(a, b), false, false, dz.rows(a, b), w.router, 1.0, 1.0);
 }
 
 void Router::backward_weight(Tensor drouter, const Tensor& x, const Tensor& dz) {
-  be_.gemm(drouter, true, false, dz, x, 1.0, 1.0);
+  const auto [a, b] = gradient_rows();
+  if (b > a) be_.gemm(drouter, true, false, dz.rows(a, b), x.rows(a, b), 1.0, 1.0);
+}
+
+std::pair<int64_t, int64_t> Router::gradient_rows() const {
+  const int64_t N = ctx_.moe_tokens();
+  if (!ctx_.experts_tp) return {0, N};
+  // Every tp rank routes all N rows identically: each takes its N/tp rows' share of dx (summed
+  // by the layer's reduce-scatter) and of dWr (summed over tp with the replicated gradients).
+  const int64_t rows = N / ctx_.tp_size(), r = ctx_.tp_rank();
+  return {r * rows, (r + 1) * rows};
 }
 
 void Router::count_loads(const Routing& r, std::vector<double>& loads) const {

@@ -15,6 +15,10 @@
 //   context parallelism a rank holds T/cp tokens of each sequence: f's counts are summed over
 //   the cp group in forward (one all-reduce of B * E f64), T is the whole length, and each rank's
 //   balance_loss is its tokens' share of P, so the shares add over cp to the sequence's L.
+//   Under ctx.moe_slice (tp with parallel.expert_tp = 1) a rank routes its N/tp sequence-parallel
+//   rows of the micro-batch: f's counts add over tp the same way (one more B * E f64 all-reduce),
+//   and its share of P covers those rows. Under ctx.experts_tp (parallel.expert_tp = tp) every tp
+//   rank routes all N gathered rows identically, and takes its N/tp rows' share of dx and dWr.
 //   Node-limited routing (max_groups = M > 0): experts are grouped by expert-parallel rank; a
 //   token first picks the M groups with the largest sums of their top ceil(K / M) keys.
 //   Capacity (capacity_factor cf > 0, Switch): expert i takes at most ceil(cf * N * K / E) of this
@@ -24,6 +28,7 @@
 // the logits' GEMMs on the backend. Ties break towards the lower expert index.
 #pragma once
 
+#include <utility>
 #include <vector>
 
 #include "model/carver.h"
@@ -70,6 +75,10 @@ class Router {
   static void update_bias(const Tensor& bias, const std::vector<double>& loads, double rate);
 
  private:
+  // The rows whose dz reaches dx and dWr on this rank (all of them, but a 1/tp share of the
+  // identical rows every tp rank routes under ctx.experts_tp).
+  std::pair<int64_t, int64_t> gradient_rows() const;
+
   Backend& be_;
   const ParallelContext& ctx_;
   MoeConfig config_;

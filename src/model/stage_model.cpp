@@ -293,6 +293,12 @@ double StageModel::balance_loss(int slot) const {
   return sum;
 }
 
+void StageModel::release_expert_rows() {
+  for (auto& per_slot : moe_states_) {
+    for (MoeState& s : per_slot) Moe::release_rows(s);
+  }
+}
+
 MoeStepStats StageModel::take_moe_stats() {
   MoeStepStats out = moe_stats_;
   for (auto& l : moe_stats_.loads) std::fill(l.begin(), l.end(), 0.0);
@@ -404,8 +410,8 @@ BlockWeights StageModel::block_weights(bool grads, const LayerSpecs& s, int64_t 
   // The bias steers routing and is moved by the balancing rule: it has no gradient.
   if (!grads && s.router_bias >= 0) w.moe.router.bias = at(s.router_bias);
   if (s.shared_gate >= 0) {
-    w.moe.shared.w_gate_up =
-        joined(s.shared_gate, 2 * config_.moe.n_shared_experts * config_.moe.expert_ffn);
+    w.moe.shared.w_gate_up = joined(
+        s.shared_gate, 2 * config_.moe.n_shared_experts * config_.moe.expert_ffn / ctx_.tp_size());
     w.moe.shared.w_down = at(s.shared_down);
   }
   w.moe.gate = at(s.experts_gate);

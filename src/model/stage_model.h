@@ -95,6 +95,9 @@ class StageModel {
   // MoE layers: the statistics since the last call (and resets them), and the routing bias of
   // stage layer i (empty for softmax routing).
   MoeStepStats take_moe_stats();
+  // Frees the routed experts' per-micro-batch rows that forward-only passes (evaluation) leave
+  // behind, since no backward_weight comes to free them.
+  void release_expert_rows();
   // The balance loss of slot's last forward, summed over the stage's MoE layers and the slot's
   // sequences (the objective adds its mean over the step's sequences).
   double balance_loss(int slot) const;

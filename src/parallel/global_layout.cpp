@@ -1,6 +1,7 @@
-// See global_layout.h. A shard along dimension d of a row-major tensor is, for each index of the
-// dimensions before d, one contiguous run of (local extent of d) x (product of the dimensions
-// after d) elements, so a tensor moves as `outer` contiguous block copies.
+// See global_layout.h. A shard of a row-major tensor whose innermost split dimension is d is, for
+// each index of the dimensions before d, one contiguous run of (local extent of d) x (product of
+// the dimensions after d) elements, so a tensor moves as that many contiguous block copies (routed
+// experts split over ep and, along their width, over tp have two split dimensions).
 #include "parallel/global_layout.h"
 
 #include "core/error.h"
@@ -9,27 +10,46 @@ namespace trillion::parallel {
 
 namespace {
 
+// A tensor's shard as `count` contiguous runs of `length` elements: runs along the innermost
+// dimension the shard splits (`split`), one per index of the dimensions before it.
 struct Blocks {
-  int64_t count = 1;         // blocks per tensor
-  int64_t length = 0;        // elements per block
-  int64_t global_first = 0;  // global offset (within the tensor) of block 0
-  int64_t global_stride = 0;
+  int64_t count = 1;   // blocks per tensor
+  int64_t length = 0;  // elements per block
+  int split = -1;      // innermost split dimension (-1: the whole tensor is one block)
+  std::vector<int64_t> origin;
 };
 
 Blocks blocks_of(const TensorSpec& s, const ShardCoord& coord) {
   Blocks b;
-  if (!s.shard.sharded() || coord.size(s.shard.group) == 1) {
+  b.origin = shard_origin(s, coord);
+  for (int k = static_cast<int>(s.shape.size()) - 1; k >= 0 && b.split < 0; --k) {
+    if (s.shape[k] != s.global_shape[k]) b.split = k;
+  }
+  if (b.split < 0) {
     b.length = s.numel();
     return b;
   }
-  const int d = s.shard.dim;
-  int64_t inner = 1;
-  for (size_t k = d + 1; k < s.shape.size(); ++k) inner *= s.shape[k];
-  for (int k = 0; k < d; ++k) b.count *= s.shape[k];
-  b.length = s.shape[d] * inner;
-  b.global_stride = s.global_shape[d] * inner;
-  b.global_first = coord.rank(s.shard.group) * b.length;
+  b.length = 1;
+  for (size_t k = b.split; k < s.shape.size(); ++k) b.length *= s.shape[k];
+  for (int k = 0; k < b.split; ++k) b.count *= s.shape[k];
   return b;
+}
+
+// The global offset (within the tensor) of block `k` of `b`.
+int64_t global_offset(const TensorSpec& s, const Blocks& b, int64_t k) {
+  if (b.split < 0) return 0;
+  const int rank = static_cast<int>(s.shape.size());
+  int64_t offset = 0, stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    int64_t i = b.origin[d];
+    if (d < b.split) {
+      i += k % s.shape[d];
+      k /= s.shape[d];
+    }
+    offset += i * stride;
+    stride *= s.global_shape[d];
+  }
+  return offset;
 }
 
 template <typename F>
@@ -42,7 +62,7 @@ void for_each_block(const TensorTable& local, const ShardCoord& coord, const Ten
                    "local and global tables disagree on " + s.name);
     const Blocks b = blocks_of(s, coord);
     for (int64_t k = 0; k < b.count; ++k) {
-      f(i, s.offset + k * b.length, g.offset + b.global_first + k * b.global_stride, b.length);
+      f(i, s.offset + k * b.length, g.offset + global_offset(s, b, k), b.length);
     }
   }
 }

@@ -5,10 +5,11 @@ namespace trillion::parallel {
 
 TensorParallel::TensorParallel(comm::Communicator& tp, bool sequence_parallel,
                                const TensorTable& table, const std::vector<OptimSegment>& segments,
-                               Backend& backend)
+                               Backend& backend, bool experts_sharded)
     : tp_(tp), sp_(sequence_parallel), be_(backend) {
   for (const OptimSegment& s : segments) {
-    if (s.length > 0 && table.spec(s.spec).shard.group != ShardGroup::tp) {
+    const ShardGroup g = table.spec(s.spec).shard.group;
+    if (s.length > 0 && g != ShardGroup::tp && !(experts_sharded && g == ShardGroup::ep)) {
       replicated_.push_back(s);
       // Replicated attention tensors are MLA's down-projections and latent norms: partial over
       // the rank's heads with or without SP.

@@ -26,8 +26,10 @@ namespace trillion::parallel {
 class TensorParallel {
  public:
   // segments: the optimizer's (DataParallel::segments) over `table`, this rank's local table.
+  // experts_sharded: the routed experts differ per tp rank (parallel.expert_tp), like tp shards.
   TensorParallel(comm::Communicator& tp, bool sequence_parallel, const TensorTable& table,
-                 const std::vector<OptimSegment>& segments, Backend& backend);
+                 const std::vector<OptimSegment>& segments, Backend& backend,
+                 bool experts_sharded = false);
 
   // Sums the replicated tensors' gradient pieces in `grads` (the optimizer's gradient buffer)
   // over tp, in place (without SP only MLA's).

@@ -1,6 +1,8 @@
 // See activation_memory.h for the derivation.
 #include "plan/activation_memory.h"
 
+#include <algorithm>
+
 namespace trillion::plan {
 
 namespace {
@@ -13,7 +15,9 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
                                         const ActivationPolicy& p, int64_t elem, int64_t stat,
                                         const StageExtent& stage, int64_t slots,
                                         const TensorSplit& split) {
-  require_engine_block(m);
+  ModelSpec block = m;  // the attention and dense layers are the engine's block
+  block.n_routed_experts = 0;
+  require_engine_block(block);
   const int64_t T = seq_len / split.cp;  // this cp rank's rows of each sequence
   const int64_t t = split.tp;
   const bool sp = split.sequence_parallel();
@@ -36,6 +40,12 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   const int64_t out = Nr * C * elem;
   // Selective drops the attention core (state + output) and the SwiGLU output.
   const int64_t selective_dropped = N * (A + F) * elem + attn_state;
+  // A MoE layer: the router's scores and gates and the shared experts' instead of the MLP's.
+  const int64_t Nm = sp && !split.experts_tp ? Nr : N;
+  const int64_t FS = m.n_shared_experts * m.expert_ffn / t;
+  const int64_t moe_all =
+      all - N * 3 * F * elem + (Nm * (m.n_routed_experts + m.top_k) + N * 3 * FS) * elem;
+  const int64_t moe_selective_dropped = N * A * elem + attn_state;
   // norm-up drops both norm outputs and, with MLA, the normed latents and the up-projected qkv,
   // keeping the rotated shared key instead (the engine refuses norm-up with SP).
   const int64_t norm_up_dropped =
@@ -46,18 +56,23 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   bool any_full = false, any_selective = false, any_norm_up = false;
   const int64_t first = stage.first_layer;
   const int64_t last = stage.n_layers < 0 ? m.n_layers : first + stage.n_layers;
+  int64_t selective_scratch = 0;  // the largest layer's recomputed set
   for (int64_t l = first; l < last; ++l) {
+    const bool moe = l >= m.dense_layers();
+    const int64_t kept = moe ? moe_all : all;
     if (layer_is_full(p, l)) {
       r.stored += out;
       any_full = true;
     } else if (p.recompute == Recompute::kSelective) {
-      r.stored += all - selective_dropped;
+      const int64_t dropped = moe ? moe_selective_dropped : selective_dropped;
+      r.stored += kept - dropped;
+      selective_scratch = std::max(selective_scratch, dropped);
       any_selective = true;
     } else if (p.norm_up) {
-      r.stored += all - norm_up_dropped + norm_up_kept;
+      r.stored += kept - norm_up_dropped + norm_up_kept;
       any_norm_up = true;
     } else {
-      r.stored += all;
+      r.stored += kept;
     }
   }
   r.stored += Nr * C * elem;  // the stage's input
@@ -73,7 +88,7 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   const bool any_layer = last > first;
   if (any_layer) r.scratch = sp ? N * C * elem : 0;
   if (any_full) r.scratch += all - out;
-  if (any_selective) r.scratch += selective_dropped;
+  if (any_selective) r.scratch += selective_scratch;
   if (any_norm_up) r.scratch += norm_up_dropped;
   return r;
 }

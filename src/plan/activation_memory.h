@@ -49,6 +49,13 @@
 // backward instead of keeping them), the head keeps its gathered input N*C, and the shared
 // buffer holds one [N, C] partial sum for the reduce-scatters (scratch, even without recompute).
 // lse and the losses stay [N] on every rank (the vocabulary-parallel loss reduces them).
+//
+// A MoE layer (model/moe.h) keeps, instead of gate_up and act: the router's scores and gates
+// Nm*(E+K) (Nm: the rows it routes, N, or N/tp under SP with whole experts over tp x ep) and the
+// shared experts' gate_up and act N*3*FS/tp (FS = n_shared * FE); selective recompute keeps all of
+// them (it drops only the attention core). The routed experts' rows are allocated per micro-batch
+// and freed by its backward_weight (after a forward-only pass, by StageModel::release_expert_rows):
+// they depend on the routing and are not in this formula.
 #pragma once
 
 #include <cstdint>
@@ -91,6 +98,9 @@ struct TensorSplit {
   int64_t tp = 1;
   bool sp = false;
   int64_t cp = 1;
+  // MoE layers under tp: false (the engine's parallel.expert_tp = 1) routes the rank's N/tp SP
+  // rows, true (expert_tp = tp) routes all N gathered rows (docs/moe.md).
+  bool experts_tp = false;
   bool sequence_parallel() const { return sp && tp > 1; }
 };
 

@@ -222,7 +222,8 @@ const std::vector<std::vector<int>>& placement(const Layout& l) {
 
 // Local parameters of every unit (embedding, layers, head) under (tp, ep): a tensor split over
 // tp is divided when its split dimension divides (else replicated, as Megatron replicates K/V
-// heads when tp exceeds them); routed experts divide by ep and, along their width, by tp.
+// heads when tp exceeds them); routed experts divide by ep and by tp (whole experts over tp x ep,
+// or their width over tp).
 struct UnitParams {
   std::vector<double> dense, expert, routing_bias;  // routing_bias: part of dense
 };
@@ -245,7 +246,11 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
     if (s.shard.group == ShardGroup::tp && s.global_shape[s.shard.dim] % tp == 0) n /= tp;
     if (s.shard.group == ShardGroup::ep) {
       n /= ep;
-      if (m.expert_ffn % tp == 0) n /= tp;  // expert tensor parallelism = tp
+      // The tp ranks split the experts too: whole experts over tp x ep (the engine's
+      // parallel.expert_tp = 1) or each expert's width over tp (expert_tp = tp): the same count.
+      if (m.n_routed_experts % (static_cast<int64_t>(ep) * tp) == 0 || m.expert_ffn % tp == 0) {
+        n /= tp;
+      }
       u.expert[s.unit] += n;
     } else {
       u.dense[s.unit] += n;

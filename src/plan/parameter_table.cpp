@@ -14,7 +14,10 @@ namespace {
 constexpr TensorShard kReplicated{};
 constexpr TensorShard kColumn{0, ShardGroup::tp};  // output features split over tp
 constexpr TensorShard kRow{1, ShardGroup::tp};     // input features split over tp
-constexpr TensorShard kExperts{0, ShardGroup::ep};
+// Routed experts [E, FE, C] (gate, up) and [E, C, FE] (down): over ep, and their width over tp
+// where the engine splits each expert over tp (parallel.expert_tp = tp).
+constexpr TensorShard kExpertsIn{0, ShardGroup::ep, 1};
+constexpr TensorShard kExpertsOut{0, ShardGroup::ep, 2};
 
 struct Builder {
   TensorTable table;
@@ -155,9 +158,9 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
       if (m.router_bias) {
         b.add(p + "moe.router_bias", {E}, TensorRole::router, kReplicated, {InitKind::zeros, 0});
       }
-      b.matrix(p + "moe.experts.w_gate", {E, FE, C}, TensorRole::routed_expert, kExperts);
-      b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExperts);
-      b.output(p + "moe.experts.w_down", {E, C, FE}, TensorRole::routed_expert, kExperts);
+      b.matrix(p + "moe.experts.w_gate", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
+      b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
+      b.output(p + "moe.experts.w_down", {E, C, FE}, TensorRole::routed_expert, kExpertsOut);
     }
   };
   for (int64_t l = 0; l < m.n_layers; ++l) {

@@ -321,6 +321,7 @@ std::string to_toml(const RunConfig& c) {
                        {"chunks", p.chunks},
                        {"split_backward", p.split_backward},
                        {"sp", p.sp},
+                       {"expert_tp", p.expert_tp},
                        {"allreduce", p.allreduce},
                        {"ranks_per_node", p.ranks_per_node}};
   const EmulateConfig& e = c.emulate;

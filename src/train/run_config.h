@@ -94,6 +94,11 @@ struct ParallelConfig {
   // Sequence parallelism with tp > 1 (Korthikanti et al. 2205.05198): norms and residual adds on
   // the rank's N/tp token rows, all-gather / reduce-scatter instead of all-reduces.
   bool sp = true;
+  // How the routed experts of MoE layers use the tp ranks (docs/moe.md, "Experts and tensor
+  // parallelism"): 1: each tp rank holds whole experts, the expert group spanning tp x ep (every
+  // token routed once, on its SP slice); = tp: every expert split over tp along its width
+  // (Megatron's expert-tensor-parallel size). 1 or tp.
+  int64_t expert_tp = 1;
   // How every group all-reduces (comm/algorithms): the MPI library's, an explicit ring, or
   // hierarchical over nodes of ranks_per_node consecutive world ranks (0: one node).
   std::string allreduce = "mpi";  // mpi | ring | hierarchical

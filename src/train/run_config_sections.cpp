@@ -470,6 +470,7 @@ void read_parallel_section(const toml::table& root, const std::string& source, P
   p.read("chunks", pc.chunks);
   p.read("split_backward", pc.split_backward);
   p.read("sp", pc.sp);
+  p.read("expert_tp", pc.expert_tp);
   p.read("allreduce", pc.allreduce);
   p.read("ranks_per_node", pc.ranks_per_node);
   p.reject_unknown();
@@ -478,6 +479,7 @@ void read_parallel_section(const toml::table& root, const std::string& source, P
   at_least(source, "parallel.pp", pc.pp, 1);
   at_least(source, "parallel.cp", pc.cp, 1);
   at_least(source, "parallel.ep", pc.ep, 1);
+  at_least(source, "parallel.expert_tp", pc.expert_tp, 1);
   at_least(source, "parallel.chunks", pc.chunks, 1);
   naming_source(source, "", [&] { parse_cp_split(pc.cp_split, "parallel.cp_split"); });
   naming_source(source, "parallel.schedule: ", [&] { schedule::parse_schedule_kind(pc.schedule); });

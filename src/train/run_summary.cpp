@@ -6,6 +6,7 @@
 #include "plan/context_ring.h"
 #include "precision/recipe.h"
 #include "train/pipeline_trace.h"
+#include "train/step_layout.h"
 
 namespace trillion {
 
@@ -13,19 +14,21 @@ nlohmann::json measured_memory_per_rank(TrainingJob& job) {
   const ModelConfig& mc = job.config.model;
   const ParallelConfig& pc = job.config.parallel;
   StepRunner& runner = job.runner;
-  // plan/'s activation bytes for this rank's stages (dense models: the engine block's formula),
-  // beside the measured ones; every buffer of the engine is in the model's dtype.
+  // plan/'s activation bytes for this rank's stages (the engine block's formula; MoE layers
+  // without their routed rows, freed after each backward and after evaluation), beside the
+  // measured ones; every buffer of the engine is in the model's dtype.
   double predicted_activations = -1;
-  if (!mc.moe.enabled()) {
+  {
     const int64_t elem = static_cast<int64_t>(dtype_size(mc.dtype));
     predicted_activations = 0;
     for (int c = 0; c < runner.num_stages(); ++c) {
       const StageModel& stage = runner.stage(c);
-      predicted_activations += static_cast<double>(
-          plan::engine_activation_bytes(mc.spec(), runner.local_micro_batch(), mc.seq_len,
-                                        mc.activation_policy(), elem, elem, stage.extent(),
-                                        stage.slots(), {pc.tp, pc.sp, pc.cp})
-              .total());
+      predicted_activations +=
+          static_cast<double>(plan::engine_activation_bytes(
+                                  mc.spec(), runner.local_micro_batch(), mc.seq_len,
+                                  mc.activation_policy(), elem, elem, stage.extent(), stage.slots(),
+                                  {pc.tp, pc.sp, pc.cp, experts_split_over_tp(job.config)})
+                                  .total());
     }
   }
   // Ring attention's K/V and dK/dV buffers (workspace), one set per rank for all its stages.
@@ -106,6 +109,7 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
        {{"dp", pc.dp},
         {"tp", pc.tp},
         {"sp", pc.tp > 1 && pc.sp},
+        {"expert_tp", pc.expert_tp},
         {"zero", pc.zero},
         {"pp", pc.pp},
         {"schedule", pc.schedule},
@@ -117,7 +121,7 @@ nlohmann::json summary_json(const TrainingJob& job, const RunTotals& totals,
       {"gemm_peak_gflops", job.peak.gflops()},
       {"mfu", totals.train_seconds > 0
                   ? job.peak.mfu_of_rate(job.mfu_flops.flops_per_token * totals.steps_run *
-                                         job.tokens_per_step / totals.train_seconds / 1e9,
+                                             job.tokens_per_step / totals.train_seconds / 1e9,
                                          job.world.size())
                   : 0.0},
       {"mfu_peak", job.peak.describe()},

@@ -35,13 +35,53 @@ comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const c
   return g;
 }
 
-const RunConfig& checked_layout(const RunConfig& c) {
-  if (c.parallel.tp > 1 && c.model.moe.enabled()) {
+bool experts_over_tp(const RunConfig& c) {
+  return c.model.moe.enabled() && c.parallel.tp > 1 && c.parallel.expert_tp == 1;
+}
+
+bool experts_split_over_tp(const RunConfig& c) {
+  return c.model.moe.enabled() && c.parallel.tp > 1 && c.parallel.expert_tp == c.parallel.tp;
+}
+
+namespace {
+
+// MoE x tensor parallelism: how the experts use the tp ranks (parallel.expert_tp).
+void check_moe_tensor_parallel(const RunConfig& c) {
+  const ParallelConfig& p = c.parallel;
+  const MoeConfig& moe = c.model.moe;
+  if (p.expert_tp != 1 && (!moe.enabled() || p.expert_tp != p.tp)) {
     throw Error(fmt::format(
-        "parallel.tp = {} with MoE layers (model.n_routed_experts = {}): tensor parallelism of "
-        "the experts is not in this build; use parallel.ep for the experts and tp = 1",
-        c.parallel.tp, c.model.moe.n_routed_experts));
+        "parallel.expert_tp = {}: expected 1 (whole experts on each tp rank) or parallel.tp = {} "
+        "(every expert split over tp){}",
+        p.expert_tp, p.tp, moe.enabled() ? "" : "; it applies to MoE models only"));
   }
+  if (!experts_over_tp(c) && !experts_split_over_tp(c)) return;
+  if (!p.sp) {
+    throw Error(fmt::format(
+        "parallel.tp = {} with parallel.sp = false and MoE layers: the MoE layers run on "
+        "sequence-parallel rows (their router's gradient is summed over tp with the norms'); "
+        "set parallel.sp = true",
+        p.tp));
+  }
+  if (experts_over_tp(c) && moe.n_routed_experts % (p.tp * p.ep) != 0) {
+    throw Error(fmt::format(
+        "parallel.tp x parallel.ep = {} x {} does not divide model.n_routed_experts = {} "
+        "(with parallel.expert_tp = 1 each of the tp x ep ranks holds whole experts); lower "
+        "ep, or set parallel.expert_tp = {} to split every expert over tp",
+        p.tp, p.ep, moe.n_routed_experts, p.tp));
+  }
+  if (experts_split_over_tp(c) && moe.expert_ffn % p.tp != 0) {
+    throw Error(fmt::format(
+        "parallel.expert_tp = {} does not divide model.expert_ffn = {} (every expert's width is "
+        "split over tp); set parallel.expert_tp = 1 to keep whole experts on each tp rank",
+        p.expert_tp, moe.expert_ffn));
+  }
+}
+
+}  // namespace
+
+const RunConfig& checked_layout(const RunConfig& c) {
+  check_moe_tensor_parallel(c);
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(
         fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
@@ -98,10 +138,12 @@ ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp,
   ParallelContext ctx;
   ctx.shape = local_shape(c.model, c.train.micro_batch / dp, c.model.seq_len, degrees);
   ctx.degrees = degrees;
-  ctx.shard = ShardCoord{tp.size(), tp.rank(), 1, 0};
+  ctx.shard = ShardCoord{tp.size(), tp.rank(), 1, 0, experts_split_over_tp(c)};
   if (tp.size() > 1) {
     ctx.tp = &tp;
     ctx.sp = c.parallel.sp;
+    ctx.moe_slice = experts_over_tp(c);
+    ctx.experts_tp = experts_split_over_tp(c);
   }
   ctx.sequence = {cp.size(), parse_cp_split(c.parallel.cp_split, "parallel.cp_split")};
   ctx.cp_rank = cp.rank();

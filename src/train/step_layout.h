@@ -26,6 +26,14 @@ comm::Communicator& checked_group(comm::Communicator& g, int64_t degree, const c
 // `c` itself when this build trains its layout (the others are shown by `trillion inspect`).
 const RunConfig& checked_layout(const RunConfig& c);
 
+// Whether the routed experts take the tp ranks as extra expert-parallel ranks (MoE with tp > 1
+// and parallel.expert_tp = 1): the mesh's ep group then spans tp x ep, and MoE layers route each
+// rank's N/tp sequence-parallel rows.
+bool experts_over_tp(const RunConfig& c);
+// Whether every routed expert is split over tp along its width (MoE with tp > 1 and
+// parallel.expert_tp = tp).
+bool experts_split_over_tp(const RunConfig& c);
+
 // This rank's shape and groups: micro_batch / dp sequences, sharded over tp and cp.
 ParallelContext context_of(const RunConfig& c, int dp, comm::Communicator& tp,
                            comm::Communicator& cp);

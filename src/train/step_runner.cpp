@@ -41,8 +41,9 @@ TiedEnd tied_end(const ModelConfig& m, int pp, const RankStages& stages) {
 }
 
 // This rank's coordinate among the tp shards and the ep ranks (which experts it holds).
-ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep) {
-  return ShardCoord{tp.size(), tp.rank(), ep.size(), ep.rank()};
+ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep,
+                       const RunConfig& c) {
+  return ShardCoord{tp.size(), tp.rank(), ep.size(), ep.rank(), experts_split_over_tp(c)};
 }
 
 }  // namespace
@@ -66,7 +67,10 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
       be_(backend),
       dp_(checked_group(group_or(groups.dp, local_dp_, "dp"), config.parallel.dp, "dp")),
       pp_(checked_group(group_or(groups.pp, local_pp_, "pp"), config.parallel.pp, "pp")),
-      ep_(checked_group(group_or(groups.ep, local_ep_, "ep"), config.parallel.ep, "ep")),
+      // With the experts over tp x ep the ep group spans the tp ranks too (comm/device_mesh.h).
+      ep_(checked_group(group_or(groups.ep, local_ep_, "ep"),
+                        config.parallel.ep * (experts_over_tp(config) ? config.parallel.tp : 1),
+                        "ep")),
       edp_(group_or(groups.edp, local_edp_, "edp")),
       tp_(checked_group(group_or(groups.tp, local_tp_, "tp"), config.parallel.tp, "tp")),
       cp_(checked_group(group_or(groups.cp, local_cp_, "cp"), config.parallel.cp, "cp")),
@@ -113,7 +117,7 @@ void StepRunner::attach_experts() {
   ctx_.experts = experts_.get();
   ctx_.ep = &ep_;
   ctx_.degrees.ep = ep_.size();
-  ctx_.shard = shard_coord(tp_, ep_);
+  ctx_.shard = shard_coord(tp_, ep_, config_);
 }
 
 // The linear layers' precision recipe (fp32: none, the backend's GEMMs exactly).
@@ -138,7 +142,7 @@ void StepRunner::allocate_parameters(const RankStages& stages) {
   ModelStorage storage = parallel::DataParallel::model_storage(
       static_cast<int>(config_.parallel.zero), in_store, bf16_grads);
   storage.master_weights = precision_ != nullptr && !in_store;
-  const ShardCoord coord = shard_coord(tp_, ep_);
+  const ShardCoord coord = shard_coord(tp_, ep_, config_);
   // The head's rank of a tied model holds a copy of the embedding table (tied_embedding.h).
   const bool copy = tied_end(config_.model, pp_.size(), stages) == TiedEnd::last;
   auto holds = [&](int unit) {
@@ -272,8 +276,8 @@ void StepRunner::build_optimizer() {
   const AdamWConfig oc = adamw_config(config_.optim);
   std::vector<OptimSegment> segments = parallel_->segments();
   if (tp_.size() > 1) {
-    tensor_ = std::make_unique<parallel::TensorParallel>(tp_, ctx_.sequence_parallel(),
-                                                         params_->table(), segments, be_);
+    tensor_ = std::make_unique<parallel::TensorParallel>(
+        tp_, ctx_.sequence_parallel(), params_->table(), segments, be_, experts_differ_over_tp());
   }
   int64_t state = parallel_->state_elements();
   if (expert_parallel_) {
@@ -319,7 +323,8 @@ SumAcrossRanks StepRunner::lamb_sums() {
     const int n_specs = params_->table().size();
     std::vector<char> sharded(n_specs);
     for (int i = 0; i < n_specs; ++i) {
-      sharded[i] = params_->table().spec(i).shard.group == ShardGroup::tp;
+      const ShardGroup g = params_->table().spec(i).shard.group;
+      sharded[i] = g == ShardGroup::tp || (g == ShardGroup::ep && experts_differ_over_tp());
     }
     sums = [this, sharded, n_specs, inner = sums](std::vector<double>& v) {
       inner(v);
@@ -330,6 +335,10 @@ SumAcrossRanks StepRunner::lamb_sums() {
     };
   }
   return sums;
+}
+
+bool StepRunner::experts_differ_over_tp() const {
+  return experts_over_tp(config_) || experts_split_over_tp(config_);
 }
 
 int64_t StepRunner::tokens_per_step() const {
@@ -438,6 +447,8 @@ void StepRunner::measure_grad_norm(StepStats& st, const NoiseEstimates& noise) {
     // rank.
     double experts = expert_parallel_->gradient_sum_squares();
     ep_.all_reduce(Tensor(&experts, DType::f64, {1}));
+    // Experts split over tp along their width: the tp ranks hold different pieces too.
+    if (ctx_.experts_tp) tp_.all_reduce(Tensor(&experts, DType::f64, {1}));
     norm_sums[0] += experts;
   }
   if (mirror_ && pp_.rank() >= pp_.size() / 2) norm_sums[0] = 0;
@@ -503,6 +514,8 @@ void StepRunner::finish_moe_step(StepStats& st) {
   // Every token is routed on exactly one rank of dp x cp (a cp rank routes its part of each
   // sequence, and its balance loss is its share), so the sums over reduce_ are the step's.
   if (reduce_.size() > 1) reduce_.all_reduce(all);
+  // With the experts over tp x ep each tp rank routed its own N/tp rows: add them too.
+  if (ctx_.moe_slice) tp_.all_reduce(all);
   // DualPipe: each copy of a layer saw half the micro-batches; both update from the sum.
   if (mirror_) mirror_->all_reduce(all);
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
@@ -564,17 +577,21 @@ void StepRunner::to_global(const Buffer& local, const Buffer& global) {
   be_.fill(global.flat(), 0.0);
   // DualPipe's two ranks of a pair hold the same tensors: the lower one contributes.
   const bool contributes = !mirror_ || pp_.rank() < pp_.size() - 1 - pp_.rank();
-  // Experts differ per ep rank; everything else is replicated over ep: ep rank 0 gives it.
+  // Experts differ per ep rank; everything else is replicated over ep: ep position 0 gives it.
+  // With the experts over tp x ep the ep group holds the tp ranks too: its sum covers tp.
+  const bool span = experts_over_tp(config_);
+  const int ep_position = span ? ep_.rank() / tp_.size() : ep_.rank();
   parallel::local_to_global(
       be_, params_->table(), params_->shard(), local, global_table_, global, [&](int spec) {
         if (holds_tied_copy() && params_->table().spec(spec).name == "embed") return false;
         const bool expert = params_->table().spec(spec).shard.group == ShardGroup::ep;
         // tp shards land apart; tp-replicated tensors come from tp rank 0.
         const bool tp_shard = params_->table().spec(spec).shard.group == ShardGroup::tp;
-        return contributes && (expert || ep_.rank() == 0) && (tp_shard || tp_.rank() == 0);
+        return contributes && (expert || ep_position == 0) &&
+               (tp_shard || tp_.rank() == 0 || (expert && experts_differ_over_tp()));
       });
   if (ep_.size() > 1) ep_.all_reduce(global.flat());
-  if (tp_.size() > 1) tp_.all_reduce(global.flat());
+  if (tp_.size() > 1 && !span) tp_.all_reduce(global.flat());
   if (pp_.size() > 1) pp_.all_reduce(global.flat());
 }
 
@@ -639,7 +656,11 @@ std::vector<StepRunner::OwnedRun> StepRunner::owned_runs() {
   auto add = [&](parallel::DataParallel& dp) {
     const Buffer& held = dp.optimizer_params();
     for (const parallel::CheckpointPiece& p : dp.checkpoint_pieces()) {
-      if (local.spec(p.spec).shard.group != ShardGroup::tp && tp_.rank() != 0) continue;
+      const ShardGroup group = local.spec(p.spec).shard.group;
+      // tp-replicated tensors come from tp rank 0 (experts over tp x ep differ per tp rank).
+      const bool per_tp_rank =
+          group == ShardGroup::tp || (group == ShardGroup::ep && experts_differ_over_tp());
+      if (!per_tp_rank && tp_.rank() != 0) continue;
       if (holds_tied_copy() && local.spec(p.spec).name == "embed") continue;  // the first's
 
       for (const auto& [from, to, n] : blocks[p.spec]) {
@@ -696,6 +717,7 @@ double StepRunner::evaluate(const int32_t* tokens, const int32_t* targets,
       starts != nullptr
           ? parallel::DocumentSource([&](int64_t, std::vector<int32_t>& out) { out = *starts; })
           : parallel::DocumentSource{});
+  for (auto& stage : stages_) stage->release_expert_rows();  // no backward will free them
   double sum = sums[0];
   if (pp_.size() > 1) pp_.all_reduce(Tensor(&sum, DType::f64, {1}));
   return sum / static_cast<double>(n);

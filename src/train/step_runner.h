@@ -165,7 +165,9 @@ class StepRunner {
   Optimizer& optimizer() { return *optimizer_; }
   parallel::DataParallel& data_parallel() { return *parallel_; }
   const LrSchedule& lr_schedule() const { return lr_schedule_; }
-  int64_t tokens_per_step() const;  // global
+  int64_t tokens_per_step() const;
+  // Whether the tp ranks hold different routed-expert parameters (parallel.expert_tp).
+  bool experts_differ_over_tp() const;  // global
   int64_t local_micro_batch() const { return config_.train.micro_batch / dp_.size(); }
   const ParallelContext& context() const { return ctx_; }
   // Context parallelism's ring attention (nullptr with cp = 1): its counters.

@@ -9,6 +9,7 @@
 #include "plan/stage_partition.h"
 #include "plan/units.h"
 #include "train/mesh_options.h"
+#include "train/step_layout.h"
 
 namespace trillion {
 
@@ -51,7 +52,8 @@ comm::DeviceMesh mesh_of(comm::Communicator& world, const RunConfig& config) {
                            .dp = static_cast<int>(pc.dp),
                            .cp = static_cast<int>(pc.cp),
                            .tp = static_cast<int>(pc.tp),
-                           .ep = static_cast<int>(pc.ep)},
+                           .ep = static_cast<int>(pc.ep),
+                           .experts_over_tp = experts_over_tp(config)},
                           {.n_heads = mc.n_heads,
                            .n_kv_heads = mc.n_kv_heads,
                            .n_layers = mc.n_layers,

@@ -12,6 +12,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "train/replica_check.h"
 #include "train/run_summary.h"
+#include "train/step_layout.h"
 
 namespace trillion {
 
@@ -170,7 +171,7 @@ nlohmann::json TrainingLoop::metrics_line(const StepStats& st, const DilocoStep&
     line["moe_max_load_ratio"] = st.moe_max_load_ratio;
     line["moe_layer_load_ratio"] = st.moe_layer_load_ratio;
     line["moe_dropped_tokens"] = st.moe_dropped_tokens;
-    if (pc.ep > 1) {
+    if (pc.ep > 1 || experts_over_tp(job_.config)) {  // an all-to-all ran
       line["moe_rows"] = {{"out", st.moe_rows_out},
                           {"in", st.moe_rows_in},
                           {"local", st.moe_rows_local},

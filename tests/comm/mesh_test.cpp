@@ -44,6 +44,23 @@ TEST(MeshLayout, WorkedSixteenRankExample) {
   }
 }
 
+// MoE layers whose tp ranks hold whole experts (parallel.expert_tp = 1): the ep group takes the
+// tp ranks of its dp x cp positions in, ep-major; edp is unchanged.
+TEST(MeshLayout, ExpertsOverTpSpanTheTpRanks) {
+  const MeshLayout m({.pp = 2, .dp = 2, .cp = 2, .tp = 2, .ep = 2, .experts_over_tp = true});
+  EXPECT_EQ(m.group_ranks(MeshGroup::ep, 0), (V{0, 1, 2, 3}));
+  EXPECT_EQ(m.group_ranks(MeshGroup::ep, 6), (V{4, 5, 6, 7}));
+  EXPECT_EQ(m.group_ranks(MeshGroup::ep, 13), (V{12, 13, 14, 15}));
+  EXPECT_EQ(m.group_ranks(MeshGroup::edp, 2), (V{2, 6}));
+  EXPECT_EQ(m.group_ranks(MeshGroup::edp, 1), (V{1, 5}));
+  const MeshLayout flat({.dp = 2, .tp = 2, .ep = 1, .experts_over_tp = true});
+  EXPECT_EQ(flat.group_ranks(MeshGroup::ep, 3), (V{2, 3}));  // ep 1: the tp group
+  EXPECT_EQ(flat.group_ranks(MeshGroup::edp, 1), (V{1, 3}));
+  EXPECT_THROW(
+      validate_mesh({.dp = 2, .tp = 4, .ep = 2, .experts_over_tp = true}, 8, {.n_experts = 4}),
+      Error);
+}
+
 std::string message_of(const MeshShape& s, int world, const MeshLimits& l) {
   try {
     validate_mesh(s, world, l);

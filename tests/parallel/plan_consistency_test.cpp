@@ -81,12 +81,11 @@ INSTANTIATE_TEST_SUITE_P(Configs, PlanConsistency,
 // engine's message, and the text plan prints the command that trains its layout.
 TEST(PlanConsistency, ALayoutTheEngineRefusesIsNotPlanned) {
   const auto moe_tp = run_trillion("plan --model " + config_path("moe-tiny.toml") +
-                                   " --cluster h100 --gpus 4 --layout tp=2");
+                                   " --cluster h100 --gpus 4 --layout tp=2,sp=0");
   EXPECT_NE(moe_tp.exit_code, 0) << moe_tp.output;
   EXPECT_TRUE(has(moe_tp.output, "the engine refuses it (its own checks of the run config)"))
       << moe_tp.output;
-  EXPECT_TRUE(has(moe_tp.output, "tensor parallelism of the experts is not in this build"))
-      << moe_tp.output;
+  EXPECT_TRUE(has(moe_tp.output, "parallel.sp = false and MoE layers")) << moe_tp.output;
   const auto balanced = run_trillion("plan --model " + config_path("tiny.toml") +
                                      " --cluster h100 --gpus 2 --layout pp=2,partition=balanced");
   EXPECT_NE(balanced.exit_code, 0) << balanced.output;

@@ -257,9 +257,18 @@ TEST(TensorParallelLayout, ImpossibleLayoutsAreRefusedByName) {
        "parallel.tp = 2 does not divide model.vocab_size = 63; pad the vocabulary"},
       {"--set parallel.tp=2 --set train.micro_batch=1 --set model.seq_len=31",
        "parallel.sp = true with parallel.tp = 2: sequence parallelism splits each rank's"},
-      {"--set parallel.tp=2 --set model.n_routed_experts=4 --set model.top_k=2 --set "
-       "model.expert_ffn=32",
-       "parallel.tp = 2 with MoE layers"},
+      {"--set parallel.tp=2 --set parallel.sp=false --set model.n_routed_experts=4 --set "
+       "model.top_k=2 --set model.expert_ffn=32",
+       "parallel.tp = 2 with parallel.sp = false and MoE layers"},
+      {"--set parallel.tp=2 --set parallel.expert_tp=2 --set model.n_routed_experts=4 --set "
+       "model.top_k=2 --set model.expert_ffn=31",
+       "parallel.expert_tp = 2 does not divide model.expert_ffn = 31"},
+      {"--set parallel.tp=2 --set parallel.expert_tp=4 --set model.n_routed_experts=4 --set "
+       "model.top_k=2 --set model.expert_ffn=32",
+       "parallel.expert_tp = 4: expected 1 (whole experts on each tp rank) or parallel.tp = 2"},
+      {"--set parallel.tp=2 --set model.n_routed_experts=3 --set model.top_k=2 --set "
+       "model.expert_ffn=32 --set parallel.dp=1",
+       "does not divide model.n_routed_experts = 3"},
   };
   for (const auto& [set, expect] : cases) {
     const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
