@@ -45,6 +45,7 @@ const Exclusion kExcluded[] = {
     {"runs/brown-demo", "needs the demo's 10-minute trained model"},
     {"runs/brown-hf", "needs the demo's 10-minute trained model"},
     {"runs/brown-data", "needs the demo's prepared Brown shards"},
+    {"runs/demo-lc", "trains the demo model for up to 16 minutes (the llama.cpp check's run)"},
     {"--checkpoint brown ", "needs the demo's 10-minute trained model"},
     {"moe-brown.toml", "needs the demo's prepared Brown shards, and trains 2 ranks"},
     {"/tmp/moe_ref /tmp/moe_ep2", "compares the two moe-brown runs above"},
