@@ -64,7 +64,7 @@ nlohmann::json plan_to_json(const plan::Plan& p) {
                 {"micro_batch", l.micro_batch},
                 {"precision", plan::precision_name(l.precision)},
                 {"sp", l.sp},
-                {"partition", plan::partition_name(l.partition)},
+                {"partition", l.partition_text()},
                 {"grad", l.grad_bytes == 4 ? "fp32" : "bf16"},
                 {"moments", l.moment_bytes == 4 ? "fp32" : "bf16"},
                 {"alloc", plan::allocation_name(l.allocation)},

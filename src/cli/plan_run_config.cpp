@@ -162,8 +162,9 @@ EngineLaunch engine_launch(const plan::Layout& l, const RunConfigModel& r, doubl
   set("train.micro_batch", global_micro);
   set("train.grad_accum", global_micro > 0 && whole % global_micro == 0 ? whole / global_micro : 0);
   // Layout fields the engine has no key for, at a value other than what the engine does.
-  const std::vector<std::pair<bool, const char*>> unmapped = {
-      {l.partition != plan::Partition::kEven, "partition=balanced (the engine splits evenly)"},
+  const std::vector<std::pair<bool, std::string>> unmapped = {
+      {l.partition != plan::Partition::kEven,
+       "partition=" + l.partition_text() + " (the engine splits evenly)"},
       {l.allocation != plan::Allocation::kSlots, "alloc=live (the engine allocates slots)"},
       {l.moment_bytes != 4, "bf16 Adam moments (the engine keeps fp32 moments)"},
       {l.fp8_activations(), "act=fp8 (no FP8 activation cache)"},

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <sstream>
 
 #include "core/error.h"
@@ -32,7 +34,17 @@ Recompute parse_recompute(const std::string& name) {
 }
 
 std::string partition_name(Partition p) {
-  return p == Partition::kEven ? "even" : "balanced";
+  return p == Partition::kEven ? "even" : p == Partition::kBalanced ? "balanced" : "explicit";
+}
+
+std::string Layout::partition_text() const {
+  if (partition != Partition::kExplicit) return partition_name(partition);
+  std::string out;
+  for (int n : stage_layers) {
+    if (!out.empty()) out.push_back('/');
+    out.append(std::to_string(n));
+  }
+  return out;
 }
 
 RecomputePolicy policy_of(Recompute r, bool norm_up) {
@@ -65,7 +77,7 @@ std::string Layout::to_string() const {
       "recompute={},micro_batch={},precision={},grad={},moments={},alloc={},act={},ema={},"
       "cp_comm={},p2p={}",
       tp, sp ? 1 : 0, pp, cp, ep, dp, zero,
-      pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks, partition_name(partition),
+      pp > 1 ? schedule::schedule_kind_name(schedule) : "none", chunks, partition_text(),
       recompute_text(), micro_batch, precision_name(precision), grad_bytes == 4 ? "fp32" : "bf16",
       moment_bytes == 4 ? "fp32" : "bf16", allocation_name(allocation),
       fp8_activations() ? "fp8" : "bf16", ema_name(ema), cp_all_gather ? "allgather" : "ring",
@@ -86,7 +98,7 @@ std::string fixed_layout_text(const Layout& l, const LayoutFields& f) {
   add(f.zero, fmt::format("zero={}", l.zero));
   add(f.schedule, fmt::format("schedule={}", schedule::schedule_kind_name(l.schedule)));
   add(f.chunks, fmt::format("chunks={}", l.chunks));
-  add(f.partition, "partition=" + partition_name(l.partition));
+  add(f.partition, "partition=" + l.partition_text());
   add(f.recompute, "recompute=" + l.recompute_text());
   add(f.micro_batch, fmt::format("micro_batch={}", l.micro_batch));
   add(f.precision, "precision=" + precision_name(l.precision));
@@ -159,9 +171,28 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
         throw Error(fmt::format("{} sp={}: use sp=1 (sequence parallel) or sp=0", what, value));
       l.sp = value == "1" || value == "on", f.sp = true;
     } else if (key == "partition") {
-      if (value != "even" && value != "balanced")
-        throw Error(fmt::format("{} partition={}: use even or balanced", what, value));
-      l.partition = value == "even" ? Partition::kEven : Partition::kBalanced, f.partition = true;
+      l.stage_layers.clear();
+      if (value == "even" || value == "balanced") {
+        l.partition = value == "even" ? Partition::kEven : Partition::kBalanced;
+      } else {
+        // Layers per stage, "3/4/4/2": stage_partition checks them against the model.
+        l.partition = Partition::kExplicit;
+        size_t start = 0;
+        while (start <= value.size()) {
+          const size_t slash = std::min(value.find('/', start), value.size());
+          const std::string item = value.substr(start, slash - start);
+          char* end = nullptr;
+          const long n = std::strtol(item.c_str(), &end, 10);
+          if (item.empty() || end != item.c_str() + item.size() || n < 0 || n > 1000000)
+            throw Error(fmt::format(
+                "{} partition={}: use even, balanced, or the layers of each stage separated by "
+                "'/' (e.g. partition=3/4/4/2)",
+                what, value));
+          l.stage_layers.push_back(static_cast<int>(n));
+          start = slash + 1;
+        }
+      }
+      f.partition = true;
     } else if (key == "alloc") {
       if (value != "slots" && value != "live")
         throw Error(

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "plan/hardware.h"
 #include "schedule/action.h"
@@ -40,9 +41,10 @@ enum class ActivationCache { kAuto, kBf16, kFp8 };
 enum class Ema { kNone, kGpu, kHost };
 std::string ema_name(Ema e);
 
-// Stage partition (plan/stage_partition.h): the engine's even split, or balanced with the
-// embedding and head weighed as layers.
-enum class Partition { kEven, kBalanced };
+// Stage partition (plan/stage_partition.h): the engine's even split, balanced with the
+// embedding and head weighed as layers, or explicit layer counts per stage (Layout::stage_layers,
+// written "3/4/4/.../2"; the search finds one where neither split fits memory: plan/search.h).
+enum class Partition { kEven, kBalanced, kExplicit };
 std::string partition_name(Partition p);
 
 // How a pipeline rank's activation memory is allocated: `slots` as the engine's StageModels do
@@ -60,6 +62,7 @@ struct Layout {
   schedule::ScheduleKind schedule = schedule::ScheduleKind::k1F1B;
   int chunks = 1;  // v: interleaved chunks per rank (DualPipe: 2, its two copies)
   Partition partition = Partition::kEven;
+  std::vector<int> stage_layers{};  // kExplicit: layers per pipeline stage (p x v of them)
   Recompute recompute = Recompute::kNone;
   bool norm_up = false;  // with recompute = kNone: DeepSeek-V3's norm-up recompute
   int micro_batch = 1;   // sequences per micro-batch
@@ -81,6 +84,7 @@ struct Layout {
   bool sequence_parallel() const { return sp && tp > 1; }
   RecomputePolicy recompute_policy() const { return policy_of(recompute, norm_up); }
   std::string recompute_text() const;  // none, norm-up, selective, full
+  std::string partition_text() const;  // even, balanced, or the explicit counts "3/4/.../2"
   // The cache in effect (kAuto resolved by the precision).
   bool fp8_activations() const {
     return activation_cache == ActivationCache::kFp8 ||

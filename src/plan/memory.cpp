@@ -263,6 +263,7 @@ const UnitParams& unit_params(const ModelSpec& m, int tp, int ep) {
 }  // namespace
 
 int64_t max_pipeline_stages(const ModelSpec& m, Partition partition) {
+  if (partition == Partition::kExplicit) return m.n_layers + 2;  // the ends may hold no layer
   return partition == Partition::kEven ? m.n_layers
                                        : max_stages(m.n_layers, balanced_stage_weights(m));
 }
@@ -278,8 +279,17 @@ PipelineShape pipeline_shape(const ModelSpec& m, const Layout& l) {
         "pp={} x chunks={} = {} stages for {} layers: every stage needs a whole layer{}; use "
         "fewer chunks (at most {} per rank) or a smaller pp",
         l.pp, p.chunks, n_stages, m.n_layers,
-        l.partition == Partition::kBalanced ? " (or the embedding or head alone)" : "",
+        l.partition != Partition::kEven ? " (or the embedding or head alone)" : "",
         std::max<int64_t>(1, most / l.pp)));
+  if (l.partition == Partition::kExplicit) {
+    if (static_cast<int>(l.stage_layers.size()) != n_stages)
+      throw Error(fmt::format("partition={} names {} stages; pp={} x chunks={} has {}",
+                              l.partition_text(), l.stage_layers.size(), l.pp, p.chunks, n_stages));
+    p.stages = partition_from_counts(m.n_layers, l.stage_layers);
+    p.stage_layers = l.stage_layers;
+    p.rank_stages = placement(l);
+    return p;
+  }
   // The search asks for the same few splits thousands of times: keep them.
   const StageWeights w =
       l.partition == Partition::kEven ? StageWeights{} : balanced_stage_weights(m);
@@ -527,6 +537,47 @@ std::vector<MemoryBreakdown> memory_per_rank(const ModelSpec& m, const Layout& l
     out.push_back(mem);
   }
   return out;
+}
+
+std::vector<int> fitting_stage_layers(const ModelSpec& m, const Layout& l, int64_t seq,
+                                      int microbatches, double overhead_bytes, double hbm_bytes) {
+  Layout x = l;
+  x.stage_layers = pipeline_shape(m, l).stage_layers;
+  x.partition = Partition::kExplicit;
+  const int S = static_cast<int>(x.stage_layers.size());
+  auto fullest = [&](const std::vector<int>& counts, int* rank) {
+    x.stage_layers = counts;
+    double most = 0;
+    for (const MemoryBreakdown& b : memory_per_rank(m, x, seq, microbatches, overhead_bytes))
+      if (b.total() > most) most = b.total(), *rank = b.rank;
+    return most;
+  };
+  std::vector<int> counts = x.stage_layers;
+  // No stage grows past the longest of the starting split, so no stage's time grows past the
+  // busiest stage's that the step model charges every rank.
+  const int longest = *std::max_element(counts.begin(), counts.end());
+  int rank = 0;
+  double most = fullest(counts, &rank);
+  // Each move lowers the fullest rank's bytes, so the loop ends; L moves bound it besides.
+  for (int64_t moves = 0; most > hbm_bytes && moves < m.n_layers; ++moves) {
+    const std::vector<int> held = placement(x)[rank];
+    std::vector<int> best;
+    double best_most = most;
+    int best_rank = rank;
+    for (int from : held)
+      for (int to = 0; to < S; ++to) {
+        const bool end = S > 1 && (from == 0 || from == S - 1);
+        if (to == from || counts[from] <= (end ? 0 : 1) || counts[to] >= longest) continue;
+        std::vector<int> c = counts;
+        --c[from], ++c[to];
+        int r = 0;
+        const double t = fullest(c, &r);
+        if (t < best_most) best_most = t, best = std::move(c), best_rank = r;
+      }
+    if (best.empty()) return {};
+    counts = std::move(best), most = best_most, rank = best_rank;
+  }
+  return most <= hbm_bytes ? counts : std::vector<int>{};
 }
 
 MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq, int microbatches,

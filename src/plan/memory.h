@@ -170,6 +170,16 @@ MemoryBreakdown memory_per_gpu(const ModelSpec& m, const Layout& l, int64_t seq_
                                int microbatches, double overhead_bytes = 3e9,
                                const ActivationOptions& storage = {});
 
+// Layers per stage for which every pipeline rank of `l` fits in `hbm_bytes`, where `l`'s own split
+// (even or balanced) does not: starting from that split, one layer at a time moves from a stage of
+// the fullest rank to the stage where that lowers the fullest rank's memory most, while it does,
+// and no stage grows past the longest stage of the starting split (so the busiest stage, which
+// the step model charges every rank, keeps its time). A model whose embedding, head and MTP
+// modules weigh on one rank, as DeepSeek-V3's under DualPipe, fits by giving that rank fewer
+// layers. Empty when no such split is found; l.pp > 1.
+std::vector<int> fitting_stage_layers(const ModelSpec& m, const Layout& l, int64_t seq_len,
+                                      int microbatches, double overhead_bytes, double hbm_bytes);
+
 // The most activation bytes rank `rank` holds at one moment of the layout's schedule when one
 // micro-batch of chunk c stores chunk_bytes[c] (a caching allocator's peak, Allocation::kLive);
 // never more than the sum over chunks of chunk_bytes[c] x schedule_slots (the engine's slots).

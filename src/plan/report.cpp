@@ -229,7 +229,7 @@ std::string layout_words(const Layout& l) {
     s += fmt::format(" schedule={}", schedule::schedule_kind_name(l.schedule));
     if (l.schedule == schedule::ScheduleKind::kInterleaved)
       s += fmt::format(" chunks={}", l.chunks);
-    s += fmt::format(" partition={}", partition_name(l.partition));
+    s += fmt::format(" partition={}", l.partition_text());
   }
   s += fmt::format(" recompute={} micro_batch={} {} grad={}", l.recompute_text(), l.micro_batch,
                    precision_name(l.precision), l.grad_bytes == 4 ? "fp32" : "bf16");

@@ -61,6 +61,35 @@ std::string short_layout(const Layout& l) {
   return s;
 }
 
+// From a split that fits (fitting_stage_layers), single layer moves that keep it fitting and keep
+// every stage within the longest stage so far, taken while one shortens the step: the memory
+// greedy stops at the first split that fits, which may leave the busiest rank's work higher than
+// a neighbouring split's.
+Layout faster_fitting_split(const ModelSpec& m, const Gpu& gpu, Layout fit, int64_t seq,
+                            double batch_tokens, int micro, const Efficiency& eff) {
+  const int S = static_cast<int>(fit.stage_layers.size());
+  const int longest = *std::max_element(fit.stage_layers.begin(), fit.stage_layers.end());
+  double best = model_step(m, gpu, fit, seq, batch_tokens, eff).step;
+  for (int round = 0; round < 4; ++round) {
+    Layout pick = fit;
+    for (int from = 0; from < S; ++from)
+      for (int to = 0; to < S; ++to) {
+        const bool end = S > 1 && (from == 0 || from == S - 1);
+        if (to == from || fit.stage_layers[from] <= (end ? 0 : 1) ||
+            fit.stage_layers[to] >= longest)
+          continue;
+        Layout l = fit;
+        --l.stage_layers[from], ++l.stage_layers[to];
+        if (memory_per_gpu(m, l, seq, micro, gpu.overhead_bytes).total() > gpu.hbm_bytes) continue;
+        const double t = model_step(m, gpu, l, seq, batch_tokens, eff, best).step;
+        if (t < best) best = t, pick = l;
+      }
+    if (pick.stage_layers == fit.stage_layers) break;
+    fit = pick;
+  }
+  return fit;
+}
+
 }  // namespace
 
 std::vector<int> pipeline_depths(int64_t n_layers, int max_depth) {
@@ -195,6 +224,7 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   Layout l = base;
                   l.ep = ep, l.micro_batch = mb, l.schedule = sc.kind, l.chunks = sc.chunks;
                   l.precision = prec, l.partition = part;
+                  if (part == Partition::kExplicit) l.stage_layers = fx.stage_layers;
                   l.sp = f.sp ? fx.sp : true;
                   if (f.grad) l.grad_bytes = fx.grad_bytes;
                   l.allocation = fx.allocation;  // how the framework allocates: never searched
@@ -204,6 +234,20 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                   l.ema = fx.ema;
                   l.cp_all_gather = fx.cp_all_gather, l.blocking_p2p = fx.blocking_p2p;
                   const int micro = microbatches_for(l, seq, batch_tokens);
+                  // A layout that fits: timed when it can still enter the top `keep`.
+                  auto time_fitting = [&](const Layout& fit) {
+                    ++result.fitting;
+                    const double bar =
+                        static_cast<int>(best_times.size()) < o.keep ? INFINITY : best_times.back();
+                    StepBreakdown sb =
+                        model_step(m, gpu, fit, seq, batch_tokens, o.efficiency, bar);
+                    if (sb.step < bar) {
+                      best_times.insert(
+                          std::upper_bound(best_times.begin(), best_times.end(), sb.step), sb.step);
+                      if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
+                      all.push_back({fit, std::move(sb)});
+                    }
+                  };
                   auto refuse = [&](const std::string& reason, const std::string& why) {
                     ++result.shapes;
                     refused.add(reason, short_layout(l) + ": " + why);
@@ -239,6 +283,14 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                     refuse("more pipeline stages than whole layers (and embedding and head)",
                            fmt::format("pp={} x chunks={} = {} stages for {} layers, {} split", pp,
                                        sc.chunks, stages, m.n_layers, partition_name(part)));
+                    continue;
+                  }
+                  if (part == Partition::kExplicit &&
+                      static_cast<int64_t>(l.stage_layers.size()) != stages) {
+                    refuse("--layout partition names another number of stages",
+                           fmt::format("partition={} has {} stages; pp={} x chunks={} has {}",
+                                       l.partition_text(), l.stage_layers.size(), pp, sc.chunks,
+                                       stages));
                     continue;
                   }
                   // The schedule is played with up to steady_state_microbatches(pp) of them:
@@ -293,6 +345,20 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                       }
                       const MemoryBreakdown mem =
                           memory_per_gpu(m, l, seq, micro, gpu.overhead_bytes);
+                      if (mem.total() > gpu.hbm_bytes && pp > 1 && !f.partition &&
+                          part == Partition::kEven && mem.total() < 1.25 * gpu.hbm_bytes) {
+                        // Neither split fits, but one that moves layers off the fullest rank
+                        // may (plan/memory.h); it is timed as its own layout.
+                        Layout lf = l;
+                        lf.stage_layers = fitting_stage_layers(m, l, seq, micro, gpu.overhead_bytes,
+                                                               gpu.hbm_bytes);
+                        if (!lf.stage_layers.empty()) {
+                          lf.partition = Partition::kExplicit;
+                          ++result.shapes;
+                          time_fitting(faster_fitting_split(m, gpu, lf, seq, batch_tokens, micro,
+                                                            o.efficiency));
+                        }
+                      }
                       if (mem.total() > gpu.hbm_bytes) {
                         refused.add(
                             fmt::format("does not fit in {} per GPU", format_bytes(gpu.hbm_bytes)),
@@ -306,20 +372,7 @@ SearchResult search_layouts(const ModelSpec& m, const Gpu& gpu, long gpus, int64
                         }
                         continue;
                       }
-                      ++result.fitting;
-                      // Only a layout that can still enter the top `keep` is simulated.
-                      const double bar = static_cast<int>(best_times.size()) < o.keep
-                                             ? INFINITY
-                                             : best_times.back();
-                      StepBreakdown sb =
-                          model_step(m, gpu, l, seq, batch_tokens, o.efficiency, bar);
-                      if (sb.step < bar) {
-                        best_times.insert(
-                            std::upper_bound(best_times.begin(), best_times.end(), sb.step),
-                            sb.step);
-                        if (static_cast<int>(best_times.size()) > o.keep) best_times.pop_back();
-                        all.push_back({l, std::move(sb)});
-                      }
+                      time_fitting(l);
                       // A higher ZeRO stage only adds communication once this one fits (and BF16
                       // moments are taken only where FP32 ones do not fit).
                       break;

@@ -110,6 +110,23 @@ std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages, const S
   return from_counts(counts);
 }
 
+std::vector<StageUnits> partition_from_counts(int64_t n_layers, const std::vector<int>& counts) {
+  const int S = static_cast<int>(counts.size());
+  int64_t sum = 0;
+  for (int s = 0; s < S; ++s) {
+    const bool end = S > 1 && (s == 0 || s == S - 1);
+    if (counts[s] < (end ? 0 : 1))
+      throw Error(fmt::format(
+          "stage {} of {} holds {} layers: every stage needs a layer (only the first and the "
+          "last may hold the embedding or the head alone)",
+          s, S, counts[s]));
+    sum += counts[s];
+  }
+  if (S < 1 || sum != n_layers)
+    throw Error(fmt::format("{} stages hold {} layers in all; the model has {}", S, sum, n_layers));
+  return from_counts(std::vector<int64_t>(counts.begin(), counts.end()));
+}
+
 std::vector<int> stage_layer_counts(const std::vector<StageUnits>& stages) {
   std::vector<int> out;
   const int n = static_cast<int>(stages.size());

@@ -35,6 +35,12 @@ int64_t max_stages(int64_t n_layers, const StageWeights& weights);
 std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages,
                                          const StageWeights& weights);
 
+// A user's or a search's own split (Megatron's first/last-stage layer counts, generalised): stage s
+// holds counts[s] layers. Throws Error naming the values unless the counts sum to n_layers and
+// every stage holds a layer, except that the first and the last stage (of several) may hold the
+// embedding or the head alone.
+std::vector<StageUnits> partition_from_counts(int64_t n_layers, const std::vector<int>& counts);
+
 // Layers per stage of a partition, in stage order.
 std::vector<int> stage_layer_counts(const std::vector<StageUnits>& stages);
 

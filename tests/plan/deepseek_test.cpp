@@ -140,5 +140,75 @@ TEST(DeepSeekMemory, MtpModulesCostTheHeadsRankOnly) {
   EXPECT_LT(shape.stage_layers.back(), pipeline_shape(m, l).stage_layers.back());
 }
 
+// The catalog's DeepSeek-V3 has its MTP module. At the published layout neither the even nor the
+// balanced split fits 80 GB (the ranks holding the embedding, the head and the module, or the
+// balanced split's 9-layer ranks, overflow); the fitted split gives the head's ranks fewer layers,
+// never a stage more than the even split's longest, and every rank fits. The search finds it.
+TEST(DeepSeekMemory, ItsMtpModuleFitsByASplitWithFewerLayersOnTheHeadsRanks) {
+  const ModelSpec m = find_model("deepseek-v3");
+  ASSERT_EQ(m.mtp_depth, 1);
+  const Gpu gpu = find_gpu("h800");
+  Layout l = deepseek_layout();
+  l.norm_up = true;
+  for (Partition part : {Partition::kEven, Partition::kBalanced}) {
+    l.partition = part;
+    EXPECT_GT(memory_per_gpu(m, l, 4096, 120, gpu.overhead_bytes).total(), gpu.hbm_bytes);
+  }
+  l.partition = Partition::kEven;
+  const std::vector<int> counts =
+      fitting_stage_layers(m, l, 4096, 120, gpu.overhead_bytes, gpu.hbm_bytes);
+  ASSERT_EQ(counts.size(), 16u);
+  int total = 0;
+  for (int c : counts) {
+    total += c;
+    EXPECT_LE(c, 4);  // the even split's longest stage (61 = 13 x 4 + 3 x 3)
+  }
+  EXPECT_EQ(total, 61);
+  for (int r = 1; r < 8; ++r) EXPECT_LT(counts[0] + counts[15], counts[r] + counts[15 - r]);
+  Layout fit = l;
+  fit.partition = Partition::kExplicit;
+  fit.stage_layers = counts;
+  for (const MemoryBreakdown& b : memory_per_rank(m, fit, 4096, 120, gpu.overhead_bytes))
+    EXPECT_LE(b.total(), gpu.hbm_bytes) << "rank " << b.rank;
+
+  PlanInputs in;
+  in.model = m;
+  in.gpu = gpu;
+  in.gpus = 2048;
+  in.seq_len = 4096;
+  in.tokens = 14.8e12;
+  in.search.fixed = deepseek_layout();
+  LayoutFields& f = in.search.fields;
+  f.tp = f.pp = f.ep = f.dp = f.cp = f.zero = f.schedule = true;
+  in.search.precisions = {Precision::kFp8};
+  const Plan p = make_plan(in);
+  EXPECT_EQ(p.best().layout.partition, Partition::kExplicit);
+  EXPECT_NE(p.best().layout.recompute, Recompute::kFull);
+  EXPECT_LE(p.best().step.memory.total(), gpu.hbm_bytes);
+}
+
+// partition=3/4/4/2 names each stage's layers; the planner checks them against the model.
+TEST(DeepSeekMemory, ExplicitPartitionsParsePrintAndAreChecked) {
+  LayoutFields f;
+  const Layout l = parse_layout("pp=4,partition=3/4/4/2", &f);
+  EXPECT_TRUE(f.partition);
+  EXPECT_EQ(l.partition, Partition::kExplicit);
+  EXPECT_EQ(l.stage_layers, (std::vector<int>{3, 4, 4, 2}));
+  EXPECT_NE(l.to_string().find("partition=3/4/4/2,"), std::string::npos);
+  EXPECT_EQ(parse_layout(fixed_layout_text(l, f)).stage_layers, l.stage_layers);
+  ModelSpec m = find_model("llama3-8b");
+  m.n_layers = 13;
+  EXPECT_EQ(pipeline_shape(m, l).stage_layers, l.stage_layers);
+  m.n_layers = 12;  // 13 layers named
+  EXPECT_THROW(pipeline_shape(m, l), Error);
+  m.n_layers = 13;
+  EXPECT_THROW(pipeline_shape(m, parse_layout("pp=4,partition=3/0/8/2")), Error);  // inner 0
+  EXPECT_EQ(pipeline_shape(m, parse_layout("pp=4,partition=0/5/8/0")).stage_layers,
+            (std::vector<int>{0, 5, 8, 0}));  // the ends may hold the embedding or head alone
+  EXPECT_THROW(pipeline_shape(m, parse_layout("pp=2,partition=3/4/4/2")), Error);
+  EXPECT_THROW(parse_layout("partition=3/x"), Error);
+  EXPECT_THROW(parse_layout("partition=3//2"), Error);
+}
+
 }  // namespace
 }  // namespace trillion::plan

@@ -203,13 +203,16 @@ TEST(Search, RankedLayoutsArePossibleAndRefusalsAreAccounted) {
       EXPECT_EQ(m.n_heads % l.tp, 0);
       EXPECT_LE(l.tp, gpu.nvlink_domain);
       const PipelineShape shape = pipeline_shape(m, l);
-      // Every stage holds a whole layer, except that a balanced split may give the embedding
-      // (first stage) or the head (last stage) a stage alone.
+      // Every stage holds a whole layer, except that a balanced or a fitted split may give the
+      // embedding (first stage) or the head (last stage) a stage alone.
       const size_t n = shape.stage_layers.size();
       for (size_t st = 0; st < n; ++st) {
         const bool end = n > 1 && (st == 0 || st == n - 1);
-        EXPECT_GE(shape.stage_layers[st], end && l.partition == Partition::kBalanced ? 0 : 1);
+        EXPECT_GE(shape.stage_layers[st], end && l.partition != Partition::kEven ? 0 : 1);
       }
+      int64_t layers = 0;
+      for (int k : shape.stage_layers) layers += k;
+      EXPECT_EQ(layers, m.n_layers);
       if (l.schedule == schedule::ScheduleKind::kInterleaved && l.pp > 1) {
         EXPECT_LE(l.chunks * l.pp, max_pipeline_stages(m, l.partition));
         EXPECT_LE(l.chunks, (m.n_layers + 2) / l.pp);  // chunks <= units per rank

@@ -57,8 +57,23 @@ ModelCounts closed_form(const ModelSpec& m) {
   c.matmul_active = c.activated - c.embedding - m.n_layers * (c.norms + attention_bias) -
                     m.dense_layers() * mlp_bias - norm - m.moe_layers() * bias +
                     m.vocab * C * (m.tied_embeddings ? 1 : 0);
-  if (m.is_mla())
-    c.matmul_active -= m.n_layers * (m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0));
+  const int64_t mla_norms =
+      m.is_mla() ? m.kv_lora_rank + (m.q_lora_rank > 0 ? m.q_lora_rank : 0) : 0;
+  c.matmul_active -= m.n_layers * mla_norms;
+  // Each MTP module (DeepSeek-V3 §2.2): one layer like the last (MoE in a MoE model), eh_proj
+  // [C, 2C] and three norms; its tokens pass the shared head once more.
+  if (m.mtp_depth > 0) {
+    const int64_t D = m.mtp_depth;
+    const bool moe = m.is_moe();
+    const int64_t layer = moe ? per_moe_shared + m.n_routed_experts * c.expert : per_dense;
+    const int64_t active = moe ? per_moe_shared + m.top_k * c.expert : per_dense;
+    const int64_t extra = 2 * C * C + 3 * norm;
+    c.total += D * (layer + extra);
+    c.routed_total += D * (moe ? m.n_routed_experts * c.expert : 0);
+    c.activated += D * (active + extra);
+    c.matmul_active += D * (active - c.norms - attention_bias - (moe ? bias : mlp_bias) -
+                            mla_norms + 2 * C * C + m.vocab * C);
+  }
   return c;
 }
 
@@ -77,7 +92,8 @@ TEST(Models, EveryCatalogModelsTableEqualsTheClosedForm) {
     EXPECT_EQ(c.head, f.head) << m.name;
     EXPECT_EQ(c.routed_total, f.routed_total) << m.name;
     for (int64_t seq : {2048, 8192, 131072}) {
-      const double attention = 6.0 * m.n_layers * m.n_heads * (m.qk_dim() + m.v_dim()) * seq;
+      const double attention =
+          6.0 * (m.n_layers + m.mtp_depth) * m.n_heads * (m.qk_dim() + m.v_dim()) * seq;
       EXPECT_DOUBLE_EQ(model_flops_per_token(m, seq, AttentionFlops::kFullSquare),
                        6.0 * f.matmul_active + attention)
           << m.name;
@@ -131,8 +147,15 @@ TEST(Models, CatalogMatchesPublishedSizes) {
   EXPECT_NEAR(billions("llama3-70b"), 70.6, 0.1);
   EXPECT_NEAR(billions("llama3-405b"), 405.9, 0.1);                                // "405B"
   EXPECT_NEAR(billions("gpt3-175b"), 174.6, 0.1);                                  // "175B"
-  EXPECT_NEAR(billions("deepseek-v3"), 671.0, 1.0);                                // 671B total ...
-  EXPECT_NEAR(count_model(find_model("deepseek-v3")).activated / 1e9, 37.5, 0.6);  // 37B active
+  // DeepSeek-V3: the main model's 671B total and 37B activated (§4.2), and its MTP module apart
+  // (11.6B of its own; the released checkpoint's "14B" adds copies of the shared embedding and
+  // head, 2 x 0.93B).
+  const ModelCounts ds = count_model(find_model("deepseek-v3"));
+  EXPECT_NEAR((ds.total - ds.mtp) / 1e9, 671.0, 1.0);
+  EXPECT_NEAR((ds.mtp + 2 * ds.embedding) / 1e9, 14.0, 0.6);
+  ModelSpec main_only = find_model("deepseek-v3");
+  main_only.mtp_depth = 0;
+  EXPECT_NEAR(count_model(main_only).activated / 1e9, 37.5, 0.6);
   EXPECT_NEAR(billions("moe-2t"), 1994, 1);
   EXPECT_NEAR(count_model(find_model("moe-2t")).activated / 1e9, 87.4, 0.1);
   // Causal attention counts half of PaLM's 12 L h s.

@@ -263,6 +263,8 @@ TEST(Mtp, ActivationBytesEqualThePlanForEveryPolicy) {
 
 TEST(Mtp, DeepSeekV3CountsItsMtpModuleApart) {
   plan::ModelSpec m = plan::find_model("deepseek-v3");
+  EXPECT_EQ(m.mtp_depth, 1);  // the catalog's DeepSeek-V3 has its module, as trained
+  m.mtp_depth = 0;
   const plan::ModelCounts main = plan::count_model(m);
   m.mtp_depth = 1;
   const plan::ModelCounts with = plan::count_model(m);
