@@ -560,9 +560,16 @@ TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
   EXPECT_EQ(error_of(parsed.dump()), "");
   EXPECT_EQ(back.moe.n_routed_experts, 4);
   EXPECT_EQ(back.moe.router, "sigmoid_bias");
-  parsed["n_group"] = 2;
-  EXPECT_NE(error_of(parsed.dump()).find("n_group = 2 is not supported"), std::string::npos);
+  EXPECT_EQ(back.moe.n_group, 1);  // absent: no groups
+  parsed["n_group"] = 2;           // group-limited routing: topk_group defaults to n_group
+  EXPECT_EQ(error_of(parsed.dump()), "");
+  EXPECT_EQ(back.moe.n_group, 2);
+  EXPECT_EQ(back.moe.topk_group, 2);
+  parsed["topk_group"] = 1;
+  EXPECT_EQ(error_of(parsed.dump()), "");
+  EXPECT_EQ(back.moe.topk_group, 1);
   parsed["n_group"] = 1;
+  parsed.erase("topk_group");
   parsed["scoring_func"] = "tanh";
   EXPECT_NE(error_of(parsed.dump()).find("scoring_func \"tanh\""), std::string::npos);
 }

@@ -1,7 +1,9 @@
 // DeepSeek-V3's architecture at toy size (configs/deepseek-tiny.toml: MLA with query compression
-// and v_head_dim != qk head dim, a dense layer then MoE layers with a shared expert and the
-// sigmoid router's bias) under the layouts that run it, against its one-process run (6 steps):
-// dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2 under 1F1B and DualPipe, pp 2 x dp 2 x ep 2.
+// and v_head_dim != qk head dim, a dense layer then MoE layers with a shared expert, the sigmoid
+// router's bias and group-limited routing, n_group 4 / topk_group 2: the groups are by expert
+// index, so ep 2 routes as one process) under the layouts that run it, against its one-process
+// run (6 steps): dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2 under 1F1B and DualPipe,
+// pp 2 x dp 2 x ep 2.
 // Losses and final weights within 1e-5 (`trillion compare`), and each rank's parameter, gradient
 // and optimizer bytes are plan/'s (rank_model_states of params_of_rank of the layout's pipeline
 // shape: experts split over ep, dense states sharded over dp and expert ones over dp / ep, the
