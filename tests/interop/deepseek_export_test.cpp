@@ -369,8 +369,9 @@ TEST(DeepSeekV3Import, RoundTripIsBitwiseAndRefusesWhatTrillionCannotRepresent) 
 // A MoE router HF's deepseek_v3 does not have (softmax with an auxiliary loss) is refused.
 TEST(DeepSeekV3Export, SoftmaxRouterIsRefusedByName) {
   const std::string root = testing::fresh_dir("ds_softmax");
-  const TinyRun run =
-      make_tiny_run(root + "/run", {"model.router=softmax_aux"}, "deepseek-tiny.toml");
+  const TinyRun run = make_tiny_run(
+      root + "/run", {"model.router=softmax_aux", "model.n_group=1", "model.topk_group=1"},
+      "deepseek-tiny.toml");
   const auto r = run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(testing::has(r.output,
