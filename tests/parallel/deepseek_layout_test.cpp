@@ -7,7 +7,8 @@
 // Losses and final weights within 1e-5 (`trillion compare`), and each rank's parameter, gradient
 // and optimizer bytes are plan/'s (rank_model_states of params_of_rank of the layout's pipeline
 // shape: experts split over ep, dense states sharded over dp and expert ones over dp / ep, the
-// routing biases whole under ZeRO-3).
+// routing biases whole under ZeRO-3). Without the group limit the one-process run differs, so
+// the limit takes part.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -73,6 +74,19 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
     EXPECT_EQ(current["gradients"].get<double>(), states.gradients) << "rank " << rank;
     EXPECT_EQ(current["optimizer"].get<double>(), states.optimizer) << "rank " << rank;
   }
+}
+
+// The layouts above exercise the group limit: the one-process run without it (n_group =
+// topk_group = 1) is another run (measured: losses 2.5e-4, weights 2.3e-2 apart after 6 steps).
+TEST(DeepSeekGroups, TheOneProcessRunWithoutTheGroupLimitDiffers) {
+  const std::string ref = shared_run(kEnv + flags());
+  const std::string run = fresh_dir("deepseek_no_groups");
+  const auto r = run_trillion(kEnv + flags() + " --run-dir " + run +
+                              " --set model.n_group=1 --set model.topk_group=1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_NE(cmp.exit_code, 0) << cmp.output;
+  EXPECT_TRUE(testing::has(cmp.output, "DIFFER")) << cmp.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DeepSeekLayout,
