@@ -3,7 +3,7 @@
 // router's bias and group-limited routing, n_group 4 / topk_group 2: the groups are by expert
 // index, so ep 2 routes as one process) under the layouts that run it, against its one-process
 // run (6 steps): dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2 under 1F1B and DualPipe,
-// pp 2 x dp 2 x ep 2.
+// pp 2 x dp 2 x ep 2, dp 4 x ep 4 (one group of 2 experts per rank).
 // Losses and final weights within 1e-5 (`trillion compare`), and each rank's parameter, gradient
 // and optimizer bytes are plan/'s (rank_model_states of params_of_rank of the layout's pipeline
 // shape: experts split over ep, dense states sharded over dp and expert ones over dp / ep, the
@@ -96,7 +96,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DeepSeekLayout,
                                            Layout{"dp2_ep2_zero3", 2, 1, 2, 2, 3, "1f1b"},
                                            Layout{"pp2_1f1b", 2, 2, 1, 1, 1, "1f1b"},
                                            Layout{"pp2_dualpipe", 2, 2, 1, 1, 1, "dualpipe"},
-                                           Layout{"pp2_dp2_ep2", 4, 2, 2, 2, 1, "1f1b"}),
+                                           Layout{"pp2_dp2_ep2", 4, 2, 2, 2, 1, "1f1b"},
+                                           Layout{"dp4_ep4", 4, 1, 4, 4, 1, "1f1b"}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
