@@ -137,8 +137,8 @@ std::string deepseek_v3_config_json(const ModelConfig& m, const std::string& tor
   j["v_head_dim"] = a.v_head_dim;
   // MoE: layers from first_k_dense_replace on; a dense model makes every layer dense. The gates
   // are the chosen sigmoid affinities normalised (norm_topk_prob) and not rescaled
-  // (routed_scaling_factor 1). One group: trillion's node-limited routing groups experts by
-  // expert-parallel rank, and a one-process model (what HF runs) has one.
+  // (routed_scaling_factor 1). n_group / topk_group are the model's group-limited routing (the
+  // same rule as HF's DeepseekV3TopkRouter: groups by expert index scored by their top-2 sums).
   j["n_routed_experts"] = e.enabled() ? e.n_routed_experts : 0;
   j["n_shared_experts"] = e.enabled() ? e.n_shared_experts : 0;
   j["num_experts_per_tok"] = e.enabled() ? e.top_k : 0;
@@ -149,8 +149,8 @@ std::string deepseek_v3_config_json(const ModelConfig& m, const std::string& tor
   j["norm_topk_prob"] = true;
   j["scoring_func"] = "sigmoid";
   j["topk_method"] = "noaux_tc";
-  j["n_group"] = 1;
-  j["topk_group"] = 1;
+  j["n_group"] = e.enabled() ? e.n_group : 1;
+  j["topk_group"] = e.enabled() ? e.topk_group : 1;
   j["hidden_act"] = "silu";
   j["max_position_embeddings"] = m.seq_len;
   j["rms_norm_eps"] = m.norm_eps;
@@ -257,13 +257,9 @@ bool parse_deepseek_v3_config(const nlohmann::json& j, const std::string& origin
         "{}: routed_scaling_factor = {} is not supported (trillion does not rescale the gates; "
         "it reads 1.0)",
         origin, j["routed_scaling_factor"].dump()));
-  // Group-limited routing that allows every group is no limit at all.
-  const int64_t groups = whole(j, "n_group", origin, 1, 1);
-  if (whole(j, "topk_group", origin, 1, groups) != groups)
-    throw Error(fmt::format(
-        "{}: n_group = {} with topk_group = {} is not supported (trillion's routing is not "
-        "group-limited within one process; it reads topk_group = n_group)",
-        origin, groups, j["topk_group"].dump()));
+  // Group-limited routing (absent: no groups); the model's validate() checks the pair.
+  e.n_group = whole(j, "n_group", origin, 1, 1);
+  e.topk_group = whole(j, "topk_group", origin, 1, e.n_group);
   e.balance_loss_alpha = real(j, "aux_loss_alpha", origin, e.balance_loss_alpha);
   e.bias_update_rate = real(j, "bias_update_speed", origin, e.bias_update_rate);
   e.capacity_factor = real(j, "capacity_factor", origin, e.capacity_factor);

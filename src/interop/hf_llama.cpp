@@ -197,8 +197,8 @@ std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_
   if (m.moe.enabled()) {
     // DeepSeek-V3's MoE fields (HF DeepseekV3Config): layers from first_k_dense_replace on are
     // MoE (moe_layer_freq 1); gates are the chosen affinities normalised (norm_topk_prob) and
-    // not rescaled (routed_scaling_factor 1); one group (trillion groups experts only by
-    // expert-parallel rank, which is one rank at inference).
+    // not rescaled (routed_scaling_factor 1); n_group / topk_group: the model's group-limited
+    // routing (HF's DeepseekV3TopkRouter rule).
     const MoeConfig& e = m.moe;
     const bool sigmoid = e.router == "sigmoid_bias";
     j["n_routed_experts"] = e.n_routed_experts;
@@ -211,8 +211,8 @@ std::string hf_llama_config_json(const ModelConfig& m, const std::string& torch_
     j["norm_topk_prob"] = true;
     j["scoring_func"] = sigmoid ? "sigmoid" : "softmax";
     j["topk_method"] = sigmoid ? "noaux_tc" : "greedy";
-    j["n_group"] = 1;
-    j["topk_group"] = 1;
+    j["n_group"] = e.n_group;
+    j["topk_group"] = e.topk_group;
     j["aux_loss_alpha"] = e.balance_loss_alpha;
     j["seq_aux"] = true;
     // trillion's own training settings, so an import resumes the same router.
@@ -282,7 +282,9 @@ bool parse_hf_llama_config(const std::string& text, const std::string& origin, M
     throw Error(fmt::format("{}: scoring_func \"{}\" is not supported (sigmoid or softmax)", origin,
                             scoring));
   e.router = scoring == "sigmoid" ? "sigmoid_bias" : "softmax_aux";
-  for (const char* key : {"moe_layer_freq", "n_group", "topk_group"}) {
+  if (j.contains("n_group")) e.n_group = int_field(j, "n_group", origin);
+  e.topk_group = j.contains("topk_group") ? int_field(j, "topk_group", origin) : e.n_group;
+  for (const char* key : {"moe_layer_freq"}) {
     if (j.contains(key) && j[key] != 1)
       throw Error(fmt::format("{}: {} = {} is not supported (trillion reads 1)", origin, key,
                               j[key].dump()));

@@ -56,7 +56,6 @@ void ModelConfig::validate() {
     };
     nonnegative("n_dense_layers", moe.n_dense_layers);
     nonnegative("n_shared_experts", moe.n_shared_experts);
-    nonnegative("max_groups", moe.max_groups);
     positive("top_k", moe.top_k);
     positive("expert_ffn", moe.expert_ffn);
     if (moe.top_k > moe.n_routed_experts) {
@@ -76,6 +75,7 @@ void ModelConfig::validate() {
           "model.recompute = full with MoE layers: the expert exchange is not recomputed; use "
           "none or selective (which keeps every MoE tensor and recomputes attention cores)");
     }
+    plan::check_group_routing(spec());
     if (!(moe.bias_update_rate >= 0) || !(moe.balance_loss_alpha >= 0) ||
         !(moe.capacity_factor >= 0)) {
       throw Error(
@@ -254,6 +254,8 @@ plan::ModelSpec ModelConfig::spec() const {
     s.top_k = moe.top_k;
     s.expert_ffn = moe.expert_ffn;
     s.router_bias = moe.router == "sigmoid_bias";
+    s.n_group = moe.n_group;
+    s.topk_group = moe.topk_group;
   }
   return s;
 }

@@ -29,7 +29,11 @@ struct MoeConfig {
   double bias_update_rate = 0.001;  // gamma
   double balance_loss_alpha = 1e-4;
   double capacity_factor = 0;  // > 0: at most ceil(cf * N * K / E) tokens per expert; 0: dropless
-  int64_t max_groups = 0;      // > 0: a token reaches experts on at most this many ep ranks
+  // Group-limited routing (DeepSeek-V3's n_group / topk_group, sigmoid_bias only): the experts
+  // are n_group contiguous groups of E / n_group by index; a token chooses its top_k among the
+  // experts of its topk_group best groups (model/router.h). 1 / 1: no limit.
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
   bool enabled() const { return n_routed_experts > 0; }
 };
 

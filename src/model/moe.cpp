@@ -71,10 +71,7 @@ Moe::Moe(Backend& backend, const ParallelContext& ctx, const MoeConfig& config,
       local_(exchange == nullptr ? std::make_unique<LocalExchange>(backend, config.n_routed_experts)
                                  : nullptr),
       exchange_(exchange != nullptr ? exchange : local_.get()),
-      router_(backend, ctx, config,
-              exchange != nullptr
-                  ? static_cast<int>(config.n_routed_experts / exchange->local_experts())
-                  : 1),
+      router_(backend, ctx, config),
       // The shared experts are tp shards (column-parallel gate/up, row-parallel down).
       shared_(backend, ctx, config.n_shared_experts * config.expert_ffn / ctx.tp_size()) {}
 

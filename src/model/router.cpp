@@ -24,8 +24,8 @@ void with_type(DType dt, F&& f) {
 
 }  // namespace
 
-Router::Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& config, int ep_size)
-    : be_(backend), ctx_(ctx), config_(config), ep_size_(ep_size) {}
+Router::Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& config)
+    : be_(backend), ctx_(ctx), config_(config) {}
 
 void Router::carve(Carver& kept, Routing& r) const {
   const int64_t N = ctx_.moe_tokens();
@@ -51,8 +51,9 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
   r.f.assign(B * E, 0.0);
   r.dropped_count = 0;
   r.balance_loss = 0;
-  const int64_t groups = ep_size_, per_group = E / std::max<int64_t>(1, groups);
-  const int64_t M = config_.max_groups > 0 && config_.max_groups < groups ? config_.max_groups : 0;
+  // Group-limited routing: G groups of E / G experts by index (the layout plays no part).
+  const int64_t G = config_.n_group, per_group = E / G;
+  const bool limited = config_.topk_group < G;
   const int64_t capacity =
       config_.capacity_factor > 0
           ? static_cast<int64_t>(std::ceil(config_.capacity_factor * N * K / E))
@@ -66,6 +67,7 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
     std::vector<double> key(E);
     std::vector<int64_t> order(E);
     std::vector<char> allowed(E);
+    std::vector<std::pair<double, int64_t>> group_score(G);  // (-score, group): best first
     for (int64_t t = 0; t < N; ++t) {
       T_* row = s + t * E;
       if (sigmoid) {
@@ -80,20 +82,24 @@ void Router::forward(const Tensor& x, const RouterWeights& w, Routing& r) {
       }
       for (int64_t i = 0; i < E; ++i) key[i] = double(row[i]) + (bias ? double(bias[i]) : 0.0);
       std::fill(allowed.begin(), allowed.end(), 1);
-      if (M > 0) {  // node-limited: the M groups with the largest sums of their top keys
-        const int64_t top = (K + M - 1) / M;
-        std::vector<std::pair<double, int64_t>> group_score(groups);
-        for (int64_t gi = 0; gi < groups; ++gi) {
-          std::vector<double> k(key.begin() + gi * per_group, key.begin() + (gi + 1) * per_group);
-          std::partial_sort(k.begin(), k.begin() + std::min(top, per_group), k.end(),
-                            std::greater<double>());
-          double sum = 0;
-          for (int64_t j = 0; j < std::min(top, per_group); ++j) sum += k[j];
-          group_score[gi] = {-sum, gi};
+      if (limited) {
+        // A group's score is the sum of its two largest keys; the topk_group best groups are
+        // kept (ties: the lower group index) and the top K are chosen among their experts.
+        for (int64_t gi = 0; gi < G; ++gi) {
+          double first_key = -INFINITY, second_key = -INFINITY;
+          for (int64_t i = gi * per_group; i < (gi + 1) * per_group; ++i) {
+            if (key[i] > first_key) {
+              second_key = first_key;
+              first_key = key[i];
+            } else if (key[i] > second_key) {
+              second_key = key[i];
+            }
+          }
+          group_score[gi] = {-(first_key + second_key), gi};
         }
         std::sort(group_score.begin(), group_score.end());
         std::fill(allowed.begin(), allowed.end(), 0);
-        for (int64_t j = 0; j < M; ++j) {
+        for (int64_t j = 0; j < config_.topk_group; ++j) {
           const int64_t gi = group_score[j].second;
           std::fill(allowed.begin() + gi * per_group, allowed.begin() + (gi + 1) * per_group, 1);
         }

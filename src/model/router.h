@@ -19,8 +19,12 @@
 //   rows of the micro-batch: f's counts add over tp the same way (one more B * E f64 all-reduce),
 //   and its share of P covers those rows. Under ctx.experts_tp (parallel.expert_tp = tp) every tp
 //   rank routes all N gathered rows identically, and takes its N/tp rows' share of dx and dWr.
-//   Node-limited routing (max_groups = M > 0): experts are grouped by expert-parallel rank; a
-//   token first picks the M groups with the largest sums of their top ceil(K / M) keys.
+//   Group-limited routing (sigmoid_bias; n_group = G, topk_group = M < G; DeepSeek-V3 §2.1.2
+//   and its released config): experts are G contiguous groups of E/G by index (group g holds
+//   g E/G .. (g+1) E/G - 1), each scored by the sum of its two largest keys s + b; a token keeps
+//   the M best groups and chooses its top K among their M E/G experts. The groups depend on the
+//   expert index only, so every layout (ep, tp, cp, dp, pp) routes as the one-process run; with
+//   E/G experts per ep rank a group is a rank's experts and a token reaches at most M ranks.
 //   Capacity (capacity_factor cf > 0, Switch): expert i takes at most ceil(cf * N * K / E) of this
 //   rank's assignments, in token order; the rest are dropped (their gate is lost, not
 //   renormalised) and counted.
@@ -55,7 +59,7 @@ struct Routing {
 
 class Router {
  public:
-  Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& config, int ep_size);
+  Router(Backend& backend, const ParallelContext& ctx, const MoeConfig& config);
 
   // Carves scores [N, E] and gates [N, K] from `kept`.
   void carve(Carver& kept, Routing& r) const;
@@ -82,7 +86,6 @@ class Router {
   Backend& be_;
   const ParallelContext& ctx_;
   MoeConfig config_;
-  int ep_size_;
 };
 
 }  // namespace trillion

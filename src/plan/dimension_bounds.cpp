@@ -1,5 +1,6 @@
-// check_dimension_bounds (plan/model_spec.h), in a file of its own: the engine's run-config
-// reader calls it, and readers built alone (the fuzz targets) link it without the planner.
+// check_dimension_bounds and check_group_routing (plan/model_spec.h), in a file of their own: the
+// engine's run-config reader calls them, and readers built alone (the fuzz targets) link them
+// without the planner.
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -30,6 +31,33 @@ void check_dimension_bounds(const ModelSpec& m) {
   at_most("v_head_dim", m.v_head_dim, 12);
   if (m.vocab > (int64_t{1} << 31) - 1)
     throw Error(fmt::format("model.vocab_size = {} exceeds 2^31 - 1", m.vocab));
+}
+
+void check_group_routing(const ModelSpec& m) {
+  const int64_t E = m.n_routed_experts, G = m.n_group;
+  if (G < 1 || (E > 0 && E % G != 0))
+    throw Error(fmt::format(
+        "model.n_group = {} must be >= 1 and divide model.n_routed_experts = {} (the experts are "
+        "n_group contiguous groups of equal size)",
+        G, E));
+  if (m.topk_group < 1 || m.topk_group > G)
+    throw Error(
+        fmt::format("model.topk_group = {} must be in [1, model.n_group = {}]", m.topk_group, G));
+  if (G == 1 || E == 0) return;
+  if (E / G < 2)
+    throw Error(fmt::format(
+        "model.n_group = {} makes groups of 1 expert; a group is scored by the sum of its top 2 "
+        "experts (DeepSeek-V3), so each needs >= 2 (use n_group <= {})",
+        G, E / 2));
+  if (m.topk_group * (E / G) < m.top_k)
+    throw Error(fmt::format(
+        "model.topk_group = {} keeps {} experts ({} groups of {}), fewer than model.top_k = {}",
+        m.topk_group, m.topk_group * (E / G), m.topk_group, E / G, m.top_k));
+  if (!m.router_bias)
+    throw Error(fmt::format(
+        "model.n_group = {}: group-limited routing is DeepSeek-V3's sigmoid router's rule; use "
+        "router = \"sigmoid_bias\" or n_group = 1 (softmax_aux routes without groups)",
+        G));
 }
 
 }  // namespace trillion::plan

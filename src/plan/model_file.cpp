@@ -214,6 +214,8 @@ ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
   const int64_t top_k = r.integer("top_k", 0);
   const int64_t expert_ffn = r.integer("expert_ffn", 0);
   m.moe_max_nodes = r.integer("moe_max_nodes", 0);
+  const int64_t n_group = r.integer("n_group", 1);
+  const int64_t topk_group = r.integer("topk_group", n_group);
   if (m.n_routed_experts > 0) {
     m.n_dense_layers = dense;
     m.n_shared_experts = shared;
@@ -222,7 +224,14 @@ ModelSpec parse_model_toml(std::string_view text, std::string_view source) {
     if (m.n_dense_layers > m.n_layers || m.top_k > m.n_routed_experts || m.top_k == 0)
       throw Error(fmt::format(
           "{}: need n_dense_layers <= n_layers and 1 <= top_k <= n_routed_experts", source));
-  } else if (top_k > 0 || expert_ffn > 0 || shared > 0) {
+    m.n_group = n_group;
+    m.topk_group = topk_group;
+    try {
+      check_group_routing(m);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", source, e.what()));
+    }
+  } else if (top_k > 0 || expert_ffn > 0 || shared > 0 || n_group != 1 || topk_group != 1) {
     throw Error(fmt::format("{}: MoE keys need n_routed_experts > 0", source));
   }
   m.ffn_hidden = r.integer("ffn_hidden", 0, m.dense_layers() > 0);

@@ -11,7 +11,8 @@
 // "flash" | "materialised", position = "rope" | "learned", linear_biases, dropout; MLA ranks
 // q_lora_rank (0: queries without a latent), kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim,
 // v_head_dim; MoE n_dense_layers, n_routed_experts, n_shared_experts, top_k, expert_ffn,
-// moe_max_nodes (node-limited routing);
+// moe_max_nodes (node-limited routing: the planner's bound on a token's node crossings), n_group
+// and topk_group (group-limited routing; topk_group defaults to n_group; check_group_routing);
 // planner metadata name, source, batch_tokens (the training batch), init_std. The engine's
 // rope_theta, norm_eps, dtype, recompute and attention_block are accepted and do not change a
 // plan.

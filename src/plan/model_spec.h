@@ -51,6 +51,10 @@ struct ModelSpec {
   // Node-limited routing (DeepSeek-V3 §3.2.2): each token's experts span at most this many
   // nodes, so it crosses the scale-out network at most this many times (0: no limit).
   int64_t moe_max_nodes = 0;
+  // Group-limited routing (DeepSeek-V3's n_group / topk_group): experts in n_group contiguous
+  // groups by index, a token's top_k chosen among its topk_group best groups (1 / 1: no limit).
+  // Routing only: the planner's traffic bound is moe_max_nodes.
+  int64_t n_group = 1, topk_group = 1;
   // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0 means ordinary GQA.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   // Multi-token prediction (DeepSeek-V3 §2.2): this many MTP modules after the main model, each
@@ -125,6 +129,12 @@ void require_engine_block(const ModelSpec& m);
 // int64 and a plan's layout search stays bounded. Throws Error naming the first key over its
 // bound ("model.n_layers = 100000 exceeds 2^14, ...").
 void check_dimension_bounds(const ModelSpec& m);
+// The group-limited routing keys of a MoE model, shared the same way: n_group divides
+// n_routed_experts into groups of >= 2 experts (a group's score is the sum of its top 2, so
+// n_group = 1 when E = 1), 1 <= topk_group <= n_group, the kept groups hold >= top_k experts, and
+// groups need the sigmoid router (router_bias). Throws Error naming the key ("model.n_group = 3
+// must divide ...").
+void check_group_routing(const ModelSpec& m);
 // The longest sequence the engine trains (its data loader indexes windows with int) and so the
 // longest the planner plans: 2^24 tokens.
 constexpr int64_t kMaxSeqLen = int64_t{1} << 24;

@@ -107,7 +107,8 @@ toml::table model_table(const ModelConfig& m) {
     model.insert("bias_update_rate", m.moe.bias_update_rate);
     model.insert("balance_loss_alpha", m.moe.balance_loss_alpha);
     model.insert("capacity_factor", m.moe.capacity_factor);
-    model.insert("max_groups", m.moe.max_groups);
+    model.insert("n_group", m.moe.n_group);
+    model.insert("topk_group", m.moe.topk_group);
   }
   if (m.mtp.enabled()) {  // likewise only with multi-token prediction
     model.insert("mtp_depth", m.mtp.depth);

@@ -218,7 +218,12 @@ void read_model_section(const toml::table& root, const std::string& source, Mode
   m.read("bias_update_rate", mc.moe.bias_update_rate);
   m.read("balance_loss_alpha", mc.moe.balance_loss_alpha);
   m.read("capacity_factor", mc.moe.capacity_factor);
-  m.read("max_groups", mc.moe.max_groups);
+  m.read("n_group", mc.moe.n_group);
+  if (!m.read("topk_group", mc.moe.topk_group)) mc.moe.topk_group = mc.moe.n_group;
+  // max_groups grouped the experts by expert-parallel rank, so a run routed differently at each
+  // ep; 0 (no limit, what earlier run configs and checkpoints wrote) still reads.
+  int64_t max_groups = 0;
+  m.read("max_groups", max_groups);
   m.read("mtp_depth", mc.mtp.depth);
   m.read("mtp_loss_weight", mc.mtp.loss_weight);
   m.read("mtp_loss_weight_after", mc.mtp.loss_weight_after);
@@ -228,6 +233,12 @@ void read_model_section(const toml::table& root, const std::string& source, Mode
     mc.dtype = parse_dtype(dtype);
     mc.set_recompute(recompute);
   });
+  if (max_groups != 0)
+    throw Error(fmt::format(
+        "{}: model.max_groups = {} was removed: it grouped experts by expert-parallel rank, so "
+        "the routing changed with the layout; use model.n_group (the experts in n_group groups by "
+        "index) and model.topk_group (the groups a token may use), DeepSeek-V3's rule",
+        source, max_groups));
   set_attention(source, attention, kernel, kernel_given, mla_given, mc);
   naming_source(source, "", [&] { mc.validate(); });
   validate_model_numerics(mc, source);

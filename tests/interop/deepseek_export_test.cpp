@@ -2,10 +2,12 @@
 // DeepseekV3ForCausalLM (tests/interop/hf_deepseek_check.py, run by .venv-tests' Python) loads the
 // exported directories of a dense MLA model without query compression, one with query
 // compression and an MTP module (tied embeddings), and deepseek-tiny (MLA + MoE with a non-zero
-// routing bias) with no missing, unexpected or mismatched weights and no warnings, and computes
-// trillion's logits at every position within 1e-4 (f32); the same export with the RoPE rows left
-// in trillion's order (TRILLION_EXPORT_WRONG_ROPE_LAYOUT) is caught by that comparison. Without
-// Python: the names, the row permutation and config.json fields, and import back bitwise.
+// routing bias and group-limited routing, n_group 4 / topk_group 2) with no missing, unexpected
+// or mismatched weights and no warnings, and computes trillion's logits at every position within
+// 1e-4 (f32); the same export with the RoPE rows left in trillion's order
+// (TRILLION_EXPORT_WRONG_ROPE_LAYOUT), or read by HF without the group limit (n_group = 1), is
+// caught by that comparison. Without Python: the names, the row permutation and config.json
+// fields, and import back bitwise (n_group / topk_group included).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -97,6 +99,18 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   config["rope_interleave"] = false;
   std::ofstream(halves + "/config.json") << config.dump(2);
   dirs += " " + halves;
+  // deepseek-tiny's export again with n_group = topk_group = 1: HF then routes without the group
+  // limit, and its logits must differ from trillion's, so the ids and biases exercise the limit.
+  const std::string ungrouped = root + "/moe_ungrouped_hf";
+  std::filesystem::create_directories(ungrouped);
+  std::filesystem::copy_file(root + "/moe_hf/model.safetensors", ungrouped + "/model.safetensors");
+  auto flat = nlohmann::json::parse(testing::slurp(root + "/moe_hf/config.json"));
+  EXPECT_EQ(flat["n_group"], 4);
+  EXPECT_EQ(flat["topk_group"], 2);
+  flat["n_group"] = 1;
+  flat["topk_group"] = 1;
+  std::ofstream(ungrouped + "/config.json") << flat.dump(2);
+  dirs += " " + ungrouped;
   // The MTP module put into model.safetensors (as layer L = 3): what HF must report as unexpected,
   // so the check of the load messages can fail.
   const std::string merged = root + "/dense_mtp_merged_hf";
@@ -152,6 +166,9 @@ TEST(DeepSeekV3Export, HuggingFaceLoadsItWithoutWarningsAndGivesTrillionsLogits)
   double halves_diff = 0;
   check("moe", "moe_halves_hf", &halves_diff);
   EXPECT_LT(halves_diff, 1e-4);
+  double ungrouped_diff = 0;
+  check("moe", "moe_ungrouped_hf", &ungrouped_diff);
+  EXPECT_GT(ungrouped_diff, 1e-2);
   const auto& m = hf.at(merged);
   std::printf("MTP in model.safetensors: HF reports %zu unexpected weights and %zu warnings\n",
               m["unexpected"].size(), m["warnings"].size());
@@ -230,8 +247,8 @@ TEST(DeepSeekV3Export, NamesRowOrderAndConfigAreTheReleasedCheckpoints) {
                                                            {"num_experts_per_tok", 2},
                                                            {"moe_intermediate_size", 16},
                                                            {"first_k_dense_replace", 1},
-                                                           {"n_group", 1},
-                                                           {"topk_group", 1},
+                                                           {"n_group", 4},
+                                                           {"topk_group", 2},
                                                            {"routed_scaling_factor", 1.0},
                                                            {"norm_topk_prob", true},
                                                            {"scoring_func", "sigmoid"},
@@ -330,23 +347,31 @@ TEST(DeepSeekV3Import, RoundTripIsBitwiseAndRefusesWhatTrillionCannotRepresent) 
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(testing::slurp(root + "/halves_back/checkpoints/step_00000000/params.bin"),
             testing::slurp(moe_run.dir + "/params.bin"));
-  // Group-limited routing (HF would pick experts from 2 of 4 groups; trillion cannot).
+  // Group-limited routing reads back (deepseek-tiny: 4 groups, 2 kept), and a pair the model
+  // cannot run is refused by name.
   const std::string moe = root + "/moe_hf";
+  const std::string moe_back = root + "/moe_back/checkpoints/step_00000000";
+  const RunConfig grouped = parse_run_config(read_checkpoint_config(moe_back), moe_back, {});
+  EXPECT_EQ(grouped.model.moe.n_group, 4);
+  EXPECT_EQ(grouped.model.moe.topk_group, 2);
   auto j = nlohmann::json::parse(testing::slurp(moe + "/config.json"));
-  j["n_group"] = 4;
+  j["n_group"] = 3;
   j["topk_group"] = 2;
   std::ofstream(moe + "/config.json") << j.dump();
   r = run_trillion("import " + moe + " --out " + root + "/grouped");
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_TRUE(testing::has(r.output, "n_group = 4 with topk_group = 2 is not supported"))
+  EXPECT_TRUE(testing::has(r.output,
+                           "model.n_group = 3 must be >= 1 and divide "
+                           "model.n_routed_experts = 8"))
       << r.output;
 }
 
 // A MoE router HF's deepseek_v3 does not have (softmax with an auxiliary loss) is refused.
 TEST(DeepSeekV3Export, SoftmaxRouterIsRefusedByName) {
   const std::string root = testing::fresh_dir("ds_softmax");
-  const TinyRun run =
-      make_tiny_run(root + "/run", {"model.router=softmax_aux"}, "deepseek-tiny.toml");
+  const TinyRun run = make_tiny_run(
+      root + "/run", {"model.router=softmax_aux", "model.n_group=1", "model.topk_group=1"},
+      "deepseek-tiny.toml");
   const auto r = run_trillion("export --checkpoint " + run.dir + " --out " + root + "/hf");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_TRUE(testing::has(r.output,

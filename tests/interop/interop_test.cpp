@@ -354,11 +354,12 @@ TEST(HfLlamaReference, PyTorchLlamaGivesTheSameNextTokenLogits) {
 }
 
 // ---- MoE: DeepSeek-V3 names. A tiny MoE (layer 0 dense, layer 1: 1 shared + 4 routed experts,
-// top-2, sigmoid router with its correction bias) trained 20 steps, so the router bias has moved.
+// top-2, sigmoid router with its correction bias, group-limited: 2 groups of 2 experts, 1 kept)
+// trained 20 steps, so the router bias has moved.
 const char* kMoeTrain =
     " --set model.n_dense_layers=1 --set model.n_routed_experts=4 --set model.n_shared_experts=1"
     " --set model.top_k=2 --set model.expert_ffn=16 --set model.init_std=0.2"
-    " --set model.bias_update_rate=0.01";
+    " --set model.bias_update_rate=0.01 --set model.n_group=2 --set model.topk_group=1";
 
 std::string train_tiny_moe(const std::string& run_dir) {
   const auto r = run_trillion("train " + testing::config_path("tiny.toml") + " --run-dir " +
@@ -560,9 +561,16 @@ TEST(HfLlamaConfig, ParsesWhatItWritesAndNamesBadFields) {
   EXPECT_EQ(error_of(parsed.dump()), "");
   EXPECT_EQ(back.moe.n_routed_experts, 4);
   EXPECT_EQ(back.moe.router, "sigmoid_bias");
-  parsed["n_group"] = 2;
-  EXPECT_NE(error_of(parsed.dump()).find("n_group = 2 is not supported"), std::string::npos);
+  EXPECT_EQ(back.moe.n_group, 1);  // absent: no groups
+  parsed["n_group"] = 2;           // group-limited routing: topk_group defaults to n_group
+  EXPECT_EQ(error_of(parsed.dump()), "");
+  EXPECT_EQ(back.moe.n_group, 2);
+  EXPECT_EQ(back.moe.topk_group, 2);
+  parsed["topk_group"] = 1;
+  EXPECT_EQ(error_of(parsed.dump()), "");
+  EXPECT_EQ(back.moe.topk_group, 1);
   parsed["n_group"] = 1;
+  parsed.erase("topk_group");
   parsed["scoring_func"] = "tanh";
   EXPECT_NE(error_of(parsed.dump()).find("scoring_func \"tanh\""), std::string::npos);
 }

@@ -7,7 +7,8 @@
 # MoE configs (model_type "trillion_moe": Llama attention + DeepSeek-V3's MoE fields and names)
 # replace the MLP of layers >= first_k_dense_replace by DeepSeek-V3's MoE: affinities
 # sigmoid(x Wg^T) (or softmax), the top num_experts_per_tok of affinity + e_score_correction_bias
-# chosen, gates = chosen affinities / their sum (norm_topk_prob), times routed_scaling_factor,
+# chosen (with n_group > 1 only among the experts of the topk_group groups, of n_routed_experts /
+# n_group consecutive experts each, whose two largest keys sum highest), gates = chosen affinities / their sum (norm_topk_prob), times routed_scaling_factor,
 # plus the shared experts (one MLP of width n_shared_experts * moe_intermediate_size).
 # Prints the logits of every position for the given ids as JSON, computed in float32:
 #   /usr/bin/python3 torch_llama.py DIR ID [ID ...]
@@ -108,6 +109,8 @@ class MoE(nn.Module):
         super().__init__()
         FE, self.K = cfg["moe_intermediate_size"], cfg["num_experts_per_tok"]
         self.scale = cfg.get("routed_scaling_factor", 1.0)
+        self.groups = cfg.get("n_group") or 1
+        self.kept_groups = cfg.get("topk_group") or self.groups
         self.gate = Gate(cfg)
         self.experts = nn.ModuleList([MLP(cfg, FE) for _ in range(cfg["n_routed_experts"])])
         shared = cfg.get("n_shared_experts", 0)
@@ -121,6 +124,15 @@ class MoE(nn.Module):
         else:
             scores = torch.softmax(logits, -1)
             key = scores
+        if self.kept_groups < self.groups:  # group-limited: drop the other groups' experts
+            T, E = key.shape
+            per_group = key.view(T, self.groups, E // self.groups)
+            group_score = per_group.topk(2, -1).values.sum(-1)  # [T, G]
+            kept = group_score.topk(self.kept_groups, -1).indices
+            allowed = torch.zeros(T, self.groups, dtype=torch.bool)
+            allowed[torch.arange(T).unsqueeze(1), kept] = True
+            allowed = allowed.unsqueeze(-1).expand(T, self.groups, E // self.groups).reshape(T, E)
+            key = key.masked_fill(~allowed, float("-inf"))
         chosen = torch.topk(key, self.K, -1).indices  # [T, K]
         gates = scores.gather(-1, chosen)
         gates = gates / gates.sum(-1, keepdim=True) * self.scale

@@ -1,5 +1,6 @@
 // Context parallelism of a MoE model under `trillion launch`: configs/moe-tiny.toml (1 dense + 2
-// MoE layers, 8 routed experts top-2 + 1 shared, sigmoid routing with the bias, dropless) at cp 2
+// MoE layers, 8 routed experts top-2 + 1 shared, sigmoid routing with the bias and 4 groups of 2
+// experts of which 2 are kept (n_group / topk_group), dropless) at cp 2
 // (zigzag and contiguous), cp 2 x ep 2 and dp 2 x cp 2 x ep 2 with ZeRO-1 and ZeRO-3 trains the
 // one-process run of the same config (ONE shared reference): losses and final weights within
 // 1e-5 (`trillion compare`). The balance loss's alpha is raised to 0.05 so that its gradient
@@ -40,7 +41,9 @@ constexpr int kMicro = 2, kBatch = 4, kSeq = 32, kLayers = 3, kMoeLayers = 2, kE
 std::string flags() {
   return "train " + config_path("moe-tiny.toml") +
          " --quiet --set train.steps=2 --set train.log_every=1 --set train.grad_accum=" +
-         std::to_string(kMicro) + " --set model.balance_loss_alpha=0.05";
+         std::to_string(kMicro) + " --set model.balance_loss_alpha=0.05" +
+         // Group-limited routing (4 groups of 2 experts, 2 kept): groups by expert index.
+         " --set model.n_group=4 --set model.topk_group=2";
 }
 
 struct Layout {

@@ -45,7 +45,7 @@ Routed route(Backend& be, const MoeConfig& mc, std::vector<double> x, std::vecto
   ctx.shape.batch = kB, ctx.shape.seq = seq, ctx.shape.d_model = kC, ctx.shape.experts = kE;
   ctx.sequence = split;
   ctx.cp = group;
-  Router router(be, ctx, mc, 1);
+  Router router(be, ctx, mc);
   const int64_t N = kB * seq;
   Routed out;
   out.scores.assign(N * kE, 0), out.gates.assign(N * kK, 0);

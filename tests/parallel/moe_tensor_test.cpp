@@ -1,6 +1,7 @@
 // MoE x tensor parallelism under `trillion launch`, against ONE shared one-process run of
 // configs/moe-tiny.toml (1 dense + 2 MoE layers, 8 routed experts top-2 + 1 shared, sigmoid
-// routing with the bias, dropless; the balance loss's alpha raised to 0.05 so its gradient, whose
+// routing with the bias and 4 groups of 2 experts of which 2 are kept (n_group / topk_group),
+// dropless; the balance loss's alpha raised to 0.05 so its gradient, whose
 // f is summed over the tp ranks, moves the weights far beyond the tolerance):
 // - parallel.expert_tp = 1 (the tp ranks hold whole experts; the ep group spans tp x ep) at
 //   tp 2 (ep 1: experts over the 2 tp ranks) and tp 2 x dp 2 x ep 2 (over 4 ranks): losses and
@@ -53,7 +54,9 @@ constexpr int kMicro = 2, kBatch = 4, kSeq = 32, kWidth = 32, kLayers = 3, kMoeL
 std::string flags() {
   return "train " + config_path("moe-tiny.toml") +
          " --quiet --set train.steps=2 --set train.log_every=1 --set train.grad_accum=" +
-         std::to_string(kMicro) + " --set model.balance_loss_alpha=0.05";
+         std::to_string(kMicro) + " --set model.balance_loss_alpha=0.05" +
+         // Group-limited routing (4 groups of 2 experts, 2 kept): groups by expert index.
+         " --set model.n_group=4 --set model.topk_group=2";
 }
 
 double sent(const nlohmann::json& group, const char* kind) {

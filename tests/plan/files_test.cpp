@@ -61,6 +61,23 @@ TEST(ModelFiles, KindsParseAndErrorsNameTheKey) {
   EXPECT_NE(
       error_of(std::string(kBase) + "ffn_hidden = 200\nnorm = \"batchnorm\"\n").find("rmsnorm"),
       std::string::npos);
+  // Group-limited routing: n_group / topk_group read and checked as the engine checks them.
+  const std::string moe =
+      std::string(kBase) + "n_routed_experts = 8\ntop_k = 2\nexpert_ffn = 16\nn_dense_layers = 0\n";
+  const ModelSpec grouped = parse_model_toml(moe + "n_group = 4\ntopk_group = 2\n", "g.toml");
+  EXPECT_EQ(grouped.n_group, 4);
+  EXPECT_EQ(grouped.topk_group, 2);
+  EXPECT_EQ(parse_model_toml(moe + "n_group = 4\n", "g.toml").topk_group, 4);  // default n_group
+  EXPECT_EQ(error_of(moe + "n_group = 3\n"),
+            "m.toml: model.n_group = 3 must be >= 1 and divide model.n_routed_experts = 8 (the "
+            "experts are n_group contiguous groups of equal size)");
+  EXPECT_NE(error_of(moe + "n_group = 4\ntopk_group = 0\n").find("model.topk_group = 0"),
+            std::string::npos);
+  EXPECT_NE(error_of(std::string(kBase) + "ffn_hidden = 200\nn_group = 2\n")
+                .find("MoE keys need n_routed_experts > 0"),
+            std::string::npos);
+  EXPECT_EQ(find_model("deepseek-v3").n_group, 8);
+  EXPECT_EQ(find_model("deepseek-v3").topk_group, 4);
   // An engine run config plans as it trains (other tables ignored, engine-only keys accepted).
   const ModelSpec brown = read_model_file(TRILLION_SOURCE_DIR "/configs/brown.toml");
   EXPECT_EQ(brown.d_model, 384);

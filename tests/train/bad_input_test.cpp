@@ -84,6 +84,42 @@ TEST(BadConfig, ValuesThatCanOnlyGiveNanAreRefusedByName) {
   EXPECT_EQ(config_error({"model.recompute=\"full:2\""}), "");  // K = n_layers is fine
 }
 
+// Group-limited routing's keys (docs/moe.md) are read, written back and checked by name, and the
+// removed max_groups (experts grouped by ep rank) is refused naming its replacement unless 0.
+TEST(BadConfig, GroupRoutingKeysAreCheckedAndMaxGroupsNamesItsReplacement) {
+  const std::string ds = config_path("deepseek-tiny.toml");
+  auto error = [&](const std::vector<std::string>& overrides) {
+    try {
+      load_run_config(ds, overrides);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const RunConfig c = load_run_config(ds, {});
+  EXPECT_EQ(c.model.moe.n_group, 4);
+  EXPECT_EQ(c.model.moe.topk_group, 2);
+  const std::string toml = to_toml(c);
+  EXPECT_NE(toml.find("n_group = 4\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("topk_group = 2\n"), std::string::npos) << toml;
+  EXPECT_EQ(parse_run_config(toml, "c.toml", {}).model.moe.topk_group, 2);
+  EXPECT_EQ(error({"model.max_groups=0"}), "");  // what earlier checkpoints' configs wrote
+  EXPECT_EQ(error({"model.max_groups=2"}),
+            ds + ": model.max_groups = 2 was removed: it grouped experts by expert-parallel rank, "
+                 "so the routing changed with the layout; use model.n_group (the experts in "
+                 "n_group groups by index) and model.topk_group (the groups a token may use), "
+                 "DeepSeek-V3's rule");
+  EXPECT_EQ(error({"model.n_group=3"}),
+            ds + ": model.n_group = 3 must be >= 1 and divide model.n_routed_experts = 8 (the "
+                 "experts are n_group contiguous groups of equal size)");
+  EXPECT_EQ(error({"model.topk_group=5"}), ds + ": model.topk_group = 5 must be in [1, "
+                                                "model.n_group = 4]");
+  EXPECT_NE(error({"model.n_group=8", "model.topk_group=1"}).find("groups of 1 expert"),
+            std::string::npos);
+  EXPECT_NE(error({"model.router=\"softmax_aux\""}).find("softmax_aux routes without groups"),
+            std::string::npos);
+}
+
 TEST(BadConfig, TextThatBreaksTheTomlParserIsRefused) {
   // toml++ 3.3.0 asserts (debug) or assumes (release: undefined behaviour) on these; found by
   // fuzz_run_config, fixed upstream in marzer/tomlplusplus#301.

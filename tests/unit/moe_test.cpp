@@ -1,9 +1,10 @@
 // Mixture of Experts: every parameter's gradient (router, shared and routed experts, and the
 // dense layers around them) against central finite differences in f64 of the whole objective
-// (cross-entropy + the sequence-wise balance loss), for both routers, with and without node
-// limits and capacity; the routing bias gets no gradient; split backward equals fused bitwise;
-// the balancing rule moves the bias against the load; the parameter table matches the planner;
-// ZeRO-3's split of a MoE unit (dense part, routing bias kept whole, experts) and its bindings.
+// (cross-entropy + the sequence-wise balance loss), for both routers and the sigmoid one with
+// group-limited routing; group-limited routing on hand-computed scores and its keys' checks; the
+// routing bias gets no gradient; split backward equals fused bitwise; the balancing rule moves
+// the bias against the load; the parameter table matches the planner; ZeRO-3's split of a MoE
+// unit (dense part, routing bias kept whole, experts) and its bindings.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,6 +21,8 @@ using namespace trillion::testing;
 
 namespace {
 
+// router: "sigmoid_bias", "softmax_aux", or "grouped" (sigmoid_bias with 2 groups of 2 experts,
+// each token's experts from the better one).
 ModelConfig tiny_moe(const std::string& router) {
   ModelConfig c;
   c.vocab_size = 17;
@@ -36,7 +39,8 @@ ModelConfig tiny_moe(const std::string& router) {
   c.moe.n_shared_experts = 1;
   c.moe.top_k = 2;
   c.moe.expert_ffn = 6;
-  c.moe.router = router;
+  c.moe.router = router == "grouped" ? "sigmoid_bias" : router;
+  if (router == "grouped") c.moe.n_group = 2, c.moe.topk_group = 1;
   c.moe.balance_loss_alpha = 0.3;  // large, so its gradient is visible
   c.validate();
   return c;
@@ -88,7 +92,8 @@ TEST_P(MoeGradient, EveryParameterMatchesFiniteDifferencesOfLossPlusBalance) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Routers, MoeGradient, ::testing::Values("sigmoid_bias", "softmax_aux"));
+INSTANTIATE_TEST_SUITE_P(Routers, MoeGradient,
+                         ::testing::Values("sigmoid_bias", "softmax_aux", "grouped"));
 
 TEST(Moe, SplitBackwardEqualsFusedBitwiseAndCapacityDrops) {
   for (double capacity : {0.0, 0.6}) {
@@ -127,32 +132,102 @@ TEST(Moe, SplitBackwardEqualsFusedBitwiseAndCapacityDrops) {
   }
 }
 
-TEST(Moe, NodeLimitedRoutingReachesAtMostMGroups) {
+// Group-limited routing on hand-computed scores: E = 8 experts in n_group = 4 groups of 2 (by
+// index), topk_group = 2, top 2. The router weight is the identity (C = E), so z = x and
+// s = sigmoid(x) are chosen directly; bias b_7 = 0.65 steers the choice, never the gates.
+TEST(Moe, GroupLimitedRoutingKeepsTheBestGroupsByTheirTopTwoSums) {
   MemoryTracker tracker;
   auto be = make_cpu_backend(tracker);
-  MoeConfig mc;
-  mc.n_routed_experts = 8;
-  mc.top_k = 4;
-  mc.expert_ffn = 4;
-  mc.max_groups = 2;  // 4 groups (ep ranks) of 2 experts: each token reaches 2 of them
   ModelConfig c = tiny_moe("sigmoid_bias");
-  c.dtype = DType::f32;
-  const ParallelContext ctx = ParallelContext::single(c, 3, 5);
-  Router router(*be, ctx, mc, 4);
-  Buffer buf(tracker, MemoryCategory::workspace, DType::f32, 15 * (8 + 4) + 15 * 12 + 8 * 12);
-  Routing r;
-  Carver carver(buf);
-  router.carve(carver, r);
-  const Tensor x = carver.take({15, 12}), w = carver.take({8, 12});
-  Philox rng(9, "x");
-  float* xs = static_cast<float*>(buf.raw()) + 15 * 12;
-  for (int64_t i = 0; i < 15 * 12 + 8 * 12; ++i) xs[i] = static_cast<float>(rng.normal(i));
-  router.forward(x, {w, Tensor()}, r);
-  for (int t = 0; t < 15; ++t) {
-    std::set<int> groups;
-    for (int k = 0; k < 4; ++k) groups.insert(r.expert[t * 4 + k] / 2);
-    EXPECT_LE(groups.size(), 2u) << "token " << t;
+  c.d_model = 8;
+  c.n_heads = 1;
+  c.n_kv_heads = 1;
+  c.head_dim = 0;
+  c.seq_len = 3;
+  c.moe.n_routed_experts = 8;
+  c.moe.n_group = 4;
+  c.moe.topk_group = 2;
+  c.validate();
+  const std::vector<std::vector<double>> s = {
+      // groups {0,1} {2,3} {4,5} {6,7+b}: sums 1.0, 1.5, 0.9, 1.15 -> groups 1 and 3; the
+      // allowed keys 0.8, 0.7, 0.2, 0.95 give experts 7 and 2 (unrestricted: 7 and 0, then 4).
+      {0.9, 0.1, 0.8, 0.7, 0.85, 0.05, 0.2, 0.3},
+      // all 0.5: group 3 (1.65) and of the tied rest the lowest, group 0; then 7 (1.15) and of
+      // the tied 0, 1, 6 the lowest, 0.
+      {0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5},
+      // sums 0.3, 0.7, 1.1, 2.15 -> groups 3 and 2; experts 7 (1.45) and 6 (0.7).
+      {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}};
+  const std::vector<std::vector<int>> want = {{7, 2}, {7, 0}, {7, 6}};
+  const std::vector<std::vector<int>> want_unlimited = {{7, 0}, {7, 0}, {7, 6}};
+  for (int64_t topk_group : {2, 4}) {
+    MoeConfig mc = c.moe;
+    mc.topk_group = topk_group;
+    const ParallelContext ctx = ParallelContext::single(c, 1, 3);
+    Router router(*be, ctx, mc);
+    Buffer buf(tracker, MemoryCategory::workspace, DType::f64, 3 * (8 + 2) + 3 * 8 + 8 * 8 + 8);
+    Routing r;
+    Carver carver(buf);
+    router.carve(carver, r);
+    const Tensor x = carver.take({3, 8}), w = carver.take({8, 8}), bias = carver.take({8});
+    for (int t = 0; t < 3; ++t)
+      for (int i = 0; i < 8; ++i) x.data<double>()[t * 8 + i] = std::log(s[t][i] / (1 - s[t][i]));
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) w.data<double>()[i * 8 + j] = i == j ? 1.0 : 0.0;
+    for (int i = 0; i < 8; ++i) bias.data<double>()[i] = i == 7 ? 0.65 : 0.0;
+    router.forward(x, {w, bias}, r);
+    for (int t = 0; t < 3; ++t) {
+      const auto& e = topk_group == 2 ? want[t] : want_unlimited[t];
+      ASSERT_EQ(r.expert[t * 2], e[0]) << "token " << t << " topk_group " << topk_group;
+      ASSERT_EQ(r.expert[t * 2 + 1], e[1]) << "token " << t << " topk_group " << topk_group;
+      // Gates: the chosen s (not s + b) normalised.
+      const double sum = s[t][e[0]] + s[t][e[1]];
+      EXPECT_NEAR(r.gates.data<double>()[t * 2], s[t][e[0]] / sum, 1e-12);
+      EXPECT_NEAR(r.gates.data<double>()[t * 2 + 1], s[t][e[1]] / sum, 1e-12);
+    }
   }
+}
+
+// The group keys are checked by name.
+TEST(Moe, GroupKeysAreValidatedByName) {
+  auto error = [](int64_t n_group, int64_t topk_group, const std::string& router) {
+    ModelConfig c = tiny_moe("sigmoid_bias");  // 4 experts, top 2
+    c.moe.n_group = n_group;
+    c.moe.topk_group = topk_group;
+    c.moe.router = router;
+    try {
+      c.validate();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(2, 1, "sigmoid_bias"), "");
+  EXPECT_NE(error(3, 1, "sigmoid_bias")
+                .find("model.n_group = 3 must be >= 1 and divide "
+                      "model.n_routed_experts = 4"),
+            std::string::npos);
+  EXPECT_NE(error(2, 3, "sigmoid_bias").find("model.topk_group = 3 must be in [1, model.n_group"),
+            std::string::npos);
+  EXPECT_NE(error(4, 2, "sigmoid_bias").find("groups of 1 expert"), std::string::npos);
+  ModelConfig k3 = tiny_moe("sigmoid_bias");
+  k3.moe.top_k = 3;
+  k3.moe.n_group = 2;
+  k3.moe.topk_group = 1;
+  EXPECT_THROW(
+      {
+        try {
+          k3.validate();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("keeps 2 experts (1 groups of 2), fewer than "
+                                               "model.top_k = 3"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      Error);
+  EXPECT_NE(error(2, 1, "softmax_aux").find("router = \"sigmoid_bias\" or n_group = 1"),
+            std::string::npos);
 }
 
 TEST(Moe, BiasMovesAgainstTheLoad) {
