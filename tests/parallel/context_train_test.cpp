@@ -301,6 +301,8 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
        "parallel.cp_split = \"striped\": expected \"zigzag\""},
       {"--set parallel.cp=2 --set model.attention=materialized",
        "parallel.cp = 2 needs model.attention_kernel = \"tiled\""},
+      {"--set parallel.cp=2 --set parallel.cp_mla=kv",
+       "parallel.cp_mla = \"kv\": expected \"auto\", \"heads\" or \"latent\""},
   };
   for (const auto& [set, expect] : cases) {
     const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
