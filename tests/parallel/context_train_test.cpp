@@ -215,8 +215,9 @@ INSTANTIATE_TEST_SUITE_P(
 // 4/tp * 18) passes the normed kv latent and the rotated rope key (12 wide) and each rank
 // up-projects the blocks it receives with its own Wkv_b, sending their latent gradients home and
 // keeping their Wkv_b wgrad. cp 2 zigzag, cp 2 x tp 2 (SP) and cp 2 with DeepSeek-V3's norm-up
-// recompute train the one-process run; the cp bytes per step, each rank's activations and the
-// ring's buffers are plan/'s for the ring that ran.
+// recompute (the latent ring also with selective recompute, which replays the forward ring and
+// its up-projections) train the one-process run; the cp bytes per step, each rank's activations and
+// the ring's buffers are plan/'s for the ring that ran.
 struct MlaCase {
   int tp;
   std::string recompute, name;
@@ -260,8 +261,10 @@ void check_mla_ring(const MlaCase& c, const std::string& cp_mla) {
   EXPECT_EQ(block, latent ? kBatch * (kSeq / 2) * (8 + 4) * 4 : heads_block);
   const plan::RingBytes ring = plan::context_ring_bytes(2, static_cast<uint64_t>(block));
   for (const auto& m : read_metrics(run)) {
+    // Selective recompute replays the forward ring.
+    const uint64_t replay = c.recompute == "selective" ? ring.forward : 0;
     EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(),
-              static_cast<double>(kMicro * kLayers * ring.total()))
+              static_cast<double>(kMicro * kLayers * (ring.total() + replay)))
         << c.name << " " << cp_mla;
   }
   const int64_t predicted =
@@ -285,8 +288,9 @@ TEST(ContextParallelMla, RingsOverThePerHeadKeysAndValues) {
 }
 
 TEST(ContextParallelMla, RingsOverTheLatentAndRopeKey) {
-  for (const MlaCase& c : {MlaCase{1, "none", "mla_cp2"}, MlaCase{2, "none", "mla_cp2_tp2"},
-                           MlaCase{1, "norm-up", "mla_cp2_normup"}}) {
+  for (const MlaCase& c :
+       {MlaCase{1, "none", "mla_cp2"}, MlaCase{2, "none", "mla_cp2_tp2"},
+        MlaCase{1, "norm-up", "mla_cp2_normup"}, MlaCase{1, "selective", "mla_cp2_selective"}}) {
     check_mla_ring(c, "latent");
   }
 }
