@@ -2,9 +2,21 @@
 // their wgrad dW += dy^T x.
 #include "model/attention.h"
 
+#include "core/error.h"
 #include "model/linear_gemm.h"
 
 namespace trillion {
+
+void ContextAttention::forward_latent(Tensor, Tensor, const Tensor&, const Tensor&, const Tensor&,
+                                      const LatentKeys&, const DocumentMask&) {
+  throw Error("this context attention does not ring over MLA's latent");
+}
+
+void ContextAttention::backward_latent(Tensor, Tensor, Tensor, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                       const LatentKeys&, const DocumentMask&) {
+  throw Error("this context attention does not ring over MLA's latent");
+}
 
 using precision::GemmPass;
 

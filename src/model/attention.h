@@ -7,6 +7,8 @@
 // and the accumulation rule.
 #pragma once
 
+#include <functional>
+
 #include "model/carver.h"
 #include "model/parallel_context.h"
 
@@ -24,6 +26,29 @@ class ContextAttention {
                        const DocumentMask& documents) = 0;
   virtual void backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
                         const Tensor& lse, const DocumentMask& documents) = 0;
+
+  // MLA's latent ring (parallel.cp_mla, plan/context_ring.h): the blocks that travel are the
+  // latent [N, DC + DR] (rmsnorm(c_kv) | rotated k_rope) and, backward, its gradient; `up` turns
+  // a (remote) latent block into this rank's per-head K | V block [N, KV (HD + VD)] (qkv's
+  // column layout), `down` maps that block's dK | dV back onto the latent (written) and adds the
+  // block's Wkv_b wgrad (wherever the caller keeps it). Without it (latent_width() == 0) MLA
+  // rings its per-head K/V through forward/backward above.
+  struct LatentKeys {
+    std::function<void(const Tensor& latent, const Tensor& kv)> up;
+    std::function<void(const Tensor& dkv, const Tensor& latent, const Tensor& d_latent)> down;
+  };
+  virtual int64_t latent_width() const { return 0; }
+  // As forward; ckv_norm [N, DC] and k_rope [N, DR] are this rank's latent, qkv's K/V its
+  // up-projection.
+  virtual void forward_latent(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& ckv_norm,
+                              const Tensor& k_rope, const LatentKeys& keys,
+                              const DocumentMask& documents);
+  // As backward, but dqkv gets dQ only (K/V columns zero) and the gradient of this rank's latent
+  // (every rank's queries) lands in d_ckv_norm [N, DC] and d_k_rope [N, DR] (rotated space).
+  virtual void backward_latent(Tensor dqkv, Tensor d_ckv_norm, Tensor d_k_rope, const Tensor& dout,
+                               const Tensor& out, const Tensor& qkv, const Tensor& ckv_norm,
+                               const Tensor& k_rope, const Tensor& lse, const LatentKeys& keys,
+                               const DocumentMask& documents);
 };
 
 struct AttentionWeights {  // parameters or their gradients (same layout)

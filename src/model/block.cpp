@@ -71,7 +71,7 @@ void Block::recompute(const BlockWeights& w, const BlockActivations& a, const Te
     be_.rmsnorm_forward(a.norm2, a.rstd2, a.mid, w.mlp_norm, eps_);
   } else if (r == LayerRecompute::selective) {
     if (mla_) {
-      mla_->recompute_core(a.attn);
+      mla_->recompute_core(a.attn, w.mla, a.mla);
     } else {
       attention_.recompute_core(a.attn);
     }

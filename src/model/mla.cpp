@@ -42,7 +42,60 @@ MlaStash Mla::carve_stash(Carver& c) const {
     g.d_cq = c.take({N, d_.q_lora_rank});
     g.d_cq_norm = c.take({N, d_.q_lora_rank});
   }
+  if (latent_ring() != nullptr) {
+    g.d_wkv_b = c.take({ctx_.shape.heads * (d_.qk_nope_head_dim + d_.v_head_dim), d_.kv_lora_rank});
+  }
   return g;
+}
+
+ContextAttention* Mla::latent_ring() const {
+  ContextAttention* ring = ctx_.context_attention;
+  return ring != nullptr && ring->latent_width() > 0 ? ring : nullptr;
+}
+
+ContextAttention::LatentKeys Mla::latent_keys(const MlaWeights& w, const Tensor& d_wkv_b) {
+  const int64_t NH = ctx_.shape.heads, HD = qk(), DN = d_.qk_nope_head_dim;
+  const int64_t VD = d_.v_head_dim, DC = d_.kv_lora_rank, L = DC + d_.qk_rope_head_dim;
+  const int64_t value0 = NH * HD;  // in a K | V block
+  ContextAttention::LatentKeys keys;
+  // kv [N, K | V] from latent [N, DC | DR]: as up_project, per head, and the shared rotated key.
+  keys.up = [=, this](const Tensor& latent, const Tensor& kv) {
+    const Tensor c = latent.columns(0, DC), rope = latent.columns(DC, L);
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t r = h * (DN + VD);
+      linear_gemm(ctx_, w.layer, be_, GemmPass::forward, kv.columns(h * HD, h * HD + DN), false,
+                  true, c, w.wkv_b.rows(r, r + DN), 1.0, 0.0);
+      linear_gemm(ctx_, w.layer, be_, GemmPass::forward,
+                  kv.columns(value0 + h * VD, value0 + (h + 1) * VD), false, true, c,
+                  w.wkv_b.rows(r + DN, r + DN + VD), 1.0, 0.0);
+      be_.copy(kv.columns(h * HD + DN, (h + 1) * HD), rope);
+    }
+  };
+  // d_latent = (sum_h dk_nope_h Wk_h + dv_h Wv_h | sum_h dk_rope_h); d_wkv_b += dkv_h^T c.
+  keys.down = [=, this](const Tensor& dkv, const Tensor& latent, const Tensor& d_latent) {
+    const Tensor c = latent.columns(0, DC), dc = d_latent.columns(0, DC);
+    const Tensor d_rope = d_latent.columns(DC, L);
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t r = h * (DN + VD);
+      const Tensor dk = dkv.columns(h * HD, h * HD + DN);
+      const Tensor dv = dkv.columns(value0 + h * VD, value0 + (h + 1) * VD);
+      linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, dc, false, false, dk,
+                  w.wkv_b.rows(r, r + DN), 1.0, h == 0 ? 0.0 : 1.0);
+      linear_gemm(ctx_, w.layer, be_, GemmPass::dgrad, dc, false, false, dv,
+                  w.wkv_b.rows(r + DN, r + DN + VD), 1.0, 1.0);
+      linear_gemm(ctx_, w.layer, be_, GemmPass::wgrad, d_wkv_b.rows(r, r + DN), true, false, dk, c,
+                  1.0, 1.0);
+      linear_gemm(ctx_, w.layer, be_, GemmPass::wgrad, d_wkv_b.rows(r + DN, r + DN + VD), true,
+                  false, dv, c, 1.0, 1.0);
+      const Tensor dk_rope = dkv.columns(h * HD + DN, (h + 1) * HD);
+      if (h == 0) {
+        be_.copy(d_rope, dk_rope);
+      } else {
+        be_.add(d_rope, dk_rope);
+      }
+    }
+  };
+  return keys;
 }
 
 AttentionShape Mla::rope_shape(const DocumentMask& documents) const {
@@ -66,9 +119,16 @@ void Mla::rope(const Tensor& qkv, const Tensor& cos_sin, const DocumentMask& doc
   }
 }
 
-void Mla::recompute_core(const AttentionActivations& core) {
+void Mla::recompute_core(const AttentionActivations& core, const MlaWeights& w,
+                         const MlaActivations& a) {
   const AttentionShape s = masked(ctx_.shape.attention(), core.documents);
-  if (ctx_.context_attention != nullptr) {
+  if (ContextAttention* ring = latent_ring()) {
+    // The latent ring: the normed latent and key head 0's rotated rope columns travel.
+    const int64_t key0 = ctx_.shape.heads * qk(), DN = d_.qk_nope_head_dim;
+    ring->forward_latent(core.heads, core.state, core.qkv, a.ckv_norm,
+                         core.qkv.columns(key0 + DN, key0 + qk()), latent_keys(w, Tensor()),
+                         core.documents);
+  } else if (ctx_.context_attention != nullptr) {
     // Ring attention over cp passes each head's K and V (the up-projected ones: one K/V head
     // per query head, HD + VD wide), as for GQA.
     ctx_.context_attention->forward(core.heads, core.state, core.qkv, core.documents);
@@ -126,7 +186,7 @@ void Mla::forward(Tensor out, const Tensor& x, const MlaWeights& w, const MlaAct
   be_.rope_forward(k_rope, cos_sin, rope_shape(core.documents));
   if (!a.k_rope.empty()) be_.copy(a.k_rope, k_rope);  // norm-up keeps it
   up_project(x, w, a, qkv, cos_sin, core.documents, k_rope);
-  recompute_core(core);
+  recompute_core(core, w, a);
   linear_gemm(ctx_, w.layer, be_, GemmPass::forward, out, false, true, core.heads, w.wo, 1.0, 1.0);
 }
 
@@ -149,7 +209,16 @@ void Mla::backward_input(Tensor dx, const Tensor& dout, const MlaWeights& w,
   const AttentionShape s = masked(ls.attention(), core.documents);
   const Tensor& dqkv = d_core.d_qkv;
   dgrad(d_heads, dout, w.wo, 0.0);
-  if (ctx_.context_attention != nullptr) {
+  ContextAttention* latent = latent_ring();
+  if (latent != nullptr) {
+    // dqkv gets dQ, the latent's gradient lands in d_ckv_norm and key head 0's rope columns
+    // (the other heads' K/V columns stay zero), Wkv_b's wgrad in the stash.
+    be_.fill(g.d_wkv_b, 0.0);
+    latent->backward_latent(dqkv, g.d_ckv_norm, dqkv.columns(key0 + DN, key0 + HD), d_heads,
+                            core.heads, core.qkv, a.ckv_norm,
+                            core.qkv.columns(key0 + DN, key0 + HD), core.state,
+                            latent_keys(w, g.d_wkv_b), core.documents);
+  } else if (ctx_.context_attention != nullptr) {
     ctx_.context_attention->backward(dqkv, d_heads, core.heads, core.qkv, core.state,
                                      core.documents);
   } else if (tiled_) {
@@ -165,8 +234,9 @@ void Mla::backward_input(Tensor dx, const Tensor& dout, const MlaWeights& w,
   }
   rope(dqkv, cos_sin, core.documents, /*forward=*/false);
   be_.copy(g.d_k_rope, d_k_rope);
-  // The kv latent: d(ckv_norm) = sum over heads of dk_nope_h Wk_h + dv_h Wv_h, then its norm.
-  for (int64_t h = 0; h < NH; ++h) {
+  // The kv latent: d(ckv_norm) = sum over heads of dk_nope_h Wk_h + dv_h Wv_h (the latent ring
+  // has summed it over every rank's queries already), then its norm.
+  for (int64_t h = 0; h < (latent != nullptr ? 0 : NH); ++h) {
     const int64_t r = h * (DN + VD);
     dgrad(g.d_ckv_norm, dqkv.columns(key0 + h * HD, key0 + h * HD + DN), w.wkv_b.rows(r, r + DN),
           h == 0 ? 0.0 : 1.0);
@@ -200,7 +270,8 @@ void Mla::backward_weight(const MlaWeights& d, const Tensor& x, const Tensor& do
   };
   const Tensor& dqkv = d_core.d_qkv;
   wgrad(d.wo, dout, core.heads);
-  for (int64_t h = 0; h < NH; ++h) {
+  if (!g.d_wkv_b.empty()) be_.add(d.wkv_b, g.d_wkv_b);  // the latent ring's, every block's
+  for (int64_t h = 0; h < (g.d_wkv_b.empty() ? NH : 0); ++h) {
     const int64_t r = h * (DN + VD);
     wgrad(d.wkv_b.rows(r, r + DN), dqkv.columns(key0 + h * HD, key0 + h * HD + DN), a.ckv_norm);
     wgrad(d.wkv_b.rows(r + DN, r + DN + VD), dqkv.columns(value0 + h * VD, value0 + (h + 1) * VD),

@@ -13,6 +13,12 @@
 // by heads like GQA's wq/wk/wv: Wq (or Wq_b), Wkv_b column-parallel, Wo row-parallel, and the
 // down-projections Wq_a, Wkv_a with their norms replicated; their gradients come from this
 // rank's heads only and are summed over tp (reduce_replicated_gradients in block.h).
+// Under context parallelism the ring carries either the per-head K and V (as for GQA) or, with
+// a latent ring attached (ContextAttention::latent_width() > 0, parallel.cp_mla), the latent
+// rmsnorm(c_kv) | k_rope: each rank up-projects the blocks it receives with its own (tp-local)
+// Wkv_b and maps their dK/dV back onto the latent (the gradient that travels home), and the
+// Wkv_b wgrad of every block it computed is kept in MlaStash::d_wkv_b by backward_input and
+// added by backward_weight (Wkv_b's gradient is then reduced over dp x cp like every weight's).
 // Letters: DQ q_lora_rank, DC kv_lora_rank, DN qk_nope_head_dim, DR qk_rope_head_dim, VD
 // v_head_dim; the rest as in model/glossary.h, whose accumulation rule holds here too.
 #pragma once
@@ -49,6 +55,7 @@ struct MlaStash {     // kept from backward_input for backward_weight (with the 
   Tensor d_k_rope;    // [N, DR] feeds wkv_a's rope rows
   Tensor d_cq;        // [N, DQ] feeds wq_a
   Tensor d_cq_norm;   // [N, DQ] feeds q_norm
+  Tensor d_wkv_b;     // latent ring: [NH*(DN + VD), DC] Wkv_b's wgrad from every ring block
 };
 
 class Mla {
@@ -66,8 +73,10 @@ class Mla {
   // tensors (qkv written here, then state and heads).
   void forward(Tensor out, const Tensor& x, const MlaWeights& w, const MlaActivations& a,
                const AttentionActivations& core, const Tensor& cos_sin);
-  // Recomputes the core's state and heads from qkv (bitwise what forward wrote).
-  void recompute_core(const AttentionActivations& core);
+  // Recomputes the core's state and heads from qkv (and, under the latent ring, the latent and
+  // Wkv_b; bitwise what forward wrote).
+  void recompute_core(const AttentionActivations& core, const MlaWeights& w,
+                      const MlaActivations& a);
   // norm-up (DeepSeek-V3 §3.2.3): recomputes the normed latents and the up-projected qkv from x
   // (the recomputed norm1), the kept pre-norm latents and the kept rotated key k_rope (bitwise
   // what forward wrote).
@@ -84,6 +93,11 @@ class Mla {
 
  private:
   int64_t qk() const { return d_.qk_nope_head_dim + d_.qk_rope_head_dim; }  // HD
+  // The latent ring, or nullptr (no cp, or the ring carries per-head K/V).
+  ContextAttention* latent_ring() const;
+  // The latent ring's up-projection of a latent block and its transpose; `d_wkv_b` takes the
+  // wgrad.
+  ContextAttention::LatentKeys latent_keys(const MlaWeights& w, const Tensor& d_wkv_b);
   // The RoPE shape of one head of width DR.
   AttentionShape rope_shape(const DocumentMask& documents) const;
   // RoPE (forward) or its transpose on the rope columns of every query head and, with key, on

@@ -53,16 +53,28 @@ RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Com
 
 RingAttention::RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
                              SequenceSplit split, const AttentionShape& shape, int64_t seq_len,
-                             DType dtype, AttentionBlocks blocks)
-    : be_(backend), ring_(cp), split_(split), shape_(shape), seq_len_(seq_len), blocks_(blocks) {
+                             DType dtype, AttentionBlocks blocks, int64_t latent_width)
+    : be_(backend),
+      ring_(cp),
+      split_(split),
+      shape_(shape),
+      seq_len_(seq_len),
+      blocks_(blocks),
+      latent_(latent_width) {
   TRILLION_CHECK(cp.size() > 1, "RingAttention: one process attends with the local kernel");
   TRILLION_CHECK(split.cp == cp.size() && shape.T * cp.size() == seq_len,
                  "RingAttention: the split, the cp group and the local shape disagree");
   split_.spans(seq_len, cp.rank());  // throws the user-facing error if T does not cut evenly
-  const int64_t N = shape_.B * shape_.T, W = shape_.kv_width();  // K | V: KV*HD + KV*VD
-  buffers_ = Buffer(tracker, MemoryCategory::workspace, dtype, 5 * N * W);
+  const int64_t N = shape_.B * shape_.T, H = shape_.kv_width();  // K | V: KV*HD + KV*VD
+  const int64_t W = latent_ > 0 ? latent_ : H;                   // what travels
+  buffers_ =
+      Buffer(tracker, MemoryCategory::workspace, dtype, 5 * N * W + (latent_ > 0 ? 2 * N * H : 0));
   for (int i = 0; i < 2; ++i) kv_[i] = buffers_.view(i * N * W, {N, W});
   for (int i = 0; i < 3; ++i) dkv_[i] = buffers_.view((2 + i) * N * W, {N, W});
+  if (latent_ > 0) {
+    up_ = buffers_.view(5 * N * W, {N, H});
+    d_up_ = buffers_.view(5 * N * W + N * H, {N, H});
+  }
 }
 
 template <typename F>
@@ -144,6 +156,88 @@ void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
   be_.copy(kv_of(dqkv), arriving);
   check_bytes(ring_.bytes_sent() - sent_before,
               plan::context_ring_bytes(cp, block_bytes()).backward, "backward");
+}
+
+void RingAttention::forward_latent(Tensor out, Tensor lse, const Tensor& qkv,
+                                   const Tensor& ckv_norm, const Tensor& k_rope,
+                                   const LatentKeys& keys, const DocumentMask& documents) {
+  TRILLION_CHECK(latent_ > 0 && ckv_norm.size(1) + k_rope.size(1) == latent_,
+                 "RingAttention::forward_latent: not built for this latent");
+  AttentionShape shape = shape_;
+  shape.documents = documents;
+  const int cp = ring_.size();
+  const int64_t dc = ckv_norm.size(1);
+  be_.fill(out, 0.0);
+  be_.fill(lse, -std::numeric_limits<double>::infinity());
+  be_.copy(kv_[0].columns(0, dc), ckv_norm);
+  be_.copy(kv_[0].columns(dc, latent_), k_rope);
+  ++counters_.forward.calls;
+  const uint64_t sent_before = ring_.bytes_sent();
+  for (int step = 0; step < cp; ++step) {
+    const Tensor& cur = kv_[step % 2];
+    if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
+    Timer t;
+    if (step == 0) {
+      be_.copy(up_, kv_of(qkv));  // this rank's own K/V, already up-projected
+    } else {
+      keys.up(cur, up_);
+    }
+    for_pairs(ring_.source_after(step), documents, counters_.forward,
+              [&](const AttentionSpan& q, const AttentionSpan& k) {
+                be_.flash_attention_block_forward(out, lse, qkv, up_, shape, q, k, blocks_);
+              });
+    counters_.compute_seconds += t.seconds();
+    counters_.wait_seconds += ring_.wait();
+  }
+  check_bytes(ring_.bytes_sent() - sent_before, plan::context_ring_bytes(cp, block_bytes()).forward,
+              "forward (latent)");
+}
+
+void RingAttention::backward_latent(Tensor dqkv, Tensor d_ckv_norm, Tensor d_k_rope,
+                                    const Tensor& dout, const Tensor& out, const Tensor& qkv,
+                                    const Tensor& ckv_norm, const Tensor& k_rope, const Tensor& lse,
+                                    const LatentKeys& keys, const DocumentMask& documents) {
+  TRILLION_CHECK(latent_ > 0 && ckv_norm.size(1) + k_rope.size(1) == latent_,
+                 "RingAttention::backward_latent: not built for this latent");
+  AttentionShape shape = shape_;
+  shape.documents = documents;
+  const int cp = ring_.size();
+  const int64_t dc = ckv_norm.size(1);
+  be_.fill(dqkv, 0.0);
+  be_.copy(kv_[0].columns(0, dc), ckv_norm);
+  be_.copy(kv_[0].columns(dc, latent_), k_rope);
+  ++counters_.backward.calls;
+  const uint64_t sent_before = ring_.bytes_sent();
+  const Tensor& arriving = dkv_[2];  // as in backward
+  for (int step = 0; step < cp; ++step) {
+    const Tensor& cur = kv_[step % 2];
+    const Tensor& mine = dkv_[step % 2];
+    if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
+    Timer t;
+    if (step == 0) {
+      be_.copy(up_, kv_of(qkv));
+    } else {
+      keys.up(cur, up_);
+    }
+    be_.fill(d_up_, 0.0);
+    for_pairs(ring_.source_after(step), documents, counters_.backward,
+              [&](const AttentionSpan& q, const AttentionSpan& k) {
+                be_.flash_attention_block_backward(dqkv, d_up_, dout, out, qkv, up_, lse, shape, q,
+                                                   k, blocks_);
+              });
+    // This rank's queries' share of the block's latent gradient (and of Wkv_b's wgrad). `mine`
+    // was last sent two steps ago, and that send is done.
+    keys.down(d_up_, cur, mine);
+    counters_.compute_seconds += t.seconds();
+    counters_.wait_seconds += ring_.wait();
+    if (step > 0) be_.add(mine, arriving);
+    start(mine, arriving, RingStream::dkv);
+  }
+  counters_.wait_seconds += ring_.wait();
+  be_.copy(d_ckv_norm, arriving.columns(0, dc));
+  be_.copy(d_k_rope, arriving.columns(dc, latent_));
+  check_bytes(ring_.bytes_sent() - sent_before,
+              plan::context_ring_bytes(cp, block_bytes()).backward, "backward (latent)");
 }
 
 void RingAttention::start(const Tensor& send, const Tensor& recv, RingStream stream) {

@@ -20,6 +20,13 @@
 // the measure of load balance; computed and skipped span pairs. Backward visits the same pairs as
 // forward. Buffers (workspace, per rank): 2 K/V blocks (current + receiving) and 3 dK/dV blocks
 // (this step's, the one being sent, the one arriving), each B * T/cp * KV (HD + VD) elements.
+// MLA's latent ring (latent_width = DC + DR > 0, forward_latent / backward_latent): the blocks
+// that go round are the owners' latents rmsnorm(c_kv) | k_rope, B * T/cp * (DC + DR) elements,
+// and their gradients; each step up-projects the block it holds into the per-head K/V scratch
+// (step 0: a copy of qkv's own K/V) and runs the same block kernels on it, and backward maps the
+// scratch's dK/dV back onto the latent (the accumulator that travels) and adds the block's Wkv_b
+// wgrad on this rank (model/mla.h does both through ContextAttention::LatentKeys). Buffers: 2 + 3
+// latent blocks and 2 per-head blocks (up-projected K/V and its dK/dV), plan/context_ring.h's.
 #pragma once
 
 #include <cstdint>
@@ -63,20 +70,30 @@ class RingAttention final : public ContextAttention {
                 SequenceSplit split, const LocalShape& shape, int64_t seq_len, DType dtype,
                 AttentionBlocks blocks);
   // The same from this rank's attention core shape (T = T_local; VD may differ from HD).
+  // latent_width > 0 (MLA: DC + DR): the latent ring.
   RingAttention(Backend& backend, MemoryTracker& tracker, comm::Communicator& cp,
                 SequenceSplit split, const AttentionShape& shape, int64_t seq_len, DType dtype,
-                AttentionBlocks blocks);
+                AttentionBlocks blocks, int64_t latent_width = 0);
 
   void forward(Tensor out, Tensor lse, const Tensor& qkv,
                const DocumentMask& documents = {}) override;
   void backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
                 const Tensor& lse, const DocumentMask& documents = {}) override;
 
+  int64_t latent_width() const override { return latent_; }
+  void forward_latent(Tensor out, Tensor lse, const Tensor& qkv, const Tensor& ckv_norm,
+                      const Tensor& k_rope, const LatentKeys& keys,
+                      const DocumentMask& documents = {}) override;
+  void backward_latent(Tensor dqkv, Tensor d_ckv_norm, Tensor d_k_rope, const Tensor& dout,
+                       const Tensor& out, const Tensor& qkv, const Tensor& ckv_norm,
+                       const Tensor& k_rope, const Tensor& lse, const LatentKeys& keys,
+                       const DocumentMask& documents = {}) override;
+
   const RingCounters& counters() const { return counters_; }
   // For measurement (bench attention --cp): wait for every hop right after starting it, so no
   // transfer overlaps a block kernel. Same results, same bytes.
   void set_serialized(bool on) { serialized_ = on; }
-  // Bytes of one rank's K/V block (what one ring hop carries).
+  // Bytes of one rank's K/V (or latent) block (what one ring hop carries).
   uint64_t block_bytes() const;
   // Causal attention FLOPs this rank did in forward passes (2 (HD + VD) per visible pair and
   // head).
@@ -99,8 +116,9 @@ class RingAttention final : public ContextAttention {
   AttentionShape shape_;
   int64_t seq_len_;
   AttentionBlocks blocks_;
-  Buffer buffers_;  // kv[2], dkv[3]
-  Tensor kv_[2], dkv_[3];
+  int64_t latent_ = 0;  // DC + DR under the latent ring
+  Buffer buffers_;      // kv[2], dkv[3] (the travelling blocks); latent ring: up, d_up
+  Tensor kv_[2], dkv_[3], up_, d_up_;
   RingCounters counters_;
   bool serialized_ = false;
 };

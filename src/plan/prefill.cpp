@@ -79,7 +79,7 @@ LayerForward layer_forward(const ModelSpec& m, const Gpu& gpu, int64_t S, const 
   if (l.cp > 1) {
     const LinkCost link = link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp));
     const double block =
-        static_cast<double>(context_ring_block_bytes(m, 1, S, 2, {t, false, l.cp}));
+        static_cast<double>(context_ring_block_bytes(m, 1, S, 2, {t, false, l.cp}, CpMla::heads));
     r.cp = l.cp_all_gather
                ? all_gather_seconds(link, block * l.cp, l.cp)
                : context_ring_exposed_seconds(l.cp, block, link, r.attention, 0).forward;
@@ -149,7 +149,7 @@ PrefillEstimate estimate_prefill(const ModelSpec& m, const Gpu& gpu, int64_t S,
   const std::vector<ActivationTerm> terms =
       block_terms(m, m.is_moe(), static_cast<double>(S), {2, 4});
   const double block =
-      static_cast<double>(context_ring_block_bytes(m, 1, S, 2, {l.tp, false, l.cp}));
+      static_cast<double>(context_ring_block_bytes(m, 1, S, 2, {l.tp, false, l.cp}, CpMla::heads));
   r.workspace = T * layer_bytes_per_token(terms, l.tp, true, RecomputePolicy::kNone, 0) +
                 (l.cp > 1 ? (l.cp_all_gather ? block * l.cp : 2 * block) : 0.0);
   r.overhead = gpu.overhead_bytes;

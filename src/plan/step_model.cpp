@@ -185,20 +185,32 @@ PassCost layer_cost(const Context& c, bool moe) {
     tp_forward *= 1 - c.eff.tp_overlap;
   }
   // CP: the engine's ring (plan/context_ring.h): (cp - 1) K/V hops forward, (2 cp - 1) K/V and
-  // dK/dV hops backward, each hidden behind one ring step's block kernels where they last long
-  // enough; or, as Llama 3 §3.3.2 runs it, all-gather K and V forward and reduce-scatter dK, dV
-  // backward, exposed.
+  // dK/dV hops backward (MLA: of the cheaper of per-head K/V and the latent), each hidden behind
+  // one ring step's block kernels where they last long enough; or, as Llama 3 §3.3.2 runs it,
+  // all-gather K and V forward and reduce-scatter dK, dV backward, exposed.
   double cp_forward = 0, cp_backward = 0;
   if (l.cp > 1) {
     const LinkCost link = link_cost(gpu, link_of(gpu, static_cast<long>(t) * l.cp));
-    const double block =
-        static_cast<double>(context_ring_block_bytes(m, l.micro_batch, c.seq, 2, {t, sp, l.cp}));
-    if (c.eff.cp_all_gather || l.cp_all_gather) {
+    const bool all_gather = c.eff.cp_all_gather || l.cp_all_gather;  // of per-head K/V
+    const double block = static_cast<double>(context_ring_block_bytes(
+        m, l.micro_batch, c.seq, 2, {t, sp, l.cp}, all_gather ? CpMla::heads : CpMla::automatic));
+    if (all_gather) {
       cp_forward = cp_backward = all_gather_seconds(link, block * l.cp, l.cp);
     } else {
       const RingSeconds ring =
           context_ring_exposed_seconds(l.cp, block, link, core_forward, core_backward);
       cp_forward = ring.forward, cp_backward = ring.backward;
+      // MLA's latent ring (the cheaper one, plan/context_ring.h) re-runs the Wkv_b up-projection
+      // of every remote block: forward, and backward with its dgrad and wgrad.
+      if (context_ring_latent(m, {t, sp, l.cp})) {
+        const double remote = static_cast<double>(l.cp - 1),
+                     heads_out = split(nh, t) * static_cast<double>(m.qk_nope_dim + m.v_head_dim),
+                     dc = static_cast<double>(m.kv_lora_rank);
+        const double up = gemm_seconds(gpu, c.p, T, heads_out, dc, 1, c.e);
+        r.f += remote * up;
+        r.b += remote * (up + gemm_seconds(gpu, c.p, T, dc, heads_out, 1, c.e));
+        r.w += remote * gemm_seconds(gpu, c.p, heads_out, dc, T, 1, c.e);
+      }
     }
   }
   // EP: dispatch + combine all-to-all forward, the same backward, of each token's top-k copies

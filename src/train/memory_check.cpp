@@ -172,8 +172,8 @@ MemoryPlan plan_process_memory(const RunConfig& config) {
                                             .total());
   }
   if (pc.cp > 1) {
-    p.context =
-        static_cast<double>(plan::context_ring_buffer_bytes(spec, batch, mc.seq_len, e, split));
+    p.context = static_cast<double>(plan::context_ring_buffer_bytes(
+        spec, batch, mc.seq_len, e, split, plan::parse_cp_mla(pc.cp_mla, "parallel.cp_mla")));
   }
   return p;
 }

@@ -314,6 +314,7 @@ std::string to_toml(const RunConfig& c) {
                        {"pp", p.pp},
                        {"cp", p.cp},
                        {"cp_split", p.cp_split},
+                       {"cp_mla", p.cp_mla},
                        {"ep", p.ep},
                        {"zero", p.zero},
                        {"bucket_mb", p.bucket_mb},

@@ -85,6 +85,9 @@ struct ParallelConfig {
   int64_t dp = 1;
   int64_t tp = 1, pp = 1, cp = 1, ep = 1;
   std::string cp_split = "zigzag";  // zigzag (load-balanced) | contiguous (model/sequence_split.h)
+  // MLA under cp: what the ring carries (plan/context_ring.h): auto (the fewer bytes per token) |
+  // heads (per-head K/V) | latent (rmsnorm(c_kv) | k_rope, up-projected by each receiver).
+  std::string cp_mla = "auto";
   int64_t zero = 0;         // 0: all-reduce; 1: optimizer state; 2: + gradients; 3: + parameters
   double bucket_mb = 25.0;  // gradient bucket size in MB (1e6 bytes), stages 0-2
   bool overlap = true;      // false: wait for each bucket at once (to measure what overlap hides)

@@ -13,6 +13,7 @@
 #include "model/sequence_split.h"
 #include "optim/outer_nesterov.h"
 #include "optim/outer_quantize.h"
+#include "plan/context_ring.h"
 #include "precision/recipe.h"
 #include "schedule/action.h"
 
@@ -473,6 +474,7 @@ void read_parallel_section(const toml::table& root, const std::string& source, P
   p.read("pp", pc.pp);
   p.read("cp", pc.cp);
   p.read("cp_split", pc.cp_split);
+  p.read("cp_mla", pc.cp_mla);
   p.read("ep", pc.ep);
   p.read("zero", pc.zero);
   p.read("bucket_mb", pc.bucket_mb);
@@ -493,6 +495,7 @@ void read_parallel_section(const toml::table& root, const std::string& source, P
   at_least(source, "parallel.expert_tp", pc.expert_tp, 1);
   at_least(source, "parallel.chunks", pc.chunks, 1);
   naming_source(source, "", [&] { parse_cp_split(pc.cp_split, "parallel.cp_split"); });
+  naming_source(source, "", [&] { plan::parse_cp_mla(pc.cp_mla, "parallel.cp_mla"); });
   naming_source(source, "parallel.schedule: ", [&] { schedule::parse_schedule_kind(pc.schedule); });
   if (pc.zero < 0 || pc.zero > 3) {
     throw Error(

@@ -35,7 +35,8 @@ nlohmann::json measured_memory_per_rank(TrainingJob& job) {
   const double predicted_ring =
       pc.cp > 1 ? static_cast<double>(plan::context_ring_buffer_bytes(
                       mc.spec(), runner.local_micro_batch(), mc.seq_len,
-                      static_cast<int64_t>(dtype_size(mc.dtype)), {pc.tp, pc.sp, pc.cp}))
+                      static_cast<int64_t>(dtype_size(mc.dtype)), {pc.tp, pc.sp, pc.cp},
+                      plan::parse_cp_mla(pc.cp_mla, "parallel.cp_mla")))
                 : -1.0;
   return memory_per_rank(job.world, job.tracker, predicted_activations, predicted_ring);
 }

@@ -13,6 +13,7 @@
 #include "optim/lamb.h"
 #include "optim/sgd.h"
 #include "parallel/global_layout.h"
+#include "plan/context_ring.h"
 #include "plan/parameter_table.h"
 #include "schedule/simulator.h"
 #include "train/step_layout.h"
@@ -103,9 +104,14 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
 void StepRunner::attach_ring_attention() {
   if (cp_.size() <= 1) return;
   const ModelConfig& mc = config_.model;
+  const ParallelConfig& pc = config_.parallel;
+  // MLA: the latent ring where parallel.cp_mla asks for it (auto: where it sends fewer bytes).
+  const bool latent = plan::context_ring_latent(mc.spec(), {pc.tp, pc.sp, pc.cp},
+                                                plan::parse_cp_mla(pc.cp_mla, "parallel.cp_mla"));
   ring_ = std::make_unique<parallel::RingAttention>(
-      be_, tracker_, cp_, ctx_.sequence, ctx_.shape, mc.seq_len, mc.dtype,
-      AttentionBlocks{mc.attention_block, mc.attention_block});
+      be_, tracker_, cp_, ctx_.sequence, ctx_.shape.attention(), mc.seq_len, mc.dtype,
+      AttentionBlocks{mc.attention_block, mc.attention_block},
+      latent ? mc.mla_dims.kv_lora_rank + mc.mla_dims.qk_rope_head_dim : 0);
   ctx_.context_attention = ring_.get();
 }
 

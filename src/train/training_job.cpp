@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "plan/context_ring.h"
 #include "plan/stage_partition.h"
 #include "plan/units.h"
 #include "train/mesh_options.h"
@@ -190,7 +191,12 @@ void TrainingJob::report_start() {
     model_parallel += fmt::format(", tp {} (sequence parallelism {})", pc.tp, pc.sp ? "on" : "off");
   }
   if (pc.cp > 1) {
-    model_parallel += fmt::format(", cp {} ({} split, ring attention)", pc.cp, pc.cp_split);
+    const bool latent = plan::context_ring_latent(config.model.spec(), {pc.tp, pc.sp, pc.cp},
+                                                  plan::parse_cp_mla(pc.cp_mla, "parallel.cp_mla"));
+    model_parallel += fmt::format(", cp {} ({} split, ring attention{})", pc.cp, pc.cp_split,
+                                  !config.model.spec().is_mla() ? ""
+                                  : latent ? " over MLA's latent rmsnorm(c_kv) | k_rope"
+                                           : " over MLA's per-head K/V");
   }
   const int64_t steps = config.train.steps;
   const std::string what = steps > start_step

@@ -188,7 +188,8 @@ void run_ring(CpSplit kind, const AttentionShape& s, const plan::ModelSpec& spec
   parallel::RingAttention ring(*be, tracker, world, split, local, kT, DType::f64, kTiles);
   // The ring's buffers (2 K/V + 3 dK/dV blocks) are what plan/ says.
   EXPECT_EQ(tracker.current(MemoryCategory::workspace) - workspace_before,
-            static_cast<size_t>(plan::context_ring_buffer_bytes(spec, kB, kT, 8, {1, false, cp})));
+            static_cast<size_t>(plan::context_ring_buffer_bytes(spec, kB, kT, 8, {1, false, cp},
+                                                                plan::CpMla::heads)));
   const comm::CommCounters before = world.counters();
   ring.forward(t2(out, N), t2(lse, kB * kNH), t2(qkv, N));
   const comm::CommCounters after_forward = world.counters();
@@ -212,8 +213,8 @@ void run_ring(CpSplit kind, const AttentionShape& s, const plan::ModelSpec& spec
   // Bytes: one rank's K/V block is B * T/cp * KV (HD + VD) doubles, plan/'s block.
   const uint64_t block = static_cast<uint64_t>(N * s.KV * (s.HD + s.v_dim()) * 8);
   EXPECT_EQ(ring.block_bytes(), block);
-  EXPECT_EQ(block,
-            static_cast<uint64_t>(plan::context_ring_block_bytes(spec, kB, kT, 8, {1, false, cp})));
+  EXPECT_EQ(block, static_cast<uint64_t>(plan::context_ring_block_bytes(
+                       spec, kB, kT, 8, {1, false, cp}, plan::CpMla::heads)));
   using comm::Collective;
   const plan::RingBytes want = plan::context_ring_bytes(cp, block);
   EXPECT_EQ(want.forward, (cp - 1) * block);

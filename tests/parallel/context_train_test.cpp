@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include "../train/cli_util.h"
 #include "core/error.h"
@@ -208,54 +209,89 @@ INSTANTIATE_TEST_SUITE_P(
                       Layout{2, "zigzag", 1, 1, 0, "cp2_zigzag_full", true, "full"}),
     [](const ::testing::TestParamInfo<Layout>& i) { return i.param.name; });
 
-// Multi-head latent attention under ring attention: the ring passes each head's up-projected K
-// and V (one K/V head per query head, qk 12 + v 6 wide), the decoupled RoPE key rotated at each
-// row's global position. cp 2 zigzag, cp 2 x tp 2 (SP) and cp 2 with DeepSeek-V3's norm-up
-// recompute train the one-process run; the cp bytes per step, each rank's activations and the
-// ring's buffers are plan/'s.
+// Multi-head latent attention under ring attention, both rings (parallel.cp_mla): "heads" passes
+// each head's up-projected K and V (one K/V head per query head, qk 12 + v 6 wide), the
+// decoupled RoPE key rotated at each row's global position; "latent" (the default here: 8 + 4 <
+// 4/tp * 18) passes the normed kv latent and the rotated rope key (12 wide) and each rank
+// up-projects the blocks it receives with its own Wkv_b, sending their latent gradients home and
+// keeping their Wkv_b wgrad. cp 2 zigzag, cp 2 x tp 2 (SP) and cp 2 with DeepSeek-V3's norm-up
+// recompute (the latent ring also with selective recompute, which replays the forward ring and
+// its up-projections) train the one-process run; the cp bytes per step, each rank's activations and
+// the ring's buffers are plan/'s for the ring that ran.
+struct MlaCase {
+  int tp;
+  std::string recompute, name;
+};
+const std::string kMla =
+    " --set model.attention=mla --set model.n_kv_heads=4 --set model.q_lora_rank=8"
+    " --set model.kv_lora_rank=8 --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4"
+    " --set model.v_head_dim=6";
+
+void check_mla_ring(const MlaCase& c, const std::string& cp_mla) {
+  const std::string extra = kMla + " --set model.recompute=" + c.recompute;
+  const std::string ref = shared_run(kEnv + flags() + extra);
+  const std::string run = fresh_dir("context_" + c.name + "_" + cp_mla);
+  const auto r = run_trillion(kEnv + "launch -n " + std::to_string(2 * c.tp) + " -- " + flags() +
+                              extra + " --run-dir " + run +
+                              " --set parallel.cp=2 --set parallel.tp=" + std::to_string(c.tp) +
+                              " --set parallel.cp_mla=" + cp_mla);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const bool latent = cp_mla == "latent";
+  // The start line (events.log) names the ring.
+  std::ifstream events_file(run + "/events.log");
+  const std::string events((std::istreambuf_iterator<char>(events_file)),
+                           std::istreambuf_iterator<char>());
+  EXPECT_NE(events.find(latent ? "ring attention over MLA's latent rmsnorm(c_kv) | k_rope"
+                               : "ring attention over MLA's per-head K/V"),
+            std::string::npos)
+      << events;
+  const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+  EXPECT_EQ(cmp.exit_code, 0) << c.name << " " << cp_mla << ": " << cmp.output;
+  const RunConfig rc = load_run_config(
+      config_path("tiny.toml"),
+      {"model.attention=\"mla\"", "model.n_kv_heads=4", "model.q_lora_rank=8",
+       "model.kv_lora_rank=8", "model.qk_nope_head_dim=8", "model.qk_rope_head_dim=4",
+       "model.v_head_dim=6", "model.recompute=\"" + c.recompute + "\""});
+  const plan::TensorSplit split{c.tp, c.tp > 1, 2};
+  const plan::CpMla choice = plan::parse_cp_mla(cp_mla, "parallel.cp_mla");
+  EXPECT_EQ(plan::context_ring_latent(rc.model.spec(), split), true);  // auto: the latent
+  const int64_t block =
+      plan::context_ring_block_bytes(rc.model.spec(), kBatch, kSeq, 4, split, choice);
+  const int64_t heads_block = kBatch * (kSeq / 2) * (kHeads / c.tp) * (12 + 6) * 4;
+  EXPECT_EQ(block, latent ? kBatch * (kSeq / 2) * (8 + 4) * 4 : heads_block);
+  const plan::RingBytes ring = plan::context_ring_bytes(2, static_cast<uint64_t>(block));
+  for (const auto& m : read_metrics(run)) {
+    // Selective recompute replays the forward ring.
+    const uint64_t replay = c.recompute == "selective" ? ring.forward : 0;
+    EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(),
+              static_cast<double>(kMicro * kLayers * (ring.total() + replay)))
+        << c.name << " " << cp_mla;
+  }
+  const int64_t predicted =
+      plan::engine_activation_bytes(rc.model.spec(), kBatch, kSeq, rc.model.activation_policy(), 4,
+                                    4, {}, 1, split)
+          .total();
+  const auto summary = read_json(run + "/summary.json");
+  for (const auto& m : summary["memory_per_rank"]) {
+    EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << c.name << " " << cp_mla;
+    EXPECT_EQ(m["predicted"]["workspace_context_ring"].get<int64_t>(),
+              latent ? 5 * block + 2 * heads_block : 5 * block)
+        << c.name << " " << cp_mla;
+  }
+}
+
 TEST(ContextParallelMla, RingsOverThePerHeadKeysAndValues) {
-  const std::string mla =
-      " --set model.attention=mla --set model.n_kv_heads=4 --set model.q_lora_rank=8"
-      " --set model.kv_lora_rank=8 --set model.qk_nope_head_dim=8 --set model.qk_rope_head_dim=4"
-      " --set model.v_head_dim=6";
-  struct Case {
-    int tp;
-    std::string recompute, name;
-  };
-  for (const Case& c : {Case{1, "none", "mla_cp2"}, Case{2, "none", "mla_cp2_tp2"},
-                        Case{1, "norm-up", "mla_cp2_normup"}}) {
-    const std::string extra = mla + " --set model.recompute=" + c.recompute;
-    const std::string ref = shared_run(kEnv + flags() + extra);
-    const std::string run = fresh_dir("context_" + c.name);
-    const auto r = run_trillion(kEnv + "launch -n " + std::to_string(2 * c.tp) + " -- " + flags() +
-                                extra + " --run-dir " + run +
-                                " --set parallel.cp=2 --set parallel.tp=" + std::to_string(c.tp));
-    ASSERT_EQ(r.exit_code, 0) << r.output;
-    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
-    EXPECT_EQ(cmp.exit_code, 0) << c.name << ": " << cmp.output;
-    const RunConfig rc = load_run_config(
-        config_path("tiny.toml"),
-        {"model.attention=\"mla\"", "model.n_kv_heads=4", "model.q_lora_rank=8",
-         "model.kv_lora_rank=8", "model.qk_nope_head_dim=8", "model.qk_rope_head_dim=4",
-         "model.v_head_dim=6", "model.recompute=\"" + c.recompute + "\""});
-    const plan::TensorSplit split{c.tp, c.tp > 1, 2};
-    const int64_t block = plan::context_ring_block_bytes(rc.model.spec(), kBatch, kSeq, 4, split);
-    EXPECT_EQ(block, kBatch * (kSeq / 2) * (kHeads / c.tp) * (12 + 6) * 4);
-    const plan::RingBytes ring = plan::context_ring_bytes(2, static_cast<uint64_t>(block));
-    for (const auto& m : read_metrics(run)) {
-      EXPECT_EQ(m["comm"]["cp"]["send"].get<double>(),
-                static_cast<double>(kMicro * kLayers * ring.total()))
-          << c.name;
-    }
-    const int64_t predicted =
-        plan::engine_activation_bytes(rc.model.spec(), kBatch, kSeq, rc.model.activation_policy(),
-                                      4, 4, {}, 1, split)
-            .total();
-    const auto summary = read_json(run + "/summary.json");
-    for (const auto& m : summary["memory_per_rank"]) {
-      EXPECT_EQ(m["current"]["activations"].get<int64_t>(), predicted) << c.name;
-      EXPECT_EQ(m["predicted"]["workspace_context_ring"].get<int64_t>(), 5 * block) << c.name;
-    }
+  for (const MlaCase& c : {MlaCase{1, "none", "mla_cp2"}, MlaCase{2, "none", "mla_cp2_tp2"},
+                           MlaCase{1, "norm-up", "mla_cp2_normup"}}) {
+    check_mla_ring(c, "heads");
+  }
+}
+
+TEST(ContextParallelMla, RingsOverTheLatentAndRopeKey) {
+  for (const MlaCase& c :
+       {MlaCase{1, "none", "mla_cp2"}, MlaCase{2, "none", "mla_cp2_tp2"},
+        MlaCase{1, "norm-up", "mla_cp2_normup"}, MlaCase{1, "selective", "mla_cp2_selective"}}) {
+    check_mla_ring(c, "latent");
   }
 }
 
@@ -269,6 +305,8 @@ TEST(ContextParallelLayout, ImpossibleLayoutsAreRefusedByName) {
        "parallel.cp_split = \"striped\": expected \"zigzag\""},
       {"--set parallel.cp=2 --set model.attention=materialized",
        "parallel.cp = 2 needs model.attention_kernel = \"tiled\""},
+      {"--set parallel.cp=2 --set parallel.cp_mla=kv",
+       "parallel.cp_mla = \"kv\": expected \"auto\", \"heads\" or \"latent\""},
   };
   for (const auto& [set, expect] : cases) {
     const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +

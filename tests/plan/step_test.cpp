@@ -4,6 +4,7 @@
 // context parallelism's ring is charged the hops its block kernels do not hide.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "plan/context_ring.h"
 #include "plan/efficiency.h"
 #include "plan/plan.h"
@@ -109,6 +110,41 @@ TEST(Step, ContextRingBytesAndExposedSeconds) {
   EXPECT_NEAR(part.forward, 3 * (one - 1e-4), 1e-15);
   EXPECT_NEAR(part.backward, 2 * (two - 1.5e-4) + one, 1e-15);
   EXPECT_EQ(context_ring_exposed_seconds(1, S, link, 0, 0).backward, 0.0);
+}
+
+// MLA's two rings at DeepSeek-V3's sizes (NH 128, DN 128, DR 64, VD 128, DC 512): per token the
+// per-head ring carries NH/tp (DN + DR + VD) = 40960/tp elements, the latent DC + DR = 576, so
+// auto picks the latent at every tp up to 64 (640 > 576) and the heads from tp 128 (320 < 576);
+// the latent's buffers add 2 per-head blocks; its recompute is U = 2 * tokens * DC * NH/tp *
+// (DN + VD) per remote block, (cp - 1) U forward and 3 (cp - 1) U backward.
+TEST(Step, MlaRingsOverTheCheaperOfLatentAndHeads) {
+  const ModelSpec m = find_model("deepseek-v3");
+  ASSERT_EQ(m.n_heads, 128);
+  ASSERT_EQ(m.kv_lora_rank + m.qk_rope_dim, 576);
+  ASSERT_EQ(m.qk_dim() + m.v_dim(), 320);
+  const int64_t tokens = 4096;  // per rank: batch 1, seq 4096 * cp
+  for (int64_t tp : {1, 8, 64, 128}) {
+    const TensorSplit split{tp, true, 4};
+    const bool latent = tp < 128;
+    EXPECT_EQ(context_ring_latent(m, split), latent) << tp;
+    EXPECT_EQ(context_ring_block_bytes(m, 1, 4 * tokens, 2, split),
+              tokens * 2 * (latent ? 576 : 128 / tp * 320))
+        << tp;
+    EXPECT_EQ(context_ring_block_bytes(m, 1, 4 * tokens, 2, split, CpMla::heads),
+              tokens * 2 * (128 / tp * 320));
+    EXPECT_EQ(context_ring_block_bytes(m, 1, 4 * tokens, 2, split, CpMla::latent),
+              tokens * 2 * 576);
+    EXPECT_EQ(context_ring_buffer_bytes(m, 1, 4 * tokens, 2, split, CpMla::latent),
+              5 * tokens * 2 * 576 + 2 * tokens * 2 * (128 / tp * 320));
+    const double U = 2.0 * tokens * 512 * (128 / tp) * 256;
+    const RingFlops f = context_ring_recompute_flops(m, 1, 4 * tokens, split, CpMla::latent);
+    EXPECT_EQ(f.forward, 3 * U);
+    EXPECT_EQ(f.backward, 9 * U);
+    EXPECT_EQ(context_ring_recompute_flops(m, 1, 4 * tokens, split, CpMla::heads).forward, 0.0);
+  }
+  EXPECT_FALSE(context_ring_latent(find_model("llama3-8b"), {1, false, 4}, CpMla::latent));
+  EXPECT_EQ(parse_cp_mla("auto", "x"), CpMla::automatic);
+  EXPECT_THROW(parse_cp_mla("kv", "parallel.cp_mla"), Error);
 }
 
 // model_step charges the ring of plan/context_ring.h per layer and micro-batch: llama3-8b at
