@@ -309,6 +309,14 @@ double megatron_flops_per_iteration(const ModelSpec& m, double B, int64_t seq) {
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
 
+double tied_embedding_elements(const ModelSpec& m, const Layout& l) {
+  if (!m.head_reads_embedding() || l.pp <= 1 || l.schedule == schedule::ScheduleKind::kDualPipe) {
+    return 0;
+  }
+  const double table = static_cast<double>(m.vocab) * static_cast<double>(m.d_model) / l.tp;
+  return l.zero >= 2 ? std::ceil(table / l.dp) : table;
+}
+
 StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, int64_t seq,
                          double batch_tokens, const Efficiency& eff, double give_up_above) {
   StepBreakdown r;
@@ -427,9 +435,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // comes back after the update (parallel/pipeline/tied_embedding.h): two exposed transfers of
   // V/tp x C.
   r.tied_embedding = 0;
-  if (m.head_reads_embedding() && l.pp > 1 && !dual) {
+  if (const double table = tied_embedding_elements(m, l); table > 0) {
     const LinkCost pp_link = link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp));
-    const double table = static_cast<double>(m.vocab) * m.d_model / l.tp;
     r.tied_embedding =
         p2p_seconds(pp_link, table * l.grad_bytes) + p2p_seconds(pp_link, table * 2.0);
   }

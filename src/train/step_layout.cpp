@@ -98,16 +98,9 @@ const RunConfig& checked_layout(const RunConfig& c) {
   // A tied head or MTP modules on a rank without the embedding read a copy of the table
   // (parallel/pipeline/tied_embedding.h).
   const bool copy = p.pp > 1 && !dualpipe && (c.model.tied_embeddings || c.model.mtp.enabled());
-  const std::string reader = c.model.tied_embeddings ? "model.tied_embeddings = true"
-                                                     : fmt::format("model.mtp_depth = {}",
-                                                                   c.model.mtp.depth);
-  if (copy && p.zero >= 2) {
-    throw Error(fmt::format(
-        "{} with parallel.pp = {} and parallel.zero = {}: the head's copy of the embedding "
-        "exchanges whole gradients and weights, which ZeRO-2/3 keep in shards; use "
-        "parallel.zero = 0 or 1, or the dualpipe schedule (its ranks hold both ends)",
-        reader, p.pp, p.zero));
-  }
+  const std::string reader = c.model.tied_embeddings
+                                 ? "model.tied_embeddings = true"
+                                 : fmt::format("model.mtp_depth = {}", c.model.mtp.depth);
   if (copy && recipe_weights_in_store(c)) {
     // The head's copy of the table would have to be rewritten inside the recipe's store (fp32
     // master + bf16 copy) after every update; parallel/pipeline/tied_embedding.h rewrites the

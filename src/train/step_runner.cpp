@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/timer.h"
 #include "model/router.h"
@@ -194,6 +195,17 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
       dp_options.passes_per_unit[params_->local_unit(g)] = passes_of_chunk[c];
     }
   }
+  // ZeRO-2/3 with a tied embedding across the pipeline: the table gets a bucket of its own on both
+  // ends, and the head's copy is completed by the head's passes (tied_embedding.h).
+  const TiedEnd tied = tied_end(config_.model, pp_.size(), stages);
+  if (tied != TiedEnd::none && config_.parallel.zero >= 2) {
+    dp_options.tied_unit = params_->local_unit(plan::embedding_unit());
+    dp_options.tied_copy = tied == TiedEnd::last;
+    if (dp_options.tied_copy) {
+      const int head = params_->local_unit(static_cast<int>(config_.model.n_layers) + 1);
+      dp_options.passes_per_unit[dp_options.tied_unit] = dp_options.passes_per_unit[head];
+    }
+  }
   // ZeRO-3 keeps the routing biases whole, outside both stores (parallel/whole_tensors.h).
   if (config_.parallel.zero == 3) {
     whole_ =
@@ -234,6 +246,12 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
 // after DataParallel, so its hook sees a completed gradient before the reduction starts.
 void StepRunner::build_tied_embedding(const RankStages& stages) {
   const TiedEnd end = tied_end(config_.model, pp_.size(), stages);
+  const ModelConfig& m = config_.model;
+  if (std::getenv("TRILLION_CHECK_TIED_COPY") != nullptr && pp_.size() > 1 &&
+      schedule_.kind != schedule::ScheduleKind::kDualPipe &&
+      (m.tied_embeddings || m.mtp.enabled())) {
+    tied_check_ = pp_.split(0, pp_.rank(), "tied_check");  // collective over pp
+  }
   if (end == TiedEnd::none) return;
   const int global_unit = end == TiedEnd::first ? plan::embedding_unit()
                                                 : static_cast<int>(config_.model.n_layers) + 1;
@@ -249,7 +267,8 @@ void StepRunner::build_tied_embedding(const RankStages& stages) {
   tied_ = std::make_unique<parallel::TiedEmbedding>(
       end == TiedEnd::first ? parallel::TiedEmbedding::End::first
                             : parallel::TiedEmbedding::End::last,
-      *params_, pp_, end == TiedEnd::first ? pp_.size() - 1 : 0, unit, passes, be_, tracker_);
+      *params_, pp_, end == TiedEnd::first ? pp_.size() - 1 : 0, unit, passes, be_, tracker_,
+      config_.parallel.zero >= 2 ? parallel_.get() : nullptr);
 }
 
 // The step's schedule and the validation pass over this rank's chunks; DualPipe's mirror group
@@ -356,10 +375,18 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches, const
   st.update_skipped = gate ? !gate(st.loss, st.grad_norm)
                            : !(std::isfinite(st.loss) && std::isfinite(st.grad_norm));
   if (!st.update_skipped) apply_update(st);
+  // The head's copy := the updated table: its chunk before ZeRO-2/3 gathers or keeps the shards,
+  // the whole table after ZeRO-0/1 made it whole again.
+  if (tied_ && tied_->sharded()) tied_->copy_weights();
   // A skipped step still closes the step (ZeRO gathers the unchanged shards, gradients clear).
   parallel_->finish_step();
   if (expert_parallel_) expert_parallel_->finish_step();
-  if (tied_) tied_->copy_weights();  // the head's copy := the updated table
+  if (tied_ && !tied_->sharded()) tied_->copy_weights();
+  if (tied_ && tied_check_) {
+    const std::string differs = tied_->check_copy(
+        *tied_check_, tied_->end() == parallel::TiedEmbedding::End::first ? pp_.size() - 1 : 0);
+    if (!differs.empty()) throw Error(fmt::format("step {}: {}", step_index, differs));
+  }
   if (config_.model.moe.enabled()) finish_moe_step(st);
   if (config_.model.mtp.enabled()) finish_mtp_step(st, step_index);
   st.tokens = tokens_per_step();
@@ -407,9 +434,9 @@ double StepRunner::forward_backward(int64_t step_index, const BatchSource& batch
 // Finishes the gradients' reduction over dp (x cp) and, under DualPipe, sums the two model
 // copies'; st.loss becomes the step's global mean.
 StepRunner::NoiseEstimates StepRunner::reduce_gradients(StepStats& st) {
-  if (tied_) tied_->finish_gradients();
   parallel_->finish_gradients();
   if (expert_parallel_) expert_parallel_->finish_gradients();
+  if (tied_) tied_->finish_gradients();
   if (tensor_) tensor_->reduce_replicated_gradients(parallel_->optimizer_grads());
   // The noise scale's small-batch estimates (unreduced gradients) ride on the loss's all-reduce
   // over dp and the norm's over pp: no extra round trip.
