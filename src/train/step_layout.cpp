@@ -93,24 +93,8 @@ const RunConfig& checked_layout(const RunConfig& c) {
                             c.parallel.ep, c.model.moe.n_routed_experts));
   }
   const ParallelConfig& p = c.parallel;
-  const bool dualpipe =
-      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
-  // A tied head or MTP modules on a rank without the embedding read a copy of the table
-  // (parallel/pipeline/tied_embedding.h).
-  const bool copy = p.pp > 1 && !dualpipe && (c.model.tied_embeddings || c.model.mtp.enabled());
-  const std::string reader = c.model.tied_embeddings
-                                 ? "model.tied_embeddings = true"
-                                 : fmt::format("model.mtp_depth = {}", c.model.mtp.depth);
-  if (copy && recipe_weights_in_store(c)) {
-    // The head's copy of the table would have to be rewritten inside the recipe's store (fp32
-    // master + bf16 copy) after every update; parallel/pipeline/tied_embedding.h rewrites the
-    // model's own fp32 weights only.
-    throw Error(fmt::format(
-        "{} with parallel.pp = {} and precision.recipe = \"{}\": the head's copy of the "
-        "embedding is kept in fp32 weights only; use precision.recipe = \"fp32\", or the "
-        "dualpipe schedule (its ranks hold both ends)",
-        reader, p.pp, c.precision.recipe));
-  }
+  // A tied head or MTP modules on a rank without the embedding read a copy of the table, under
+  // any ZeRO stage and recipe (parallel/pipeline/tied_embedding.h).
   if (c.model.mtp.enabled()) {
     // The modules shift tokens along the sequence (rows another cp rank, or under SP another
     // tp rank, holds).

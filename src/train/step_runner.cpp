@@ -41,6 +41,13 @@ TiedEnd tied_end(const ModelConfig& m, int pp, const RankStages& stages) {
   return embedding ? TiedEnd::first : TiedEnd::last;
 }
 
+// Whether a tied embedding's copy is exchanged chunk by chunk where the optimizer updates it
+// (tied_embedding.h): ZeRO-2/3 keep its gradient in dp shards, and a precision recipe's store
+// keeps its weights as an fp32 master beside the bf16 copy the model reads.
+bool tied_in_chunks(const RunConfig& c) {
+  return c.parallel.zero >= 2 || recipe_weights_in_store(c);
+}
+
 // This rank's coordinate among the tp shards and the ep ranks (which experts it holds).
 ShardCoord shard_coord(const comm::Communicator& tp, const comm::Communicator& ep,
                        const RunConfig& c) {
@@ -198,7 +205,7 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
   // ZeRO-2/3 with a tied embedding across the pipeline: the table gets a bucket of its own on both
   // ends, and the head's copy is completed by the head's passes (tied_embedding.h).
   const TiedEnd tied = tied_end(config_.model, pp_.size(), stages);
-  if (tied != TiedEnd::none && config_.parallel.zero >= 2) {
+  if (tied != TiedEnd::none && tied_in_chunks(config_)) {
     dp_options.tied_unit = params_->local_unit(plan::embedding_unit());
     dp_options.tied_copy = tied == TiedEnd::last;
     if (dp_options.tied_copy) {
@@ -268,7 +275,7 @@ void StepRunner::build_tied_embedding(const RankStages& stages) {
       end == TiedEnd::first ? parallel::TiedEmbedding::End::first
                             : parallel::TiedEmbedding::End::last,
       *params_, pp_, end == TiedEnd::first ? pp_.size() - 1 : 0, unit, passes, be_, tracker_,
-      config_.parallel.zero >= 2 ? parallel_.get() : nullptr);
+      tied_in_chunks(config_) ? parallel_.get() : nullptr);
 }
 
 // The step's schedule and the validation pass over this rank's chunks; DualPipe's mirror group

@@ -10,7 +10,8 @@
 // parameter, gradient and optimizer bytes are plan/'s zero_model_states of params_of_rank (the
 // copy counted on the head's rank); the pp group carries plan::tied_embedding_elements per end
 // per step beside the activations, and pipeline rank 0's dp group the bytes plan/'s step model
-// assumes.
+// assumes. And a precision recipe (bf16, weights in its store) at pp 2 x dp 2 under ZeRO-1 and
+// ZeRO-3, within the recipe's bounds of the one-process bf16 run.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -20,6 +21,7 @@
 #include "plan/memory.h"
 #include "plan/parameter_table.h"
 #include "plan/step_model.h"
+#include "precision_layouts.h"
 #include "schedule/generators.h"
 #include "train/run_config.h"
 
@@ -148,7 +150,9 @@ TEST_P(TiedZero, TrainsTheOneProcessRunWithTheCopySharded) {
   for (const auto& m : metrics) {
     const auto& dp = m["comm"]["dp"];
     EXPECT_EQ(dp["reduce_scatter"].get<double>(), per_pass) << m.dump();
-    if (l.zero == 2) EXPECT_EQ(dp["all_gather"].get<double>(), rank0) << m.dump();
+    if (l.zero == 2) {
+      EXPECT_EQ(dp["all_gather"].get<double>(), rank0) << m.dump();
+    }
     if (l.zero == 3 && l.schedule != "zb-h1") {
       EXPECT_EQ(dp["all_gather"].get<double>(), 2 * per_pass) << m.dump();
     }
@@ -164,6 +168,28 @@ INSTANTIATE_TEST_SUITE_P(
                       TiedZeroLayout{tied_flags(), 3, "zb-h1", 1, "tied_zero3_zbh1"},
                       TiedZeroLayout{mtp_flags(), 3, "1f1b", 1, "mtp_zero3_1f1b"}),
     [](const ::testing::TestParamInfo<TiedZeroLayout>& i) { return i.param.name; });
+
+// A precision recipe whose weights live in its store (fp32 master beside the bf16 copy the model
+// reads): the copy's chunk of the master is overwritten before the store rounds and gathers it,
+// under ZeRO-1 and ZeRO-3. pp 2 x dp 2 of the tied model with bf16 against the one-process bf16
+// run, within the recipe's bounds for a layout that sums gradients in another order
+// (precision_layouts.h: dp 2's reduction and the two ends' sum), the copy bitwise the first
+// stage's after every step.
+TEST(TiedZeroRecipe, Bf16TrainsTheOneProcessBf16RunWithTheCopyInTheStore) {
+  const std::string args = tied_flags() + " --set precision.recipe=bf16";
+  const std::string ref = shared_run(kEnv + args);
+  for (int zero : {1, 3}) {
+    const std::string run = fresh_dir("tied_bf16_zero" + std::to_string(zero));
+    ::setenv("TRILLION_CHECK_TIED_COPY", "1", 1);
+    const auto r = run_trillion(
+        kEnv + "launch -n 4 -- " + args + " --run-dir " + run +
+        " --set parallel.pp=2 --set parallel.dp=2 --set parallel.zero=" + std::to_string(zero));
+    ::unsetenv("TRILLION_CHECK_TIED_COPY");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const testing::RunDiffs d = testing::expect_within_retile_bounds("bf16", ref, run, false);
+    testing::report("tied bf16 pp2 dp2 zero" + std::to_string(zero), d);
+  }
+}
 
 }  // namespace
 }  // namespace trillion

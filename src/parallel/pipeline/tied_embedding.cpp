@@ -50,12 +50,11 @@ TiedEmbedding::TiedEmbedding(End end, ParameterSet& params, comm::Communicator& 
       be_(backend),
       sharded_(sharded),
       pieces_(pieces_of(sharded, params.table().index("embed"))),
-      staging_(tracker, MemoryCategory::workspace, params.dtype(),
+      staging_(tracker, MemoryCategory::workspace,
+               sharded != nullptr ? sharded->optimizer_grads().dtype() : params.dtype(),
                sharded != nullptr ? elements_of(pieces_)
                                   : params.table().spec(params.table().index("embed")).numel()) {
   TRILLION_CHECK(passes > 0, "the tied embedding's unit runs no backward pass on this rank");
-  TRILLION_CHECK(sharded == nullptr || sharded->stage() >= 2,
-                 "the shard-wise tied embedding runs under ZeRO-2/3");
   if (sharded_ == nullptr) params_.hooks().add(this);
 }
 
@@ -108,16 +107,25 @@ void TiedEmbedding::finish_gradients() {
 
 void TiedEmbedding::copy_weights() {
   if (sharded_ != nullptr) {
+    // The updated chunk where the optimizer wrote it (the model's buffer, a ZeRO-3 shard, or a
+    // recipe's fp32 master).
     const Buffer& held = sharded_->optimizer_params();
-    if (end_ == End::last) pp_.recv(staging_.flat(), peer_, kWeightsTag);
+    const size_t elem = dtype_size(held.dtype());
+    std::vector<char> bytes(elements_of(pieces_) * elem);
+    const Tensor staging(bytes.data(), held.dtype(), {elements_of(pieces_)});
+    if (end_ == End::last) pp_.recv(staging, peer_, kWeightsTag);
     int64_t at = 0;
     for (const OptimSegment& s : pieces_) {
       const Tensor mine = held.view(s.param_offset, {s.length});
-      const Tensor staged = staging_.view(at, {s.length});
-      end_ == End::first ? be_.copy(staged, mine) : be_.copy(mine, staged);
+      const Tensor staged = staging.rows(at, at + s.length);
+      if (end_ == End::first) {
+        be_.copy(staged, mine);
+      } else {
+        be_.copy(mine, staged);
+      }
       at += s.length;
     }
-    if (end_ == End::first) pp_.send(staging_.flat(), peer_, kWeightsTag);
+    if (end_ == End::first) pp_.send(staging, peer_, kWeightsTag);
     return;
   }
   const Tensor table = params_.param("embed");
@@ -132,7 +140,7 @@ void TiedEmbedding::copy_weights() {
 std::string TiedEmbedding::check_copy(comm::Communicator& group, int peer) {
   // What this end holds of the table between steps.
   std::vector<Tensor> held;
-  if (sharded_ != nullptr && sharded_->stage() == 3) {
+  if (params_.parameters().count() == 0) {  // ZeRO-3 or a recipe's store: the chunk in its shard
     for (const OptimSegment& s : pieces_) {
       held.push_back(sharded_->optimizer_params().view(s.param_offset, {s.length}));
     }
