@@ -232,8 +232,11 @@ PassCost layer_cost(const Context& c, bool moe) {
   // selective replays the attention core and the cheap elementwise products. Both replay the
   // attention core, so the forward ring too (the engine's recompute_core runs it again).
   if (l.recompute == Recompute::kFull) {
-    r.recompute = gemm_forward + core_forward + elem + tp_forward;
+    // A MoE layer's replay routes again and runs its dispatch and combine all-to-alls again
+    // (model/moe.h Moe::recompute): a third exchange pair per micro-batch.
+    r.recompute = gemm_forward + core_forward + elem + tp_forward + ep_each;
     r.tp += tp_forward;
+    r.ep += ep_each;
   } else if (l.recompute == Recompute::kSelective) {
     r.recompute = core_forward + 0.25 * elem + up_projections;
   } else if (l.recompute_policy() == RecomputePolicy::kNormUp) {

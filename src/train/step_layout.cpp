@@ -78,10 +78,43 @@ void check_moe_tensor_parallel(const RunConfig& c) {
   }
 }
 
+// Full recompute of MoE layers reruns the layer, routing and both all-to-alls, in the backward
+// pass (model/moe.h Moe::recompute).
+void check_moe_full_recompute(const RunConfig& c) {
+  if (!c.model.moe.enabled() || c.model.recompute != plan::Recompute::kFull) return;
+  const ParallelConfig& p = c.parallel;
+  if (p.tp > 1) {
+    // Under tp a MoE layer's routed rows are split over tp x ep (or each expert over tp) and its
+    // output is reduce-scattered as it is computed: a rerun would write the layer's output, which
+    // the next layer still holds as its input.
+    throw Error(fmt::format(
+        "model.recompute = full with MoE layers and parallel.tp = {}: the tp MoE paths write the "
+        "layer's output while they compute it, and the next layer holds that output as its "
+        "input; use parallel.tp = 1 (dp, ep, cp, pp work) or recompute = selective",
+        p.tp));
+  }
+  const schedule::ScheduleKind kind = schedule::parse_schedule_kind(p.schedule);
+  const bool deferred_w =
+      p.split_backward || (p.pp > 1 && (kind == schedule::ScheduleKind::kZbH1 ||
+                                        kind == schedule::ScheduleKind::kZbH2 ||
+                                        kind == schedule::ScheduleKind::kDualPipe));
+  if (deferred_w) {
+    // A W pass deferred past other layers' recomputation finds the shared recompute buffer
+    // overwritten: it would rerun the routing and the expert exchange a third time per
+    // micro-batch (or keep the rows, which is what full recompute frees).
+    throw Error(fmt::format(
+        "model.recompute = full with MoE layers and parallel.schedule = {}{}: a deferred W pass "
+        "would rerun the MoE layer's routing and expert exchange a third time per micro-batch; "
+        "use 1f1b, gpipe or interleaved, or recompute = selective",
+        p.schedule, p.split_backward ? " (split_backward)" : ""));
+  }
+}
+
 }  // namespace
 
 const RunConfig& checked_layout(const RunConfig& c) {
   check_moe_tensor_parallel(c);
+  check_moe_full_recompute(c);
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(
         fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
