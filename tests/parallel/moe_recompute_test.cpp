@@ -3,7 +3,8 @@
 // the expert rows are freed after the forward and exchanged again). configs/moe-tiny.toml (1
 // dense + 2 MoE layers, 8 experts top-2 + 1 shared, dropless), 3 steps of 4 micro-batches:
 // - one process: the same losses, gradient norms and final weights as recompute = none (1e-6;
-//   the rerun is bitwise the forward), fewer activation bytes, each equal to plan/'s;
+//   the rerun is bitwise the forward), fewer activation bytes, each equal to plan/'s (and with
+//   every layer MoE, whose recompute buffer is a MoE layer's);
 // - ep 2 at dp 2 and dp 4: the one-process full-recompute run (1e-5), every rank's activation
 //   bytes plan/'s, and rank 0's all-to-all bytes 3 (R_out + R_in) C 4 per step for the rows of
 //   one forward (forward, its rerun and backward) plus one count exchange per routing, i.e.
@@ -65,6 +66,10 @@ TEST(MoeRecompute, FullEqualsNoneInOneProcess) {
   const int64_t kept_none = expect_planned_activations(none);
   const int64_t kept_full = expect_planned_activations(full);
   EXPECT_LT(kept_full, kept_none);
+  // Every layer MoE: the shared buffer is sized for a MoE layer, not a dense one.
+  const std::string all_moe = shared_run(kEnv + flags() + kFull + " --set model.n_dense_layers=0");
+  ASSERT_EQ(read_metrics(all_moe).size(), 3u);
+  expect_planned_activations(all_moe);
   std::printf("[moe recompute] activations: none %lld B, full %lld B\n",
               static_cast<long long>(kept_none), static_cast<long long>(kept_full));
 }
