@@ -449,7 +449,13 @@ StepRunner::NoiseEstimates StepRunner::reduce_gradients(StepStats& st) {
   // over dp and the norm's over pp: no extra round trip.
   NoiseEstimates noise;
   noise.count = dp_.size() * parallel_->local_estimates();
-  noise.valid = noise.count > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_;
+  // A tied embedding's copy exchanged chunk-wise adds the head's part of the table's gradient
+  // after the reductions, so no rank ever holds its unreduced sum (the same on every pp rank).
+  const ModelConfig& mc = config_.model;
+  const bool tied_chunks = pp_.size() > 1 && schedule_.kind != schedule::ScheduleKind::kDualPipe &&
+                           (mc.tied_embeddings || mc.mtp.enabled()) && tied_in_chunks(config_);
+  noise.valid =
+      noise.count > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_ && !tied_chunks;
   const int64_t scalars = noise.valid ? 2 : 1;
   // Every rank's loss is the mean over its tokens, and every rank of dp x cp holds as many.
   double dp_sums[2] = {st.loss, noise.valid ? parallel_->local_sum_squares() : 0.0};
