@@ -29,10 +29,13 @@ BlockActivations Block::carve(Carver& kept, Carver& shared, LayerRecompute r, Mo
   if (moe != nullptr) {
     TRILLION_CHECK(ctx_.tp_size() == 1 || ctx_.moe_slice || ctx_.experts_tp,
                    "MoE layers under tensor parallelism need parallel.expert_tp");
-    TRILLION_CHECK(r != LayerRecompute::full, "a MoE layer cannot be fully recomputed");
+    // Full recompute reruns the whole layer, routing and expert exchange included (tp = 1 only:
+    // the tp paths below write the layer's output as they go).
+    TRILLION_CHECK(r != LayerRecompute::full || ctx_.tp_size() == 1,
+                   "a MoE layer is fully recomputed only without tensor parallelism");
     TRILLION_CHECK(moe_ != nullptr, "a MoE layer in a block without a MoE module");
     a.moe = moe;
-    moe_->carve(kept, *moe);
+    moe_->carve(base, *moe);
   } else {
     a.mlp = mlp_.carve(base, core);
   }
@@ -130,7 +133,8 @@ void Block::forward(const BlockWeights& w, const BlockActivations& a, const Tens
   const Tensor& mlp_in = sp ? a.norm2_full : a.norm2;
   if (sp) parallel::all_gather_sp_forward(ctx_.tp, a.norm2, a.norm2_full);
   if (a.moe != nullptr && ctx_.tp_size() == 1) {
-    if (write_out) be_.copy(a.out, a.mid);
+    if (!write_out) return moe_->recompute(a.norm2, w.moe, *a.moe);
+    be_.copy(a.out, a.mid);
     moe_->forward(a.out, a.norm2, w.moe, *a.moe);
   } else if (a.moe != nullptr) {
     // Experts split over tp: the MoE layer is a tp region over the gathered rows, as the MLP.

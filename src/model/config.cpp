@@ -70,11 +70,6 @@ void ModelConfig::validate() {
       throw Error(
           fmt::format("model.router = '{}': expected sigmoid_bias or softmax_aux", moe.router));
     }
-    if (recompute == plan::Recompute::kFull) {
-      throw Error(
-          "model.recompute = full with MoE layers: the expert exchange is not recomputed; use "
-          "none or selective (which keeps every MoE tensor and recomputes attention cores)");
-    }
     plan::check_group_routing(spec());
     if (!(moe.bias_update_rate >= 0) || !(moe.balance_loss_alpha >= 0) ||
         !(moe.capacity_factor >= 0)) {

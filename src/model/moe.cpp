@@ -258,6 +258,13 @@ void Moe::backward_weight(const MoeWeights& d, const Tensor& x, const Tensor& do
   release_rows(s);
 }
 
+void Moe::recompute(const Tensor& x, const MoeWeights& w, MoeState& s) {
+  const int64_t N = ctx_.moe_tokens(), C = ctx_.shape.d_model;
+  Buffer out(*tracker_, MemoryCategory::workspace, x.dtype(), N * C);
+  be_.fill(out.flat(), 0.0);
+  forward(out.view(0, {N, C}), x, w, s);
+}
+
 void Moe::release_rows(MoeState& s) {
   s.xe = Buffer();
   s.h = Buffer();

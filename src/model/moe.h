@@ -118,6 +118,10 @@ class Moe {
   bool has_shared() const { return config_.n_shared_experts > 0; }
   // Frees a micro-batch's routed-expert rows (what backward_weight frees).
   static void release_rows(MoeState& s);
+  // Full recompute: forward again into a throwaway output, refilling `s` (the routing, the
+  // shared experts' activations, the expert rows: the dispatch and combine run again) bitwise as
+  // forward did (the weights and routing biases do not change within a step).
+  void recompute(const Tensor& x, const MoeWeights& w, MoeState& s);
 
   const Router& router() const { return router_; }
   int64_t expert_ffn() const { return config_.expert_ffn; }

@@ -471,6 +471,11 @@ double StageModel::forward(int slot) {
     enter(Pass::forward, v, k);
     name_site(s, i);
     block_.forward(block_weights(false, i), s.layers[i], cos_sin_);
+    // A fully recomputed MoE layer frees its expert rows now; its backward routes and exchanges
+    // them again.
+    if (layer_specs_[i].moe && layer_recompute(i) == LayerRecompute::full) {
+      Moe::release_rows(moe_states_[slot][i]);
+    }
     leave(Pass::forward, v, k);
   }
   recomputed_slot_ = -1;  // the shared recompute buffer holds whatever layer wrote it last

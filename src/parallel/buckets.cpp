@@ -8,7 +8,7 @@
 namespace trillion::parallel {
 
 BucketPlan::BucketPlan(const std::vector<UnitRange>& units, int64_t bucket_elements, int ranks,
-                       int rank)
+                       int rank, int alone_unit)
     : bucket_of_unit_(units.size(), -1), ranks_(ranks), rank_(rank) {
   TRILLION_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "bad rank for a bucket plan");
   int u = static_cast<int>(units.size()) - 1;
@@ -21,7 +21,8 @@ BucketPlan::BucketPlan(const std::vector<UnitRange>& units, int64_t bucket_eleme
       size += units[u].size();
       bucket_of_unit_[u] = static_cast<int>(buckets_.size());
       --u;
-    } while (u >= 0 && bucket_elements > 0 && size < bucket_elements);
+    } while (u >= 0 && bucket_elements > 0 && size < bucket_elements && u != alone_unit &&
+             u + 1 != alone_unit);
     b.first_unit = u + 1;
     b.begin = units[b.first_unit].begin;
     TRILLION_CHECK(b.end - b.begin == size, "units of a bucket must be contiguous");

@@ -37,8 +37,11 @@ struct OwnedPiece {
 
 class BucketPlan {
  public:
-  // bucket_elements <= 0: one unit per bucket (ZeRO-3 gathers and frees per layer).
-  BucketPlan(const std::vector<UnitRange>& units, int64_t bucket_elements, int ranks, int rank);
+  // bucket_elements <= 0: one unit per bucket (ZeRO-3 gathers and frees per layer). alone_unit
+  // (>= 0) gets a bucket of its own whatever bucket_elements says: a tied embedding's table and
+  // the head's copy of it are then cut into the same chunks on both pipeline ends.
+  BucketPlan(const std::vector<UnitRange>& units, int64_t bucket_elements, int ranks, int rank,
+             int alone_unit = -1);
   const std::vector<Bucket>& buckets() const { return buckets_; }
   int bucket_of_unit(int unit) const { return bucket_of_unit_.at(unit); }
   int64_t shard_elements() const { return shard_elements_; }

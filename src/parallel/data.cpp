@@ -39,7 +39,8 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
       tracker_(tracker),
       options_(options),
       plan_(options.ranges.empty() ? params.unit_ranges() : options.ranges,
-            options.stage == 3 ? 0 : options.bucket_elements, dp.size(), dp.rank()),
+            options.stage == 3 ? 0 : options.bucket_elements, dp.size(), dp.rank(),
+            options.tied_unit),
       finished_(params.num_units(), 0),
       reduced_(plan_.buckets().size(), 0),
       folded_(plan_.buckets().size(), 0) {
@@ -200,7 +201,8 @@ void DataParallel::before(int unit, Pass pass, Use use, int next) {
 
 void DataParallel::after(int unit, Pass pass, Use use) {
   if (use != Use::gradients_only) params_store_->release(unit);
-  if (use == Use::borrowed || !writes_gradients(pass)) return;
+  const bool copy = options_.tied_copy && unit == options_.tied_unit;
+  if ((use == Use::borrowed && !copy) || !writes_gradients(pass)) return;
   ++finished_[unit];
   maybe_reduce(plan_.bucket_of_unit(unit));
 }

@@ -57,6 +57,12 @@ struct DataParallelOptions {
   bool mixed_precision = false;
   // Gradients kept and reduced in bf16 (parallel/bf16_gradients.h); needs mixed_precision.
   bool bf16_gradients = false;
+  // A tied embedding's unit on a pipeline end (parallel/pipeline/tied_embedding.h), under ZeRO-2/3:
+  // a bucket of its own, so both ends shard the table alike. tied_copy: this rank holds it only as
+  // the head's copy, whose borrowing passes (the head reading it) complete its gradients;
+  // passes_per_unit must then count them.
+  int tied_unit = -1;
+  bool tied_copy = false;
 };
 
 // A run of table elements that this rank writes to a sharded checkpoint: its parameters at

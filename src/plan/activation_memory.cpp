@@ -57,11 +57,13 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   const int64_t first = stage.first_layer;
   const int64_t last = stage.n_layers < 0 ? m.n_layers : first + stage.n_layers;
   int64_t selective_scratch = 0;  // the largest layer's recomputed set
+  int64_t full_scratch = 0;       // the largest fully recomputed layer's tensors but out
   for (int64_t l = first; l < last; ++l) {
     const bool moe = l >= m.dense_layers();
     const int64_t kept = moe ? moe_all : all;
     if (layer_is_full(p, l)) {
       r.stored += out;
+      full_scratch = std::max(full_scratch, kept - out);
       any_full = true;
     } else if (p.recompute == Recompute::kSelective) {
       const int64_t dropped = moe ? moe_selective_dropped : selective_dropped;
@@ -87,7 +89,7 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   // The shared buffer: one layer's recompute set, and under SP the reduce-scatter's partial.
   const bool any_layer = last > first;
   if (any_layer) r.scratch = sp ? N * C * elem : 0;
-  if (any_full) r.scratch += all - out;
+  if (any_full) r.scratch += full_scratch;
   if (any_selective) r.scratch += selective_scratch;
   if (any_norm_up) r.scratch += norm_up_dropped;
   return r;

@@ -53,9 +53,12 @@
 // A MoE layer (model/moe.h) keeps, instead of gate_up and act: the router's scores and gates
 // Nm*(E+K) (Nm: the rows it routes, N, or N/tp under SP with whole experts over tp x ep) and the
 // shared experts' gate_up and act N*3*FS/tp (FS = n_shared * FE); selective recompute keeps all of
-// them (it drops only the attention core). The routed experts' rows are allocated per micro-batch
-// and freed by its backward_weight (after a forward-only pass, by StageModel::release_expert_rows):
-// they depend on the routing and are not in this formula.
+// them (it drops only the attention core); full recompute keeps only `out` and recomputes the
+// rest, the router's and shared experts' tensors included, in the shared buffer (sized for the
+// largest fully recomputed layer, MoE or dense). The routed experts' rows are allocated per
+// micro-batch and freed by its backward_weight (after a forward-only pass, by
+// StageModel::release_expert_rows; under full recompute right after the layer's forward, and
+// allocated again by its recompute): they depend on the routing and are not in this formula.
 #pragma once
 
 #include <cstdint>

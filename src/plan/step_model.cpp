@@ -244,8 +244,11 @@ PassCost layer_cost(const Context& c, bool moe) {
   // selective replays the attention core and the cheap elementwise products. Both replay the
   // attention core, so the forward ring too (the engine's recompute_core runs it again).
   if (l.recompute == Recompute::kFull) {
-    r.recompute = gemm_forward + core_forward + elem + tp_forward;
+    // A MoE layer's replay routes again and runs its dispatch and combine all-to-alls again
+    // (model/moe.h Moe::recompute): a third exchange pair per micro-batch.
+    r.recompute = gemm_forward + core_forward + elem + tp_forward + ep_each;
     r.tp += tp_forward;
+    r.ep += ep_each;
   } else if (l.recompute == Recompute::kSelective) {
     r.recompute = core_forward + 0.25 * elem + up_projections;
   } else if (l.recompute_policy() == RecomputePolicy::kNormUp) {
@@ -319,6 +322,14 @@ double megatron_flops_per_iteration(const ModelSpec& m, double B, int64_t seq) {
   const double s = static_cast<double>(seq), l = static_cast<double>(m.n_layers),
                h = static_cast<double>(m.d_model), V = static_cast<double>(m.vocab);
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+double tied_embedding_elements(const ModelSpec& m, const Layout& l) {
+  if (!m.head_reads_embedding() || l.pp <= 1 || l.schedule == schedule::ScheduleKind::kDualPipe) {
+    return 0;
+  }
+  const double table = static_cast<double>(m.vocab) * static_cast<double>(m.d_model) / l.tp;
+  return l.zero >= 2 ? std::ceil(table / l.dp) : table;
 }
 
 StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, int64_t seq,
@@ -439,9 +450,8 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
   // comes back after the update (parallel/pipeline/tied_embedding.h): two exposed transfers of
   // V/tp x C.
   r.tied_embedding = 0;
-  if (m.head_reads_embedding() && l.pp > 1 && !dual) {
+  if (const double table = tied_embedding_elements(m, l); table > 0) {
     const LinkCost pp_link = link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp * l.dp));
-    const double table = static_cast<double>(m.vocab) * m.d_model / l.tp;
     r.tied_embedding =
         p2p_seconds(pp_link, table * l.grad_bytes) + p2p_seconds(pp_link, table * 2.0);
   }

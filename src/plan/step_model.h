@@ -85,6 +85,12 @@ StepBreakdown model_step(const ModelSpec& m, const Gpu& gpu, const Layout& l, in
                          double batch_tokens, const Efficiency& eff = {},
                          double give_up_above = INFINITY);
 
+// Tied embeddings (or MTP modules) with the two ends on different pipeline ranks
+// (parallel/pipeline/tied_embedding.h): the elements each end sends the other per step, each way
+// (the head's gradient of the table to the first stage, the updated table back): the V/tp x C
+// table, or under ZeRO-2/3 each dp rank's chunk of it, ceil(V/tp x C / dp). 0 without a copy.
+double tied_embedding_elements(const ModelSpec& m, const Layout& l);
+
 // Number of micro-batches per pipeline per step; 0 if the batch does not divide.
 int microbatches_for(const Layout& l, int64_t seq_len, double batch_tokens);
 

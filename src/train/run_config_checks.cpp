@@ -173,10 +173,17 @@ void check_diloco_fragments(const RunConfig& rc, const std::string& source) {
 void check_recipe_master_zero(const RunConfig& rc, const std::string& source) {
   const bool moe = rc.model.moe.enabled();
   if (rc.precision.recipe != "fp32" && !recipe_weights_in_store(rc) && rc.parallel.zero >= 3) {
+    // The recipe's store (parallel/mixed_weights.h) shards the master with the bf16 copy over one
+    // dp group, unit by unit; a MoE unit is split between two groups, and DiLoCo's outer step
+    // rewrites the master between steps.
     throw Error(fmt::format(
         "{}: precision.recipe = '{}' with {} keeps the fp32 master weights whole in the model, "
-        "which parallel.zero = 3 does not hold on any rank; use parallel.zero <= 2, or recipe fp32",
-        source, rc.precision.recipe, moe ? "MoE layers" : "diloco"));
+        "which parallel.zero = 3 does not hold on any rank ({}); use parallel.zero <= 2, or recipe "
+        "fp32",
+        source, rc.precision.recipe, moe ? "MoE layers" : "diloco",
+        moe ? "the recipe's store shards whole units over one dp group, and a MoE layer's unit "
+              "splits between its dense tensors over dp and its routed experts over edp"
+            : "DiLoCo's outer step writes the master between steps"));
   }
 }
 

@@ -78,10 +78,43 @@ void check_moe_tensor_parallel(const RunConfig& c) {
   }
 }
 
+// Full recompute of MoE layers reruns the layer, routing and both all-to-alls, in the backward
+// pass (model/moe.h Moe::recompute).
+void check_moe_full_recompute(const RunConfig& c) {
+  if (!c.model.moe.enabled() || c.model.recompute != plan::Recompute::kFull) return;
+  const ParallelConfig& p = c.parallel;
+  if (p.tp > 1) {
+    // Under tp a MoE layer's routed rows are split over tp x ep (or each expert over tp) and its
+    // output is reduce-scattered as it is computed: a rerun would write the layer's output, which
+    // the next layer still holds as its input.
+    throw Error(fmt::format(
+        "model.recompute = full with MoE layers and parallel.tp = {}: the tp MoE paths write the "
+        "layer's output while they compute it, and the next layer holds that output as its "
+        "input; use parallel.tp = 1 (dp, ep, cp, pp work) or recompute = selective",
+        p.tp));
+  }
+  const schedule::ScheduleKind kind = schedule::parse_schedule_kind(p.schedule);
+  const bool deferred_w =
+      p.split_backward || (p.pp > 1 && (kind == schedule::ScheduleKind::kZbH1 ||
+                                        kind == schedule::ScheduleKind::kZbH2 ||
+                                        kind == schedule::ScheduleKind::kDualPipe));
+  if (deferred_w) {
+    // A W pass deferred past other layers' recomputation finds the shared recompute buffer
+    // overwritten: it would rerun the routing and the expert exchange a third time per
+    // micro-batch (or keep the rows, which is what full recompute frees).
+    throw Error(fmt::format(
+        "model.recompute = full with MoE layers and parallel.schedule = {}{}: a deferred W pass "
+        "would rerun the MoE layer's routing and expert exchange a third time per micro-batch; "
+        "use 1f1b, gpipe or interleaved, or recompute = selective",
+        p.schedule, p.split_backward ? " (split_backward)" : ""));
+  }
+}
+
 }  // namespace
 
 const RunConfig& checked_layout(const RunConfig& c) {
   check_moe_tensor_parallel(c);
+  check_moe_full_recompute(c);
   if (c.parallel.ep > 1 && !c.model.moe.enabled()) {
     throw Error(
         fmt::format("parallel.ep = {}: expert parallelism needs a MoE model "
@@ -93,31 +126,8 @@ const RunConfig& checked_layout(const RunConfig& c) {
                             c.parallel.ep, c.model.moe.n_routed_experts));
   }
   const ParallelConfig& p = c.parallel;
-  const bool dualpipe =
-      schedule::parse_schedule_kind(p.schedule) == schedule::ScheduleKind::kDualPipe;
-  // A tied head or MTP modules on a rank without the embedding read a copy of the table
-  // (parallel/pipeline/tied_embedding.h).
-  const bool copy = p.pp > 1 && !dualpipe && (c.model.tied_embeddings || c.model.mtp.enabled());
-  const std::string reader = c.model.tied_embeddings ? "model.tied_embeddings = true"
-                                                     : fmt::format("model.mtp_depth = {}",
-                                                                   c.model.mtp.depth);
-  if (copy && p.zero >= 2) {
-    throw Error(fmt::format(
-        "{} with parallel.pp = {} and parallel.zero = {}: the head's copy of the embedding "
-        "exchanges whole gradients and weights, which ZeRO-2/3 keep in shards; use "
-        "parallel.zero = 0 or 1, or the dualpipe schedule (its ranks hold both ends)",
-        reader, p.pp, p.zero));
-  }
-  if (copy && recipe_weights_in_store(c)) {
-    // The head's copy of the table would have to be rewritten inside the recipe's store (fp32
-    // master + bf16 copy) after every update; parallel/pipeline/tied_embedding.h rewrites the
-    // model's own fp32 weights only.
-    throw Error(fmt::format(
-        "{} with parallel.pp = {} and precision.recipe = \"{}\": the head's copy of the "
-        "embedding is kept in fp32 weights only; use precision.recipe = \"fp32\", or the "
-        "dualpipe schedule (its ranks hold both ends)",
-        reader, p.pp, c.precision.recipe));
-  }
+  // A tied head or MTP modules on a rank without the embedding read a copy of the table, under
+  // any ZeRO stage and recipe (parallel/pipeline/tied_embedding.h).
   if (c.model.mtp.enabled()) {
     // The modules shift tokens along the sequence (rows another cp rank, or under SP another
     // tp rank, holds).

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/timer.h"
 #include "model/router.h"
@@ -39,6 +40,13 @@ TiedEnd tied_end(const ModelConfig& m, int pp, const RankStages& stages) {
   const bool head = stages.holds(static_cast<int>(m.n_layers) + 1);
   if (embedding == head) return TiedEnd::none;
   return embedding ? TiedEnd::first : TiedEnd::last;
+}
+
+// Whether a tied embedding's copy is exchanged chunk by chunk where the optimizer updates it
+// (tied_embedding.h): ZeRO-2/3 keep its gradient in dp shards, and a precision recipe's store
+// keeps its weights as an fp32 master beside the bf16 copy the model reads.
+bool tied_in_chunks(const RunConfig& c) {
+  return c.parallel.zero >= 2 || recipe_weights_in_store(c);
 }
 
 // This rank's coordinate among the tp shards and the ep ranks (which experts it holds).
@@ -200,6 +208,17 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
       dp_options.passes_per_unit[params_->local_unit(g)] = passes_of_chunk[c];
     }
   }
+  // ZeRO-2/3 with a tied embedding across the pipeline: the table gets a bucket of its own on both
+  // ends, and the head's copy is completed by the head's passes (tied_embedding.h).
+  const TiedEnd tied = tied_end(config_.model, pp_.size(), stages);
+  if (tied != TiedEnd::none && tied_in_chunks(config_)) {
+    dp_options.tied_unit = params_->local_unit(plan::embedding_unit());
+    dp_options.tied_copy = tied == TiedEnd::last;
+    if (dp_options.tied_copy) {
+      const int head = params_->local_unit(static_cast<int>(config_.model.n_layers) + 1);
+      dp_options.passes_per_unit[dp_options.tied_unit] = dp_options.passes_per_unit[head];
+    }
+  }
   // ZeRO-3 keeps the routing biases whole, outside both stores (parallel/whole_tensors.h).
   if (config_.parallel.zero == 3) {
     whole_ =
@@ -240,6 +259,12 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
 // after DataParallel, so its hook sees a completed gradient before the reduction starts.
 void StepRunner::build_tied_embedding(const RankStages& stages) {
   const TiedEnd end = tied_end(config_.model, pp_.size(), stages);
+  const ModelConfig& m = config_.model;
+  if (std::getenv("TRILLION_CHECK_TIED_COPY") != nullptr && pp_.size() > 1 &&
+      schedule_.kind != schedule::ScheduleKind::kDualPipe &&
+      (m.tied_embeddings || m.mtp.enabled())) {
+    tied_check_ = pp_.split(0, pp_.rank(), "tied_check");  // collective over pp
+  }
   if (end == TiedEnd::none) return;
   const int global_unit = end == TiedEnd::first ? plan::embedding_unit()
                                                 : static_cast<int>(config_.model.n_layers) + 1;
@@ -255,7 +280,8 @@ void StepRunner::build_tied_embedding(const RankStages& stages) {
   tied_ = std::make_unique<parallel::TiedEmbedding>(
       end == TiedEnd::first ? parallel::TiedEmbedding::End::first
                             : parallel::TiedEmbedding::End::last,
-      *params_, pp_, end == TiedEnd::first ? pp_.size() - 1 : 0, unit, passes, be_, tracker_);
+      *params_, pp_, end == TiedEnd::first ? pp_.size() - 1 : 0, unit, passes, be_, tracker_,
+      tied_in_chunks(config_) ? parallel_.get() : nullptr);
 }
 
 // The step's schedule and the validation pass over this rank's chunks; DualPipe's mirror group
@@ -362,10 +388,18 @@ StepStats StepRunner::step(int64_t step_index, const BatchSource& batches, const
   st.update_skipped = gate ? !gate(st.loss, st.grad_norm)
                            : !(std::isfinite(st.loss) && std::isfinite(st.grad_norm));
   if (!st.update_skipped) apply_update(st);
+  // The head's copy := the updated table: its chunk before ZeRO-2/3 gathers or keeps the shards,
+  // the whole table after ZeRO-0/1 made it whole again.
+  if (tied_ && tied_->sharded()) tied_->copy_weights();
   // A skipped step still closes the step (ZeRO gathers the unchanged shards, gradients clear).
   parallel_->finish_step();
   if (expert_parallel_) expert_parallel_->finish_step();
-  if (tied_) tied_->copy_weights();  // the head's copy := the updated table
+  if (tied_ && !tied_->sharded()) tied_->copy_weights();
+  if (tied_ && tied_check_) {
+    const std::string differs = tied_->check_copy(
+        *tied_check_, tied_->end() == parallel::TiedEmbedding::End::first ? pp_.size() - 1 : 0);
+    if (!differs.empty()) throw Error(fmt::format("step {}: {}", step_index, differs));
+  }
   if (config_.model.moe.enabled()) finish_moe_step(st);
   if (config_.model.mtp.enabled()) finish_mtp_step(st, step_index);
   st.tokens = tokens_per_step();
@@ -413,15 +447,21 @@ double StepRunner::forward_backward(int64_t step_index, const BatchSource& batch
 // Finishes the gradients' reduction over dp (x cp) and, under DualPipe, sums the two model
 // copies'; st.loss becomes the step's global mean.
 StepRunner::NoiseEstimates StepRunner::reduce_gradients(StepStats& st) {
-  if (tied_) tied_->finish_gradients();
   parallel_->finish_gradients();
   if (expert_parallel_) expert_parallel_->finish_gradients();
+  if (tied_) tied_->finish_gradients();
   if (tensor_) tensor_->reduce_replicated_gradients(parallel_->optimizer_grads());
   // The noise scale's small-batch estimates (unreduced gradients) ride on the loss's all-reduce
   // over dp and the norm's over pp: no extra round trip.
   NoiseEstimates noise;
   noise.count = dp_.size() * parallel_->local_estimates();
-  noise.valid = noise.count > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_;
+  // A tied embedding's copy exchanged chunk-wise adds the head's part of the table's gradient
+  // after the reductions, so no rank ever holds its unreduced sum (the same on every pp rank).
+  const ModelConfig& mc = config_.model;
+  const bool tied_chunks = pp_.size() > 1 && schedule_.kind != schedule::ScheduleKind::kDualPipe &&
+                           (mc.tied_embeddings || mc.mtp.enabled()) && tied_in_chunks(config_);
+  noise.valid =
+      noise.count > 1 && !mirror_ && !expert_parallel_ && !tensor_ && !ring_ && !tied_chunks;
   const int64_t scalars = noise.valid ? 2 : 1;
   // Every rank's loss is the mean over its tokens, and every rank of dp x cp holds as many.
   double dp_sums[2] = {st.loss, noise.valid ? parallel_->local_sum_squares() : 0.0};

@@ -210,6 +210,9 @@ class StepRunner {
   // Tied embeddings with the embedding and the head on different pipeline ranks: this rank's end
   // of the exchange (parallel/pipeline/tied_embedding.h); nullptr elsewhere.
   std::unique_ptr<parallel::TiedEmbedding> tied_;
+  // Test hook TRILLION_CHECK_TIED_COPY=1: the pp group again, for TiedEmbedding::check_copy after
+  // every step, uncounted by the step's communication.
+  std::unique_ptr<comm::Communicator> tied_check_;
   // The constructor's parts, in the order it calls them.
   void attach_ring_attention();
   void attach_experts();

@@ -383,11 +383,6 @@ TEST(PipelineLayout, UnevenSplitAndClippingOverAllStagesMatchOneProcess) {
 TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("pipeline_refused");
   const std::pair<std::string, std::string> cases[] = {
-      {"--set parallel.pp=2 --set parallel.zero=2 --set model.tied_embeddings=true",
-       "model.tied_embeddings = true with parallel.pp = 2 and parallel.zero = 2"},
-      {"--set parallel.pp=2 --set model.tied_embeddings=true --set precision.recipe=bf16",
-       "model.tied_embeddings = true with parallel.pp = 2 and precision.recipe = \"bf16\": the "
-       "head's copy"},
       {"--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set "
        "train.grad_accum=2",
        "parallel.pp = 2 x 2 chunk(s) = 4 stages for model.n_layers = 2"},

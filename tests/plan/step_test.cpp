@@ -35,6 +35,22 @@ TEST(Step, LmHeadIsInTheStepWithOneStage) {
   EXPECT_NEAR(full.stage_forward, m.n_layers * layer + head, 1e-9 * full.stage_forward);
 }
 
+// Full recompute reruns a MoE layer's routing and its dispatch and combine all-to-alls in backward
+// (model/moe.h Moe::recompute): three exchange pairs per MoE layer and micro-batch instead of two,
+// so the step's exposed ep time is 1.5 x (the engine's bytes: tests/parallel/moe_recompute_test).
+TEST(Step, FullRecomputeOfMoeLayersRunsTheirExchangeAThirdTime) {
+  const ModelSpec& m = find_model("deepseek-v3");
+  const Gpu& gpu = find_gpu("h100");
+  const int64_t seq = 4096;
+  const double batch = 64.0 * 4 * seq;
+  const StepBreakdown none =
+      model_step(m, gpu, parse_layout("tp=1,pp=1,dp=64,ep=64,zero=1,recompute=none"), seq, batch);
+  const StepBreakdown full =
+      model_step(m, gpu, parse_layout("tp=1,pp=1,dp=64,ep=64,zero=1,recompute=full"), seq, batch);
+  ASSERT_GT(none.ep_comm, 0);
+  EXPECT_NEAR(full.ep_comm, 1.5 * none.ep_comm, 1e-9 * none.ep_comm);
+}
+
 // ZeRO-2 reduce-scatters every micro-batch's gradients; the next micro-batch's compute hides each
 // but the last, so the exposed time grows by (m - 1) x max(0, reduce-scatter - one micro-batch).
 TEST(Step, ZeroTwoReduceScatterHidesBehindOneMicroBatch) {
