@@ -9,11 +9,13 @@
 namespace trillion {
 
 Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& block, LmHead& head,
-         Embedding& embedding, Backend& backend, MemoryTracker& tracker, DType dtype, int slots)
+         Embedding& embedding, Backend& backend, MemoryTracker& tracker, DType dtype, int slots,
+         Moe* moe)
     : ctx_(ctx),
       block_(block),
       head_(head),
       embedding_(embedding),
+      moe_(moe),
       be_(backend),
       depth_(depth),
       eps_(norm_eps) {
@@ -23,6 +25,10 @@ Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& bloc
   TRILLION_CHECK(!ctx.sequence_parallel() && ctx.sequence.cp == 1,
                  "multi-token prediction runs without sequence or context parallelism");
   modules_.assign(slots, std::vector<Module>(depth));
+  if (moe != nullptr) {
+    moe_states_.resize(slots);
+    for (auto& per_slot : moe_states_) per_slot.resize(depth);
+  }
   tokens_.assign(slots, std::vector<std::vector<int32_t>>(depth));
   targets_ = tokens_;
   main_targets_.resize(slots);
@@ -38,18 +44,21 @@ Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& bloc
 
 void Mtp::carve(Carver& kept, Carver& work) {
   const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
-  for (auto& slot : modules_) {
-    for (Module& m : slot) {
+  for (size_t slot = 0; slot < modules_.size(); ++slot) {
+    for (size_t k = 0; k < modules_[slot].size(); ++k) {
+      Module& m = modules_[slot][k];
+      MoeState* moe = moe_ != nullptr ? &moe_states_[slot][k] : nullptr;
       m.emb = kept.take({N, C});
       m.e_normed = kept.take({N, C});
       m.e_rstd = kept.take({N});
       m.h_normed = kept.take({N, C});
       m.h_rstd = kept.take({N});
       Carver unused;  // nothing is recomputed (LayerRecompute::none) and no SP partial
-      m.block = block_.carve(kept, unused, LayerRecompute::none);
+      m.block = block_.carve(kept, unused, LayerRecompute::none, moe);
       m.block.x = kept.take({N, C});
       m.head = head_.carve(kept);
       m.stash = block_.carve_stash(work);
+      if (moe != nullptr) moe_->carve_stash(work, *moe);
       m.d_head_normed = work.take({N, C});
       m.d_x = work.take({N, C});
       m.d_e_normed = work.take({N, C});

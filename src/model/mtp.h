@@ -15,10 +15,13 @@
 // modules D..1; within one, the head's weight, the block's weights, eh_proj, the norms, then the
 // embedding scatter. dh0 += dL/dh^0 (the stage's running residual gradient).
 //
+// The block is a MoE block when the model's last layer is one (DeepSeek-V3 §2.2: the module's
+// block is like the main model's): it is a MoE layer like the others (its experts over ep, its
+// balance loss in the objective with the main layers' weight, its routing statistics and bias
+// update as layer L + k); moe_state(slot, k) is its micro-batch state.
 // Tensor parallelism without SP: every [N, C] tensor is whole on each rank, the block, embedding
 // and head run their tp shards. Not under sequence or context parallelism (the shifted tokens
-// would cross ranks; the run config refuses it); the block is dense (a MoE model is refused,
-// model/config.cpp).
+// would cross ranks; the run config refuses it).
 // See model/glossary.h for letters.
 #pragma once
 
@@ -46,10 +49,16 @@ struct MtpShared {  // the main model's tensors the modules use (parameters or g
 class Mtp {
  public:
   // Allocates `slots` micro-batches' activations and stashes (counted by `tracker`).
+  // moe: the MoE module when the blocks are MoE blocks (nullptr: dense blocks).
   Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& block, LmHead& head,
-      Embedding& embedding, Backend& backend, MemoryTracker& tracker, DType dtype, int slots);
+      Embedding& embedding, Backend& backend, MemoryTracker& tracker, DType dtype, int slots,
+      Moe* moe = nullptr);
 
   int64_t depth() const { return depth_; }
+  bool moe() const { return moe_ != nullptr; }
+  // Module k's (0-based) MoE state of the slot's micro-batch (MoE blocks only).
+  MoeState& moe_state(int slot, size_t k) { return moe_states_.at(slot).at(k); }
+  const MoeState& moe_state(int slot, size_t k) const { return moe_states_.at(slot).at(k); }
   // The micro-batch's main targets [N] (B rows of T; targets[i] = t_{i+1}) give every module's
   // tokens and targets; starts (document masking, [B, T]; nullptr: none) mask targets whose
   // token lies in another document and set every module's attention mask.
@@ -62,7 +71,9 @@ class Mtp {
   void forward(int slot, int64_t microbatch, const Tensor& h0, const std::vector<MtpWeights>& w,
                const MtpShared& shared, const Tensor& cos_sin);
   const std::vector<double>& losses(int slot) const { return losses_.at(slot); }
-  // dgrad of every module: dh0 += dL/dh^0, where dL/dCE^k_i = scale (= grad_scale * lambda / D).
+  // dgrad of every module: dh0 += dL/dh^0, where dL/dCE^k_i = scale (= grad_scale * lambda / D);
+  // a MoE block's balance loss has the main layers' weight (its MoeState::grad_scale, set by the
+  // caller).
   void backward_input(int slot, int64_t microbatch, const Tensor& h0, Tensor dh0,
                       const std::vector<MtpWeights>& w, const MtpShared& shared,
                       const BlockScratch& scratch, const Tensor& cos_sin, double scale);
@@ -94,12 +105,14 @@ class Mtp {
   Block& block_;
   LmHead& head_;
   Embedding& embedding_;
+  Moe* moe_;
   Backend& be_;
   int64_t depth_;
   double eps_;
   int64_t first_layer_ = 0;
   Buffer kept_, work_;
-  std::vector<std::vector<Module>> modules_;  // [slot][k]
+  std::vector<std::vector<Module>> modules_;       // [slot][k]
+  std::vector<std::vector<MoeState>> moe_states_;  // [slot][k] (MoE blocks)
   // Module k + 1's inputs at position i: the token t_{i+k+1} (0 where there is none) and the
   // target t_{i+k+2} (or kIgnoredTarget), derived at forward from the main targets.
   std::vector<std::vector<std::vector<int32_t>>> tokens_, targets_;  // [slot][k][N]

@@ -35,7 +35,8 @@
 // others) and, on the stage with the head, the final norm output N*C, its rstd N, the loss lse N
 // and the per-position losses N. A stage keeps one copy of everything but the recompute buffer
 // per activation slot (micro-batch in flight). Multi-token prediction adds, on the head's stage,
-// per module: one layer kept whole (its block never recomputes) plus 5 N*C elem (the embedding
+// per module: one layer kept whole (its block never recomputes; a MoE layer's when the last
+// layer is MoE) plus 5 N*C elem (the embedding
 // lookup, its norm, the hidden state's norm, the projected block input, the module head's norm
 // output) and 5 N stat (two norm rstd, the head's rstd, lse and losses).
 //

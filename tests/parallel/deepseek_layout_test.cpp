@@ -1,11 +1,14 @@
 // DeepSeek-V3's architecture at toy size (configs/deepseek-tiny.toml: MLA with query compression
 // and v_head_dim != qk head dim, a dense layer then MoE layers with a shared expert and the
-// sigmoid router's bias) under the layouts that run it, against its one-process run (6 steps):
-// dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2 under 1F1B and DualPipe, pp 2 x dp 2 x ep 2.
-// Losses and final weights within 1e-5 (`trillion compare`), and each rank's parameter, gradient
-// and optimizer bytes are plan/'s (rank_model_states of params_of_rank of the layout's pipeline
-// shape: experts split over ep, dense states sharded over dp and expert ones over dp / ep, the
-// routing biases whole under ZeRO-3).
+// sigmoid router's bias, and an MTP module whose block is a MoE block) under the layouts that run
+// it, against its one-process run (6 steps): dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2
+// under 1F1B and DualPipe, pp 2 x dp 2 x ep 2 (the MTP module with its experts on the last stage).
+// Losses, mtp_loss_1, the routing biases' norm and final weights within 1e-5 (`trillion
+// compare`); each rank's parameter, gradient and optimizer bytes are plan/'s (rank_model_states
+// of params_of_rank of the layout's pipeline shape: experts split over ep, the MTP block's too,
+// dense states sharded over dp and expert ones over dp / ep, the routing biases whole under
+// ZeRO-3), each rank's activation bytes plan/'s formula, and rank 0's all-to-all bytes those of
+// the rows it routes (the MTP block's exchanges included).
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -20,6 +23,7 @@ using testing::config_path;
 using testing::fresh_dir;
 using testing::one_thread_per_rank;
 using testing::read_json;
+using testing::read_metrics;
 using testing::run_trillion;
 using testing::shared_run;
 
@@ -53,6 +57,34 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+  const auto want = read_metrics(ref), got = read_metrics(run);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double mtp = want[i]["mtp_loss_1"].get<double>();
+    EXPECT_GT(mtp, 1.0);
+    EXPECT_NEAR(got[i]["mtp_loss_1"].get<double>(), mtp, 1e-5 * mtp) << "step " << i + 1;
+    // Layers 1, 2 and the MTP block (as layer 3) route; their biases move alike.
+    EXPECT_EQ(got[i]["moe_layer_load_ratio"].size(), 4u);
+    EXPECT_EQ(got[i]["moe_layer_load_ratio"], want[i]["moe_layer_load_ratio"]) << "step " << i + 1;
+    EXPECT_GT(want[i]["moe_layer_load_ratio"][3].get<double>(), 1.0);
+    const double bias = want[i]["moe_bias_norm"].get<double>();
+    EXPECT_NEAR(got[i]["moe_bias_norm"].get<double>(), bias, 1e-6 * bias) << "step " << i + 1;
+    if (l.ep == 1) continue;
+    // Every row rank 0 routes to another rank goes out twice and every row routed to it comes
+    // back twice (C = 32 fp32 values), after E/ep counts (f64) to the ep - 1 peers per exchange;
+    // dropless: its N = 2 x 32 tokens x top 2 per exchange. Without pp: 4 micro-batches x (two
+    // MoE layers + the MTP block).
+    const auto& rows = got[i]["moe_rows"];
+    const int64_t out = rows["out"], in = rows["in"], local = rows["local"],
+                  exchanges = rows["exchanges"];
+    if (l.pp == 1) {
+      EXPECT_EQ(exchanges, 4 * 3) << "step " << i + 1;
+    }
+    EXPECT_EQ(out + local, exchanges * (4 / l.dp) * 32 * 2) << "step " << i + 1;
+    EXPECT_EQ(got[i]["comm"]["ep"]["all_to_all"].get<int64_t>(),
+              2 * (out + in) * 32 * 4 + exchanges * (l.ep - 1) * (8 / l.ep) * 8)
+        << "step " << i + 1;
+  }
 
   const RunConfig config = load_run_config(config_path("deepseek-tiny.toml"), {});
   const plan::ModelSpec spec = config.model.spec();
@@ -70,6 +102,10 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
     EXPECT_EQ(current["parameters"].get<double>(), states.parameters) << "rank " << rank;
     EXPECT_EQ(current["gradients"].get<double>(), states.gradients) << "rank " << rank;
     EXPECT_EQ(current["optimizer"].get<double>(), states.optimizer) << "rank " << rank;
+    // Stored activations (the MTP module's MoE block on the head's rank included): plan/'s.
+    EXPECT_EQ(current["activations"].get<int64_t>(),
+              summary["memory_per_rank"][rank]["predicted"]["activations"].get<int64_t>())
+        << "rank " << rank;
   }
 }
 
