@@ -19,11 +19,11 @@ Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& bloc
       be_(backend),
       depth_(depth),
       eps_(norm_eps) {
-  // Under tp (without SP) every [N, C] tensor is whole on each rank: the block, the embedding and
+  // Under tp without SP every [N, C] tensor is whole on each rank: the block, the embedding and
   // the head run their tp shards as the main model's do; the norms and eh_proj are replicated and
-  // get the same gradient on every rank.
-  TRILLION_CHECK(!ctx.sequence_parallel() && ctx.sequence.cp == 1,
-                 "multi-token prediction runs without sequence or context parallelism");
+  // get the same gradient on every rank. Under SP the residual tensors hold the rank's Nr rows
+  // (see mtp.h).
+  TRILLION_CHECK(ctx.sequence.cp == 1, "multi-token prediction runs without context parallelism");
   modules_.assign(slots, std::vector<Module>(depth));
   if (moe != nullptr) {
     moe_states_.resize(slots);
@@ -43,7 +43,7 @@ Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& bloc
 }
 
 void Mtp::carve(Carver& kept, Carver& work) {
-  const int64_t N = ctx_.shape.tokens(), C = ctx_.shape.d_model;
+  const int64_t N = ctx_.residual_tokens(), C = ctx_.shape.d_model;  // SP: the rank's rows
   for (size_t slot = 0; slot < modules_.size(); ++slot) {
     for (size_t k = 0; k < modules_[slot].size(); ++k) {
       Module& m = modules_[slot][k];
@@ -53,8 +53,9 @@ void Mtp::carve(Carver& kept, Carver& work) {
       m.e_rstd = kept.take({N});
       m.h_normed = kept.take({N, C});
       m.h_rstd = kept.take({N});
-      Carver unused;  // nothing is recomputed (LayerRecompute::none) and no SP partial
-      m.block = block_.carve(kept, unused, LayerRecompute::none, moe);
+      // Nothing is recomputed (LayerRecompute::none); under SP the block's partial sum is
+      // workspace.
+      m.block = block_.carve(kept, work, LayerRecompute::none, moe);
       m.block.x = kept.take({N, C});
       m.head = head_.carve(kept);
       m.stash = block_.carve_stash(work);
@@ -123,7 +124,7 @@ void Mtp::forward(int slot, int64_t microbatch, const Tensor& h0, const std::vec
   for (size_t k = 0; k < static_cast<size_t>(depth_); ++k) {
     Module& m = modules_[slot][k];
     name_site(microbatch, k);
-    embedding_.forward(m.emb, tokens_[slot][k].data(), shared.embed);
+    embedding_.forward(m.emb, tokens_[slot][k].data(), shared.embed, full_);
     be_.rmsnorm_forward(m.e_normed, m.e_rstd, m.emb, w[k].enorm, eps_);
     be_.rmsnorm_forward(m.h_normed, m.h_rstd, input_of(slot, k, h0), w[k].hnorm, eps_);
     // h' = [e ; h] M^T = e M[:, :C]^T + h M[:, C:]^T
@@ -177,7 +178,7 @@ void Mtp::backward_weight(int slot, const std::vector<MtpWeights>& d,
     be_.gemm(d[k].eh_proj.columns(C, 2 * C), true, false, m.d_x, m.h_normed, 1.0, 1.0);
     be_.rmsnorm_backward_weight(d[k].enorm, m.d_e_normed, m.emb, m.e_rstd);
     be_.rmsnorm_backward_weight(d[k].hnorm, m.d_h_normed, input_of(slot, k, h0), m.h_rstd);
-    embedding_.backward_weight(shared_grads.embed, tokens_[slot][k].data(), m.d_emb);
+    embedding_.backward_weight(shared_grads.embed, tokens_[slot][k].data(), m.d_emb, full_);
   }
 }
 

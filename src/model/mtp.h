@@ -20,8 +20,14 @@
 // balance loss in the objective with the main layers' weight, its routing statistics and bias
 // update as layer L + k); moe_state(slot, k) is its micro-batch state.
 // Tensor parallelism without SP: every [N, C] tensor is whole on each rank, the block, embedding
-// and head run their tp shards. Not under sequence or context parallelism (the shifted tokens
-// would cross ranks; the run config refuses it).
+// and head run their tp shards. With sequence parallelism the modules' residual tensors (h^k,
+// the embeddings, their norms, the block input) hold the rank's Nr = N/tp rows, as the main
+// model's: the hidden rows never shift, and every tp rank holds the micro-batch's whole token
+// ids and targets, so the embedding looks up the shifted tokens of all N rows and
+// reduce-scatters (its SP path, scratch `full`), the head gathers and computes the loss of every
+// row; the replicated weights' gradients (norms, eh_proj) are then partial over tp and summed by
+// the tp reduction of replicated gradients, as the main blocks' norms. Not under context
+// parallelism (the shifted tokens would cross cp ranks; the run config refuses it).
 // See model/glossary.h for letters.
 #pragma once
 
@@ -66,6 +72,8 @@ class Mtp {
   void set_documents(int slot, const DocumentMask& mask);
   // The precision recipe's site of module k is layer L + k.
   void set_site(int64_t first_layer) { first_layer_ = first_layer; }
+  // SP: the [N, C] scratch of the embedding's reduce-scatter and gather (the stage's).
+  void set_tp_full(Tensor full) { full_ = full; }
 
   // Runs modules 1..D on h0 [N, C]; losses(slot)[k - 1] = sum over positions of CE^k.
   void forward(int slot, int64_t microbatch, const Tensor& h0, const std::vector<MtpWeights>& w,
@@ -119,6 +127,7 @@ class Mtp {
   std::vector<std::vector<int32_t>> main_targets_, starts_;          // [slot][N], [slot][B*T]
   std::vector<std::vector<double>> losses_;                          // [slot][k]
   Tensor dres_;  // [N, C] the running gradient dL/dh^k of backward_input (shared)
+  Tensor full_;  // [N, C] SP only: the embedding's scratch
 };
 
 }  // namespace trillion

@@ -169,6 +169,7 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
                                  backend, tracker, dt, options.slots,
                                  mtp_specs_[0].block.moe ? moe_.get() : nullptr);
     mtp_->set_site(config.n_layers);
+    mtp_->set_tp_full(tp_full_);
     mtp_sums_.assign(config.mtp.depth, 0.0);
     mtp_weight_ = config.mtp.weight_at(0);
   }

@@ -38,7 +38,8 @@
 // per module: one layer kept whole (its block never recomputes; a MoE layer's when the last
 // layer is MoE) plus 5 N*C elem (the embedding
 // lookup, its norm, the hidden state's norm, the projected block input, the module head's norm
-// output) and 5 N stat (two norm rstd, the head's rstd, lse and losses).
+// output) and 5 N stat (two norm rstd, the head's rstd, lse and losses); under SP the N*C ones
+// and the three rstd hold the rank's N/tp rows and the head keeps its gathered input N*C.
 //
 // Tensor parallelism over tp ranks (TensorSplit; Korthikanti 2205.05198 §4.2) divides what lives
 // inside the tp regions by tp: qkv, the attention state and output, gate_up and act (this rank's

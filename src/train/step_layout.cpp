@@ -118,16 +118,14 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "dualpipe schedule (its ranks hold both ends)",
         reader, p.pp, c.precision.recipe));
   }
-  if (c.model.mtp.enabled()) {
-    // The modules shift tokens along the sequence (rows another cp rank, or under SP another
-    // tp rank, holds).
-    if ((p.tp > 1 && p.sp) || p.cp > 1) {
-      throw Error(fmt::format(
-          "model.mtp_depth = {} with parallel.tp = {}{} and parallel.cp = {}: multi-token "
-          "prediction runs without sequence and context parallelism for now; use cp = 1 and, "
-          "with tp > 1, parallel.sp = false (dp, ZeRO, tp and pp work)",
-          c.model.mtp.depth, p.tp, p.tp > 1 && p.sp ? " with sp" : "", p.cp));
-    }
+  if (c.model.mtp.enabled() && p.cp > 1) {
+    // The modules shift tokens along the sequence, into rows another cp rank holds (under SP
+    // every tp rank holds the whole micro-batch's tokens and targets: model/mtp.h).
+    throw Error(fmt::format(
+        "model.mtp_depth = {} with parallel.cp = {}: multi-token prediction runs without "
+        "context parallelism for now; use cp = 1 (dp, ZeRO, tp with or without sp, ep and pp "
+        "work)",
+        c.model.mtp.depth, p.cp));
   }
   return c;
 }
