@@ -2,13 +2,15 @@
 // and v_head_dim != qk head dim, a dense layer then MoE layers with a shared expert and the
 // sigmoid router's bias, and an MTP module whose block is a MoE block) under the layouts that run
 // it, against its one-process run (6 steps): dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2
-// under 1F1B and DualPipe, pp 2 x dp 2 x ep 2 (the MTP module with its experts on the last stage).
+// under 1F1B and DualPipe, pp 2 x dp 2 x ep 2 (the MTP module with its experts on the last stage),
+// tp 2 with sequence parallelism (the module's rows split over tp, its experts over tp).
 // Losses, mtp_loss_1, the routing biases' norm and final weights within 1e-5 (`trillion
 // compare`); each rank's parameter, gradient and optimizer bytes are plan/'s (rank_model_states
 // of params_of_rank of the layout's pipeline shape: experts split over ep, the MTP block's too,
 // dense states sharded over dp and expert ones over dp / ep, the routing biases whole under
 // ZeRO-3), each rank's activation bytes plan/'s formula, and rank 0's all-to-all bytes those of
-// the rows it routes (the MTP block's exchanges included).
+// the rows it routes (the MTP block's exchanges included). Checkpoints reshard between
+// dp 2 x ep 2 ZeRO-3 and dp 2 ZeRO-1.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -38,6 +40,7 @@ struct Layout {
   std::string name;
   int ranks, pp, dp, ep, zero;
   std::string schedule;
+  int tp = 1;  // with sequence parallelism (the MoE layers route the rank's N/tp rows)
 };
 void PrintTo(const Layout& l, std::ostream* os) {
   *os << l.name;
@@ -53,7 +56,8 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
       kEnv + "launch -n " + std::to_string(l.ranks) + " -- " + flags() + " --run-dir " + run +
       " --set parallel.pp=" + std::to_string(l.pp) + " --set parallel.dp=" + std::to_string(l.dp) +
       " --set parallel.ep=" + std::to_string(l.ep) +
-      " --set parallel.zero=" + std::to_string(l.zero) + " --set parallel.schedule=" + l.schedule);
+      " --set parallel.zero=" + std::to_string(l.zero) + " --set parallel.schedule=" + l.schedule +
+      " --set parallel.tp=" + std::to_string(l.tp));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
@@ -89,12 +93,12 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
   const RunConfig config = load_run_config(config_path("deepseek-tiny.toml"), {});
   const plan::ModelSpec spec = config.model.spec();
   plan::Layout pl;
-  pl.pp = l.pp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = l.zero;
+  pl.pp = l.pp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = l.zero, pl.tp = l.tp;
   pl.schedule = schedule::parse_schedule_kind(l.schedule);
   const plan::PipelineShape shape = plan::pipeline_shape(spec, pl);
   const auto summary = read_json(run + "/summary.json");
   for (int rank = 0; rank < l.ranks; ++rank) {
-    const int p = rank / l.dp;  // the mesh: dp fastest below pp (tp = cp = 1)
+    const int p = rank / (l.dp * l.tp);  // the mesh: tp fastest, then dp, then pp (cp = 1)
     const plan::LocalParams held = plan::params_of_rank(spec, pl, shape, p);
     const plan::ModelStates states =
         plan::rank_model_states(held, l.zero, l.dp, l.dp / l.ep, 4, 4, 8);
@@ -116,8 +120,31 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DeepSeekLayout,
                                            Layout{"dp2_ep2_zero3", 2, 1, 2, 2, 3, "1f1b"},
                                            Layout{"pp2_1f1b", 2, 2, 1, 1, 1, "1f1b"},
                                            Layout{"pp2_dualpipe", 2, 2, 1, 1, 1, "dualpipe"},
-                                           Layout{"pp2_dp2_ep2", 4, 2, 2, 2, 1, "1f1b"}),
+                                           Layout{"pp2_dp2_ep2", 4, 2, 2, 2, 1, "1f1b"},
+                                           Layout{"tp2_sp", 2, 1, 1, 1, 1, "1f1b", 2}),
                          [](const auto& info) { return info.param.name; });
+
+// Checkpoints of deepseek-tiny (its MoE MTP module's experts over ep, its routing bias whole under
+// ZeRO-3) reshard: 2 steps at dp 2 x ep 2 ZeRO-3 then 2 at dp 2 ZeRO-1, and the other way round,
+// give the one-process 4-step run within 1e-5.
+TEST(DeepSeekLayout, CheckpointsReshardAcrossEpAndZero) {
+  const std::string steps = " --quiet --set train.steps=4 --set train.grad_accum=2";
+  const std::string ref = shared_run(kEnv + "train " + config_path("deepseek-tiny.toml") + steps);
+  const std::string ep2 = " --set parallel.ep=2 --set parallel.zero=3";
+  const std::string ep1 = " --set parallel.ep=1 --set parallel.zero=1";
+  for (const auto& [first, second] : {std::pair{ep2, ep1}, std::pair{ep1, ep2}}) {
+    const std::string run = fresh_dir("deepseek_reshard");
+    const std::string base = kEnv + "launch -n 2 -- train " + config_path("deepseek-tiny.toml") +
+                             steps + " --run-dir " + run +
+                             " --set train.checkpoint_every=2 --set parallel.dp=2";
+    auto r = run_trillion(base + " --stop-after 2" + first);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    r = run_trillion(base + " --resume" + second);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << first << " -> " << second << "\n" << cmp.output;
+  }
+}
 
 }  // namespace
 }  // namespace trillion
