@@ -22,8 +22,8 @@ Mtp::Mtp(int64_t depth, double norm_eps, const ParallelContext& ctx, Block& bloc
   // Under tp without SP every [N, C] tensor is whole on each rank: the block, the embedding and
   // the head run their tp shards as the main model's do; the norms and eh_proj are replicated and
   // get the same gradient on every rank. Under SP the residual tensors hold the rank's Nr rows
-  // (see mtp.h).
-  TRILLION_CHECK(ctx.sequence.cp == 1, "multi-token prediction runs without context parallelism");
+  // (see mtp.h). Under cp the rank's rows sit at positions_ of the whole sequence.
+  positions_ = ctx.sequence.positions(ctx.shape.seq * ctx.sequence.cp, ctx.cp_rank);
   modules_.assign(slots, std::vector<Module>(depth));
   if (moe != nullptr) {
     moe_states_.resize(slots);
@@ -71,23 +71,45 @@ void Mtp::carve(Carver& kept, Carver& work) {
 }
 
 void Mtp::set_targets(int slot, const int32_t* targets) {
-  main_targets_.at(slot).assign(targets, targets + ctx_.shape.tokens());
+  const int64_t N = ctx_.shape.tokens(), cp = ctx_.sequence.cp;
+  std::vector<int32_t>& whole = main_targets_.at(slot);
+  if (cp == 1) {
+    whole.assign(targets, targets + N);
+    return;
+  }
+  // Context parallelism: the whole sequences' targets [B, T cp] from every cp rank's rows (one
+  // all-gather of N values per rank; every cp rank sets the same micro-batch's targets in turn).
+  const int64_t B = ctx_.shape.batch, T = ctx_.shape.seq, Tw = T * cp;
+  std::vector<double> mine(targets, targets + N), all(N * cp);
+  ctx_.cp->all_gather(Tensor(mine.data(), DType::f64, {N}),
+                      Tensor(all.data(), DType::f64, {N * cp}));
+  whole.assign(B * Tw, kIgnoredTarget);
+  for (int r = 0; r < cp; ++r) {
+    const std::vector<int64_t> at = ctx_.sequence.positions(Tw, r);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t t = 0; t < T; ++t)
+        whole[b * Tw + at[t]] = static_cast<int32_t>(all[r * N + b * T + t]);
+    }
+  }
 }
 
 void Mtp::set_documents(int slot, const DocumentMask& mask) {
   std::vector<int32_t>& starts = starts_.at(slot);
   starts.clear();
   if (mask.on()) {
-    TRILLION_CHECK(mask.stride == ctx_.shape.seq, "MTP document starts cover one sequence row");
-    starts.assign(mask.start, mask.start + ctx_.shape.tokens());
+    const int64_t whole = ctx_.shape.seq * ctx_.sequence.cp;
+    TRILLION_CHECK(mask.stride == whole, "MTP document starts cover one whole sequence row");
+    starts.assign(mask.start, mask.start + ctx_.shape.batch * whole);
   }
   DocumentMask own = mask;
   if (mask.on()) own.start = starts.data();
   for (Module& m : modules_[slot]) m.block.attn.documents = own;
 }
 
+// Row n = b T + i of this rank is position p = positions_[i] of sequence b; main and starts hold
+// the whole sequences (Tw = T cp positions each).
 void Mtp::derive_targets(int slot) {
-  const int64_t B = ctx_.shape.batch, T = ctx_.shape.seq;
+  const int64_t B = ctx_.shape.batch, T = ctx_.shape.seq, Tw = T * ctx_.sequence.cp;
   const std::vector<int32_t>& main = main_targets_[slot];
   const std::vector<int32_t>& starts = starts_[slot];
   TRILLION_CHECK(!main.empty(), "MTP forward before set_targets");
@@ -97,14 +119,15 @@ void Mtp::derive_targets(int slot) {
     tok.assign(B * T, 0);
     tgt.assign(B * T, kIgnoredTarget);
     for (int64_t b = 0; b < B; ++b) {
+      const int32_t* row = main.data() + b * Tw;
       for (int64_t i = 0; i < T; ++i) {
-        const int64_t n = b * T + i, at = i + k;  // main target at `at` is t_{i+k+1}
-        if (at >= T || main[b * T + at] == kIgnoredTarget) continue;
-        tok[n] = main[b * T + at];
-        // Module k + 1 predicts t_{i+k+2}: the main target at i + k + 1, from the same document.
-        if (at + 1 >= T || main[b * T + at + 1] == kIgnoredTarget) continue;
-        if (!starts.empty() && starts[b * T + at + 1] != starts[n]) continue;
-        tgt[n] = main[b * T + at + 1];
+        const int64_t n = b * T + i, p = positions_[i], at = p + k;  // row[at] is t_{p+k+1}
+        if (at >= Tw || row[at] == kIgnoredTarget) continue;
+        tok[n] = row[at];
+        // Module k + 1 predicts t_{p+k+2}: the main target at p + k + 1, from the same document.
+        if (at + 1 >= Tw || row[at + 1] == kIgnoredTarget) continue;
+        if (!starts.empty() && starts[b * Tw + at + 1] != starts[b * Tw + p]) continue;
+        tgt[n] = row[at + 1];
       }
     }
   }

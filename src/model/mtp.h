@@ -26,8 +26,11 @@
 // ids and targets, so the embedding looks up the shifted tokens of all N rows and
 // reduce-scatters (its SP path, scratch `full`), the head gathers and computes the loss of every
 // row; the replicated weights' gradients (norms, eh_proj) are then partial over tp and summed by
-// the tp reduction of replicated gradients, as the main blocks' norms. Not under context
-// parallelism (the shifted tokens would cross cp ranks; the run config refuses it).
+// the tp reduction of replicated gradients, as the main blocks' norms. Under context parallelism
+// (any split) the rank's rows are positions of the whole sequence: set_targets all-gathers the
+// micro-batch's targets over cp (N ints per rank), so each row's shifted token and target come
+// from the whole sequence; the hidden rows never move, and the block runs its ring attention as
+// the main layers do.
 // See model/glossary.h for letters.
 #pragma once
 
@@ -66,8 +69,9 @@ class Mtp {
   MoeState& moe_state(int slot, size_t k) { return moe_states_.at(slot).at(k); }
   const MoeState& moe_state(int slot, size_t k) const { return moe_states_.at(slot).at(k); }
   // The micro-batch's main targets [N] (B rows of T; targets[i] = t_{i+1}) give every module's
-  // tokens and targets; starts (document masking, [B, T]; nullptr: none) mask targets whose
-  // token lies in another document and set every module's attention mask.
+  // tokens and targets (under cp: collective over cp); starts (document masking, [B, T cp];
+  // nullptr: none) mask targets whose token lies in another document and set every module's
+  // attention mask.
   void set_targets(int slot, const int32_t* targets);
   void set_documents(int slot, const DocumentMask& mask);
   // The precision recipe's site of module k is layer L + k.
@@ -124,7 +128,9 @@ class Mtp {
   // Module k + 1's inputs at position i: the token t_{i+k+1} (0 where there is none) and the
   // target t_{i+k+2} (or kIgnoredTarget), derived at forward from the main targets.
   std::vector<std::vector<std::vector<int32_t>>> tokens_, targets_;  // [slot][k][N]
-  std::vector<std::vector<int32_t>> main_targets_, starts_;          // [slot][N], [slot][B*T]
+  // [slot][B*T cp]: the whole sequences' main targets and document starts.
+  std::vector<std::vector<int32_t>> main_targets_, starts_;
+  std::vector<int64_t> positions_;  // [T] the rank's rows' positions in the whole sequence
   std::vector<std::vector<double>> losses_;                          // [slot][k]
   Tensor dres_;  // [N, C] the running gradient dL/dh^k of backward_input (shared)
   Tensor full_;  // [N, C] SP only: the embedding's scratch

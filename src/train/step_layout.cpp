@@ -118,15 +118,6 @@ const RunConfig& checked_layout(const RunConfig& c) {
         "dualpipe schedule (its ranks hold both ends)",
         reader, p.pp, c.precision.recipe));
   }
-  if (c.model.mtp.enabled() && p.cp > 1) {
-    // The modules shift tokens along the sequence, into rows another cp rank holds (under SP
-    // every tp rank holds the whole micro-batch's tokens and targets: model/mtp.h).
-    throw Error(fmt::format(
-        "model.mtp_depth = {} with parallel.cp = {}: multi-token prediction runs without "
-        "context parallelism for now; use cp = 1 (dp, ZeRO, tp with or without sp, ep and pp "
-        "work)",
-        c.model.mtp.depth, p.cp));
-  }
   return c;
 }
 

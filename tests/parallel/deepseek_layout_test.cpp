@@ -3,14 +3,16 @@
 // sigmoid router's bias, and an MTP module whose block is a MoE block) under the layouts that run
 // it, against its one-process run (6 steps): dp 2 x ep 2 (ZeRO-1, 2 and 3), dp 2 ZeRO-2, pp 2
 // under 1F1B and DualPipe, pp 2 x dp 2 x ep 2 (the MTP module with its experts on the last stage),
-// tp 2 with sequence parallelism (the module's rows split over tp, its experts over tp).
+// tp 2 with sequence parallelism (the module's rows split over tp, its experts over tp), cp 2
+// under the zigzag split (the module's shifted tokens and targets from the whole sequence,
+// all-gathered over cp).
 // Losses, mtp_loss_1, the routing biases' norm and final weights within 1e-5 (`trillion
 // compare`); each rank's parameter, gradient and optimizer bytes are plan/'s (rank_model_states
 // of params_of_rank of the layout's pipeline shape: experts split over ep, the MTP block's too,
-// dense states sharded over dp and expert ones over dp / ep, the routing biases whole under
-// ZeRO-3), each rank's activation bytes plan/'s formula, and rank 0's all-to-all bytes those of
-// the rows it routes (the MTP block's exchanges included). Checkpoints reshard between
-// dp 2 x ep 2 ZeRO-3 and dp 2 ZeRO-1.
+// dense states sharded over dp x cp and expert ones over dp x cp / ep, the routing biases whole
+// under ZeRO-3), each rank's activation bytes plan/'s formula, and rank 0's all-to-all bytes those
+// of the rows it routes (the MTP block's exchanges included). Checkpoints reshard between dp 2 x ep
+// 2 ZeRO-3 and dp 2 ZeRO-1.
 #include <gtest/gtest.h>
 
 #include "../train/cli_util.h"
@@ -41,6 +43,8 @@ struct Layout {
   int ranks, pp, dp, ep, zero;
   std::string schedule;
   int tp = 1;  // with sequence parallelism (the MoE layers route the rank's N/tp rows)
+  int cp = 1;
+  std::string split = "zigzag";  // cp's
 };
 void PrintTo(const Layout& l, std::ostream* os) {
   *os << l.name;
@@ -57,7 +61,8 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
       " --set parallel.pp=" + std::to_string(l.pp) + " --set parallel.dp=" + std::to_string(l.dp) +
       " --set parallel.ep=" + std::to_string(l.ep) +
       " --set parallel.zero=" + std::to_string(l.zero) + " --set parallel.schedule=" + l.schedule +
-      " --set parallel.tp=" + std::to_string(l.tp));
+      " --set parallel.tp=" + std::to_string(l.tp) + " --set parallel.cp=" + std::to_string(l.cp) +
+      " --set parallel.cp_split=" + l.split);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
   EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
@@ -93,15 +98,15 @@ TEST_P(DeepSeekLayout, TrainsTheOneProcessRun) {
   const RunConfig config = load_run_config(config_path("deepseek-tiny.toml"), {});
   const plan::ModelSpec spec = config.model.spec();
   plan::Layout pl;
-  pl.pp = l.pp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = l.zero, pl.tp = l.tp;
+  pl.pp = l.pp, pl.dp = l.dp, pl.ep = l.ep, pl.zero = l.zero, pl.tp = l.tp, pl.cp = l.cp;
   pl.schedule = schedule::parse_schedule_kind(l.schedule);
   const plan::PipelineShape shape = plan::pipeline_shape(spec, pl);
   const auto summary = read_json(run + "/summary.json");
   for (int rank = 0; rank < l.ranks; ++rank) {
-    const int p = rank / (l.dp * l.tp);  // the mesh: tp fastest, then dp, then pp (cp = 1)
+    const int p = rank / (l.dp * l.tp * l.cp);  // the mesh: tp fastest, then cp, dp, pp
     const plan::LocalParams held = plan::params_of_rank(spec, pl, shape, p);
     const plan::ModelStates states =
-        plan::rank_model_states(held, l.zero, l.dp, l.dp / l.ep, 4, 4, 8);
+        plan::rank_model_states(held, l.zero, l.dp * l.cp, l.dp * l.cp / l.ep, 4, 4, 8);
     const auto& current = summary["memory_per_rank"][rank]["current"];
     EXPECT_EQ(current["parameters"].get<double>(), states.parameters) << "rank " << rank;
     EXPECT_EQ(current["gradients"].get<double>(), states.gradients) << "rank " << rank;
@@ -121,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DeepSeekLayout,
                                            Layout{"pp2_1f1b", 2, 2, 1, 1, 1, "1f1b"},
                                            Layout{"pp2_dualpipe", 2, 2, 1, 1, 1, "dualpipe"},
                                            Layout{"pp2_dp2_ep2", 4, 2, 2, 2, 1, "1f1b"},
-                                           Layout{"tp2_sp", 2, 1, 1, 1, 1, "1f1b", 2}),
+                                           Layout{"tp2_sp", 2, 1, 1, 1, 1, "1f1b", 2},
+                                           Layout{"cp2", 2, 1, 1, 1, 1, "1f1b", 1, 2}),
                          [](const auto& info) { return info.param.name; });
 
 // Checkpoints of deepseek-tiny (its MoE MTP module's experts over ep, its routing bias whole under
