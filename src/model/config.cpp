@@ -115,12 +115,6 @@ void ModelConfig::validate_mtp() const {
     throw Error(
         fmt::format("model.mtp_loss_weight_switch_step = {} must be >= 1", mtp.switch_step));
   }
-  if (mtp.enabled() && moe.enabled()) {
-    throw Error(fmt::format(
-        "model.mtp_depth = {} with MoE layers: the engine's MTP module has a dense block only "
-        "(DeepSeek-V3's is MoE like its last layer); use a dense model or mtp_depth = 0",
-        mtp.depth));
-  }
   if (mtp.enabled() && mtp.depth >= seq_len) {
     throw Error(fmt::format(
         "model.mtp_depth = {} leaves no position with a target in a sequence of model.seq_len = "

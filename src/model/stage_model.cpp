@@ -75,10 +75,14 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
       embed_spec_ = t.index("embed");
     }
     head_spec_ = t.index(config.tied_embeddings ? "embed" : "lm_head");
+    // The modules' blocks are MoE blocks when the last layer is one (plan/parameter_table.h);
+    // their routing statistics are layers L + k's.
+    const bool mtp_moe = config.mtp.enabled() && config.moe_layer(config.n_layers - 1);
     for (int64_t k = 0; k < config.mtp.depth; ++k) {
       const std::string p = fmt::format("mtp.{}.", k);
       mtp_specs_.push_back({t.index(p + "enorm"), t.index(p + "hnorm"), t.index(p + "eh_proj"),
-                            t.index(p + "final_norm"), find_layer_specs(p, false)});
+                            t.index(p + "final_norm"), find_layer_specs(p, mtp_moe)});
+      if (mtp_moe) moe_stats_.layers.push_back(config.n_layers + k);
     }
   }
 
@@ -162,8 +166,10 @@ StageModel::StageModel(const ModelConfig& config, const ParallelContext& ctx, Pa
   if (has_head()) head_.set_logits_block(logits, tp_full_);
   if (!mtp_specs_.empty()) {
     mtp_ = std::make_unique<Mtp>(config.mtp.depth, config.norm_eps, ctx_, block_, head_, embedding_,
-                                 backend, tracker, dt, options.slots);
+                                 backend, tracker, dt, options.slots,
+                                 mtp_specs_[0].block.moe ? moe_.get() : nullptr);
     mtp_->set_site(config.n_layers);
+    mtp_->set_tp_full(tp_full_);
     mtp_sums_.assign(config.mtp.depth, 0.0);
     mtp_weight_ = config.mtp.weight_at(0);
   }
@@ -276,13 +282,29 @@ void StageModel::leave_head(Pass pass, const std::vector<Visit>& list) const {
   leave(pass, list, k);
 }
 
-void StageModel::count_routing(int slot, size_t i) {
-  const Routing& r = moe_states_[slot][i].routing;
+void StageModel::count_routing(const MoeState& state, int64_t global) {
+  const Routing& r = state.routing;
   size_t layer = 0;
-  while (moe_stats_.layers[layer] != global_layer(i)) ++layer;
+  while (moe_stats_.layers[layer] != global) ++layer;
   moe_->router().count_loads(r, moe_stats_.loads[layer]);
   moe_stats_.balance_loss += r.balance_loss;
   moe_stats_.dropped += r.dropped_count;
+}
+
+void StageModel::prepare_moe_backward(int slot, size_t i, double grad_scale) {
+  if (!layer_specs_[i].moe) return;
+  moe_states_[slot][i].grad_scale = grad_scale;
+  count_routing(moe_states_[slot][i], global_layer(i));
+}
+
+void StageModel::prepare_mtp_backward(int slot, double grad_scale) {
+  if (!mtp_->moe()) return;
+  // Each module's MoE block is layer L + k: the main layers' balance-loss weight and statistics.
+  for (size_t k = 0; k < mtp_specs_.size(); ++k) {
+    MoeState& state = mtp_->moe_state(slot, k);
+    state.grad_scale = grad_scale;
+    count_routing(state, config_.n_layers + static_cast<int64_t>(k));
+  }
 }
 
 double StageModel::balance_loss(int slot) const {
@@ -290,12 +312,20 @@ double StageModel::balance_loss(int slot) const {
   for (size_t i = 0; i < layer_specs_.size(); ++i) {
     if (layer_specs_[i].moe) sum += moe_states_.at(slot)[i].routing.balance_loss;
   }
+  if (mtp_ && mtp_->moe()) {
+    for (size_t k = 0; k < mtp_specs_.size(); ++k)
+      sum += mtp_->moe_state(slot, k).routing.balance_loss;
+  }
   return sum;
 }
 
 void StageModel::release_expert_rows() {
   for (auto& per_slot : moe_states_) {
     for (MoeState& s : per_slot) Moe::release_rows(s);
+  }
+  if (!mtp_ || !mtp_->moe()) return;
+  for (int slot = 0; slot < slots(); ++slot) {
+    for (size_t k = 0; k < mtp_specs_.size(); ++k) Moe::release_rows(mtp_->moe_state(slot, k));
   }
 }
 
@@ -509,6 +539,7 @@ void StageModel::backward(int slot, double grad_scale) {
     head_.backward(s.grad, s.d_normed, head_weights(true), output(slot), head_weights(false),
                    s.head, s.targets.data(), grad_scale);
     if (mtp_) {
+      prepare_mtp_backward(slot, grad_scale);
       mtp_->backward_input(slot, s.microbatch, output(slot), s.grad, mtp_weights(false),
                            mtp_shared(false), scratch_, cos_sin_, mtp_scale(grad_scale));
       mtp_->backward_weight(slot, mtp_weights(true), mtp_weights(false), mtp_shared(true),
@@ -521,10 +552,7 @@ void StageModel::backward(int slot, double grad_scale) {
     enter(Pass::backward, v, k);
     name_site(s, i);
     ensure_recomputed(slot, i);
-    if (layer_specs_[i].moe) {
-      moe_states_[slot][i].grad_scale = grad_scale;
-      count_routing(slot, i);
-    }
+    prepare_moe_backward(slot, i, grad_scale);
     block_.backward_input(s.grad, block_weights(false, i), s.layers[i], s.stash[0], scratch_,
                           cos_sin_);
     block_.backward_weight(block_weights(true, i), s.layers[i], s.stash[0]);
@@ -549,6 +577,7 @@ void StageModel::backward_input(int slot, double grad_scale) {
     head_.backward_input(s.grad, s.d_normed, output(slot), head_weights(false), s.head,
                          s.targets.data(), grad_scale);
     if (mtp_) {
+      prepare_mtp_backward(slot, grad_scale);
       mtp_->backward_input(slot, s.microbatch, output(slot), s.grad, mtp_weights(false),
                            mtp_shared(false), scratch_, cos_sin_, mtp_scale(grad_scale));
     }
@@ -559,10 +588,7 @@ void StageModel::backward_input(int slot, double grad_scale) {
     enter(Pass::backward_input, v, k);
     name_site(s, i);
     ensure_recomputed(slot, i);
-    if (layer_specs_[i].moe) {
-      moe_states_[slot][i].grad_scale = grad_scale;
-      count_routing(slot, i);
-    }
+    prepare_moe_backward(slot, i, grad_scale);
     block_.backward_input(s.grad, block_weights(false, i), s.layers[i], s.stash[i], scratch_,
                           cos_sin_);
     leave(Pass::backward_input, v, k);

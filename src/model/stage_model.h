@@ -41,7 +41,7 @@ struct StageRange {
 
 // A step's routing statistics of a stage's MoE layers (training micro-batches only).
 struct MoeStepStats {
-  std::vector<int64_t> layers;             // global layer index of each MoE layer of the stage
+  std::vector<int64_t> layers;  // global layer of each MoE layer of the stage (MTP module k: L + k)
   std::vector<std::vector<double>> loads;  // [layer][expert] tokens routed (dropped excluded)
   double balance_loss = 0;                 // sum over the stage's layers and sequences
   int64_t dropped = 0;                     // assignments over capacity
@@ -193,7 +193,11 @@ class StageModel {
   std::vector<MtpSpecs> mtp_specs_;
   std::vector<double> mtp_sums_;  // [D] since take_mtp_losses
   double mtp_weight_ = 0;
-  void count_routing(int slot, size_t i);
+  // A MoE layer's routing into the step's statistics (global: its layer, L + k for MTP module k).
+  void count_routing(const MoeState& state, int64_t global);
+  // Before a backward of layer i (of the MTP modules): the balance loss's weight, the statistics.
+  void prepare_moe_backward(int slot, size_t i, double grad_scale);
+  void prepare_mtp_backward(int slot, double grad_scale);
   BlockScratch scratch_;
   Tensor cos_sin_;  // [T, HD] (restart_positions: [T_whole, HD], one row per position)
   Tensor tp_full_;  // [N, C] SP only: the embedding's and the head's gathered / partial rows

@@ -77,13 +77,18 @@ DataParallel::DataParallel(ParameterSet& params, comm::Communicator& dp, Backend
                                            options.ranges.empty(), grad_place);
   for (const Bucket& b : plan_.buckets()) {
     int64_t n = expected_[b.first_unit];
+    bool runs = false;
     for (int u = b.first_unit; u <= b.last_unit; ++u) {
+      runs = runs || expected_[u] > 0;
       // Buckets reduced every micro-batch need every unit to see each micro-batch.
       TRILLION_CHECK(!grads_store_->reduces_every_micro_batch() || expected_[u] == n,
                      "units of a ZeRO-2/3 bucket must see the same micro-batches");
       n = std::min(n, expected_[u]);
     }
-    needed_.push_back(grads_store_->reduces_every_micro_batch() ? n : 1);
+    // A bucket whose units run no backward pass (the head's copy of a tied table, whose gradient
+    // goes to the first stage, in a bucket of its own under expert parallelism) has nothing to
+    // reduce.
+    needed_.push_back(!runs ? 0 : grads_store_->reduces_every_micro_batch() ? n : 1);
   }
   if (options.stage == 0) {
     // Every tensor of the ranges, with the optimizer state compact in table order (the whole

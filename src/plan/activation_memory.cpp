@@ -80,11 +80,15 @@ ActivationBytes engine_activation_bytes(const ModelSpec& m, int64_t B, int64_t s
   r.stored += Nr * C * elem;  // the stage's input
   // Final norm out (and, under SP, its gathered copy); rstd (Nr), lse and loss (N each).
   if (stage.has_head) r.stored += Nr * C * elem + gathered + (Nr + 2 * N) * stat;
-  // Multi-token prediction on the head's stage (model/mtp.h; never under SP or cp): each module
-  // keeps its embedding lookup, both norm outputs and the concatenation's projection (the
-  // block's input), two rstd, one layer without recompute, and its head's norm output, rstd,
-  // lse and losses.
-  if (stage.has_head) r.stored += m.mtp_depth * (all + 5 * N * C * elem + 5 * N * stat);
+  // Multi-token prediction on the head's stage (model/mtp.h; never under cp): each module keeps
+  // its embedding lookup, both norm outputs and the concatenation's projection (the block's
+  // input), two rstd, one layer without recompute (MoE like the last layer), and its head's norm
+  // output (and under SP its gathered copy), rstd, lse and losses: the residual ones of the
+  // rank's Nr rows.
+  const int64_t mtp_block = m.n_layers - 1 >= m.dense_layers() ? moe_all : all;
+  if (stage.has_head) {
+    r.stored += m.mtp_depth * (mtp_block + 5 * Nr * C * elem + gathered + (3 * Nr + 2 * N) * stat);
+  }
   r.stored *= slots;
   // The shared buffer: one layer's recompute set, and under SP the reduce-scatter's partial.
   const bool any_layer = last > first;

@@ -35,9 +35,11 @@
 // others) and, on the stage with the head, the final norm output N*C, its rstd N, the loss lse N
 // and the per-position losses N. A stage keeps one copy of everything but the recompute buffer
 // per activation slot (micro-batch in flight). Multi-token prediction adds, on the head's stage,
-// per module: one layer kept whole (its block never recomputes) plus 5 N*C elem (the embedding
+// per module: one layer kept whole (its block never recomputes; a MoE layer's when the last
+// layer is MoE) plus 5 N*C elem (the embedding
 // lookup, its norm, the hidden state's norm, the projected block input, the module head's norm
-// output) and 5 N stat (two norm rstd, the head's rstd, lse and losses).
+// output) and 5 N stat (two norm rstd, the head's rstd, lse and losses); under SP the N*C ones
+// and the three rstd hold the rank's N/tp rows and the head keeps its gathered input N*C.
 //
 // Tensor parallelism over tp ranks (TensorSplit; Korthikanti 2205.05198 §4.2) divides what lives
 // inside the tp regions by tp: qkv, the attention state and output, gate_up and act (this rank's

@@ -111,8 +111,24 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
   // GPT's learned positions: one row per position, replicated (Megatron does not split them).
   if (m.position == PositionKind::kLearned)
     b.matrix("pos_embed", {m.default_seq, C}, TensorRole::embedding, kReplicated);
-  // One transformer block's tensors under prefix p: a main layer, or an MTP module's block.
-  auto add_block = [&](const std::string& p, bool dense) {
+  // One transformer block's tensors under prefix p: a main layer, or an MTP module's block. A MoE
+  // block has three parts in this order: the dense tensors (up to the shared experts), the routing
+  // bias, the routed experts; `parts` picks which to add (MTP modules add each part of every
+  // module in turn, so the head's unit too is [dense | routing biases | routed experts]).
+  enum Part { kDense = 1, kBias = 2, kExperts = 4 };
+  auto add_block = [&](const std::string& p, bool dense, int parts) {
+    const int64_t E = m.n_routed_experts, FE = m.expert_ffn;
+    if (!dense && (parts & kBias) && m.router_bias) {
+      // No gradient: moved by the balancing rule after each step. Stored between the dense
+      // tensors and the routed experts, so ZeRO-3 can keep it out of both sharded stores.
+      b.add(p + "moe.router_bias", {E}, TensorRole::router, kReplicated, {InitKind::zeros, 0});
+    }
+    if (!dense && (parts & kExperts)) {
+      b.matrix(p + "moe.experts.w_gate", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
+      b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
+      b.output(p + "moe.experts.w_down", {E, C, FE}, TensorRole::routed_expert, kExpertsOut);
+    }
+    if (!(parts & kDense)) return;
     b.block_norm(p + "attn_norm", C, m.norm);
     if (m.is_mla()) {
       // DeepSeek-V2 §2.1: queries through a low-rank latent (or directly), keys and values
@@ -148,24 +164,16 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
       // w_gate, w_up back to back form the [2F, C] matrix of one GEMM.
       b.mlp(p + "mlp.", C, m.ffn_hidden, swiglu, TensorRole::mlp, biases);
     } else {
-      const int64_t E = m.n_routed_experts, FE = m.expert_ffn;
       b.matrix(p + "moe.router", {E, C}, TensorRole::router, kReplicated);
       if (m.n_shared_experts > 0) {
         b.mlp(p + "moe.shared.", C, m.n_shared_experts * FE, true, TensorRole::shared_expert);
       }
-      // No gradient: moved by the balancing rule after each step. Stored between the dense
-      // tensors and the routed experts, so ZeRO-3 can keep it out of both sharded stores.
-      if (m.router_bias) {
-        b.add(p + "moe.router_bias", {E}, TensorRole::router, kReplicated, {InitKind::zeros, 0});
-      }
-      b.matrix(p + "moe.experts.w_gate", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
-      b.matrix(p + "moe.experts.w_up", {E, FE, C}, TensorRole::routed_expert, kExpertsIn);
-      b.output(p + "moe.experts.w_down", {E, C, FE}, TensorRole::routed_expert, kExpertsOut);
     }
   };
   for (int64_t l = 0; l < m.n_layers; ++l) {
     b.unit = layer_unit(l);
-    add_block(fmt::format("layers.{}.", l), l < m.dense_layers());
+    const std::string p = fmt::format("layers.{}.", l);
+    for (int part : {kDense, kBias, kExperts}) add_block(p, l < m.dense_layers(), part);
   }
   b.unit = head_unit(m);
   b.block_norm("final_norm", C, m.norm);
@@ -174,20 +182,24 @@ TensorTable parameter_table(const ModelSpec& m, DType dtype) {
   // stage): module k has enorm and hnorm [C], eh_proj [C, 2C] (columns [0, C) act on the normed
   // embedding, [C, 2C) on the normed hidden state, as the released checkpoint's eh_proj), a block
   // dense or MoE like the last layer, and its own final norm (the checkpoint's shared_head.norm).
+  // A MoE module's routing bias and routed experts follow every module's dense tensors.
+  const bool mtp_dense = m.n_layers - 1 < m.dense_layers();
   for (int64_t k = 0; k < m.mtp_depth; ++k) {
     const std::string p = fmt::format("mtp.{}.", k);
     b.norm(p + "enorm", C);
     b.norm(p + "hnorm", C);
     b.matrix(p + "eh_proj", {C, 2 * C}, TensorRole::other, kReplicated);
-    add_block(p, m.n_layers - 1 < m.dense_layers());
+    add_block(p, mtp_dense, kDense);
     b.block_norm(p + "final_norm", C, m.norm);
+  }
+  for (int part : {kBias, kExperts}) {
+    for (int64_t k = 0; k < m.mtp_depth; ++k) add_block(fmt::format("mtp.{}.", k), mtp_dense, part);
   }
   return std::move(b.table);
 }
 
 bool is_routing_bias(const TensorSpec& s) {
-  return s.role == TensorRole::router && s.name.starts_with("layers.") &&
-         s.name.ends_with(".moe.router_bias");
+  return s.role == TensorRole::router && s.name.ends_with(".moe.router_bias");
 }
 
 }  // namespace trillion::plan

@@ -14,7 +14,10 @@
 //               moe.experts.w_down [E, C, FE])
 //   unit L + 1  final_norm [C], lm_head [V, C] (absent when tied: the head reads embed)
 //               then, for multi-token prediction, mtp.{k} for k < mtp_depth: enorm, hnorm [C],
-//               eh_proj [C, 2C], a block's tensors (attn_norm ... as layers.{l}), final_norm [C]
+//               eh_proj [C, 2C], a block's tensors (attn_norm ... as layers.{l}; dense or MoE
+//               like the last layer), final_norm [C]; with a MoE block every module's routing
+//               bias, then every module's routed experts follow (mtp.{k}.moe.router_bias,
+//               mtp.{k}.moe.experts.*), so each unit is [dense | routing biases | experts]
 // LayerNorm adds a bias after each norm weight (attn_norm_bias, ...); linear_biases adds attn.bq,
 // bk, bv, bo and mlp.b_gate, b_up, b_down after the block's matrices (column-parallel biases split
 // like their outputs, row-parallel ones replicated); biases init to zeros.
@@ -43,9 +46,9 @@ inline int head_unit(const ModelSpec& m) {
 // Throws Error naming the field when the spec cannot describe a model (non-positive sizes).
 TensorTable parameter_table(const ModelSpec& m, DType dtype = DType::f32);
 
-// A main layer's aux-loss-free routing bias (layers.{l}.moe.router_bias): no gradient, moved in
-// place by the balancing rule after each step, so ZeRO-3 keeps it whole on every rank, outside
-// the sharded stores (an MTP module's bias is never moved and stays inside).
+// An aux-loss-free routing bias (layers.{l}.moe.router_bias, and mtp.{k}.moe.router_bias of a
+// MoE MTP block): no gradient, moved in place by the balancing rule after each step, so ZeRO-3
+// keeps it whole on every rank, outside the sharded stores.
 bool is_routing_bias(const TensorSpec& s);
 
 }  // namespace trillion::plan

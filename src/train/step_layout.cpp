@@ -125,20 +125,9 @@ const RunConfig& checked_layout(const RunConfig& c) {
     throw Error(fmt::format("parallel.ep = {} does not divide model.n_routed_experts = {}",
                             c.parallel.ep, c.model.moe.n_routed_experts));
   }
-  const ParallelConfig& p = c.parallel;
   // A tied head or MTP modules on a rank without the embedding read a copy of the table, under
-  // any ZeRO stage and recipe (parallel/pipeline/tied_embedding.h).
-  if (c.model.mtp.enabled()) {
-    // The modules shift tokens along the sequence (rows another cp rank, or under SP another
-    // tp rank, holds).
-    if ((p.tp > 1 && p.sp) || p.cp > 1) {
-      throw Error(fmt::format(
-          "model.mtp_depth = {} with parallel.tp = {}{} and parallel.cp = {}: multi-token "
-          "prediction runs without sequence and context parallelism for now; use cp = 1 and, "
-          "with tp > 1, parallel.sp = false (dp, ZeRO, tp and pp work)",
-          c.model.mtp.depth, p.tp, p.tp > 1 && p.sp ? " with sp" : "", p.cp));
-    }
-  }
+  // any ZeRO stage and recipe (parallel/pipeline/tied_embedding.h); MTP modules run under SP and
+  // cp too (model/mtp.h).
   return c;
 }
 

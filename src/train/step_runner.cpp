@@ -545,7 +545,10 @@ void StepRunner::count_communication(StepStats& st, const CommSnapshot& before) 
 
 void StepRunner::finish_moe_step(StepStats& st) {
   const MoeConfig& moe = config_.model.moe;
-  const int64_t L = config_.model.n_layers, E = moe.n_routed_experts;
+  const ModelConfig& model = config_.model;
+  // MoE MTP blocks (model/mtp.h) count as layers L + k: their loads, bias and load ratio.
+  const int64_t E = moe.n_routed_experts;
+  const int64_t L = model.n_layers + (model.moe_layer(model.n_layers - 1) ? model.mtp.depth : 0);
   // [L * E] loads of every layer (zero where this rank holds none), then balance and dropped.
   std::vector<double> v(L * E + 2, 0.0);
   for (auto& stage : stages_) {
@@ -572,7 +575,9 @@ void StepRunner::finish_moe_step(StepStats& st) {
     double sum = 0, mx = 0;
     for (int64_t e = 0; e < E; ++e) sum += v[l * E + e], mx = std::max(mx, v[l * E + e]);
     if (sum > 0) st.moe_layer_load_ratio[l] = mx / (sum / static_cast<double>(E));
-    const std::string bias = fmt::format("layers.{}.moe.router_bias", l);
+    const std::string bias = l < model.n_layers
+                                 ? fmt::format("layers.{}.moe.router_bias", l)
+                                 : fmt::format("mtp.{}.moe.router_bias", l - model.n_layers);
     if (sum > 0 && params_->table().contains(bias)) {
       const Tensor b = params_->param(bias);
       if (!st.update_skipped) {  // a skipped step leaves the routing biases too

@@ -64,7 +64,8 @@ struct StepStats {
   double pipeline_wait_seconds = 0;  // time blocked on pipeline receives
   // MoE layers, over the step's global batch (zero for dense models):
   double moe_max_load_ratio = 0;             // max over layers of (max / mean expert load)
-  std::vector<double> moe_layer_load_ratio;  // [layer] max / mean (0 for dense layers)
+  // [layer] max / mean (0 for dense layers); MoE MTP blocks follow as layers L + k.
+  std::vector<double> moe_layer_load_ratio;
   int64_t moe_dropped_tokens = 0;            // assignments over capacity
   double moe_balance_loss = 0;               // mean over sequences of the layers' balance losses
   double moe_bias_norm = 0;                  // L2 norm of every routing bias after its update

@@ -2,12 +2,12 @@
 // DeepseekV3ForCausalLM (tests/interop/hf_deepseek_check.py, run by .venv-tests' Python) loads the
 // exported directories of a dense MLA model without query compression, one with query
 // compression and an MTP module (tied embeddings), and deepseek-tiny (MLA + MoE with a non-zero
-// routing bias and group-limited routing, n_group 4 / topk_group 2) with no missing, unexpected
-// or mismatched weights and no warnings, and computes trillion's logits at every position within
-// 1e-4 (f32); the same export with the RoPE rows left in trillion's order
-// (TRILLION_EXPORT_WRONG_ROPE_LAYOUT), or read by HF without the group limit (n_group = 1), is
-// caught by that comparison. Without Python: the names, the row permutation and config.json
-// fields, and import back bitwise (n_group / topk_group included).
+// routing bias, group-limited routing (n_group 4 / topk_group 2) and its MoE MTP module in
+// mtp.safetensors) with no missing, unexpected or mismatched weights and no warnings, and computes
+// trillion's logits at every position within 1e-4 (f32); the same export with the RoPE rows left
+// in trillion's order (TRILLION_EXPORT_WRONG_ROPE_LAYOUT), or read by HF without the group limit
+// (n_group = 1), is caught by that comparison. Without Python: the names, the row permutation and
+// config.json fields, and import back bitwise (n_group / topk_group included).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,7 +47,8 @@ struct Case {
   const char* name;
   std::vector<std::string> overrides;
 };
-const Case kDenseNoQ = {"dense_q0", {"model.n_routed_experts=0", "model.q_lora_rank=0"}};
+const Case kDenseNoQ = {"dense_q0",
+                        {"model.n_routed_experts=0", "model.q_lora_rank=0", "model.mtp_depth=0"}};
 const Case kDenseMtp = {
     "dense_mtp", {"model.n_routed_experts=0", "model.mtp_depth=1", "model.tied_embeddings=true"}};
 const Case kMoe = {"moe", {}};
@@ -253,9 +254,40 @@ TEST(DeepSeekV3Export, NamesRowOrderAndConfigAreTheReleasedCheckpoints) {
                                                            {"norm_topk_prob", true},
                                                            {"scoring_func", "sigmoid"},
                                                            {"rope_interleave", true},
-                                                           {"num_nextn_predict_layers", 0},
+                                                           {"num_nextn_predict_layers", 1},
                                                            {"rope_scaling", nullptr}})
     EXPECT_EQ(j[key], want) << key;
+
+  // The MTP module's block is a MoE block like layer 2: layer 3 of mtp.safetensors under the
+  // names of a MoE layer (router, its bias, shared and routed experts), each with its bytes.
+  const interop::SafetensorsFile mtp = interop::read_safetensors(hf + "/mtp.safetensors");
+  auto mtp_bytes = [&](const std::string& n) {
+    const auto* t = mtp.find(n);
+    EXPECT_NE(t, nullptr) << n;
+    return t == nullptr ? std::string() : t->bytes;
+  };
+  for (const auto& [ours, theirs] :
+       {std::pair{"mtp.0.moe.router", "mlp.gate.weight"},
+        {"mtp.0.moe.router_bias", "mlp.gate.e_score_correction_bias"},
+        {"mtp.0.moe.shared.w_gate", "mlp.shared_experts.gate_proj.weight"},
+        {"mtp.0.moe.shared.w_up", "mlp.shared_experts.up_proj.weight"},
+        {"mtp.0.moe.shared.w_down", "mlp.shared_experts.down_proj.weight"}}) {
+    const TensorSpec s = spec(ours);
+    EXPECT_EQ(mtp_bytes(std::string("model.layers.3.") + theirs),
+              params.substr(s.offset * 4, s.numel() * 4))
+        << ours;
+  }
+  EXPECT_NE(mtp_bytes("model.layers.3.mlp.gate.e_score_correction_bias"), std::string(32, '\0'));
+  const TensorSpec up = spec("mtp.0.moe.experts.w_up");  // [8, 16, 32]: expert 5's [16, 32]
+  EXPECT_EQ(mtp_bytes("model.layers.3.mlp.experts.5.up_proj.weight"),
+            params.substr((up.offset + 5 * 16 * 32) * 4, 16 * 32 * 4));
+  const TensorSpec down = spec("mtp.0.moe.experts.w_down");  // [8, 32, 16]
+  EXPECT_EQ(mtp_bytes("model.layers.3.mlp.experts.7.down_proj.weight"),
+            params.substr((down.offset + 7 * 32 * 16) * 4, 32 * 16 * 4));
+  // enorm, hnorm, eh_proj, shared_head.norm, embed_tokens, shared_head.head, 2 block norms, 7 MLA
+  // tensors, the router and its bias, 3 shared and 3 x 8 routed expert matrices.
+  EXPECT_EQ(mtp.tensors.size(), 6u + 2 + 7 + 2 + 3 + 3 * 8);
+  EXPECT_EQ(mtp.find("model.layers.3.mlp.gate_proj.weight"), nullptr);
 
   // Without query compression: q_proj, q_lora_rank null, every layer dense.
   const TinyRun dense = make_case(root, kDenseNoQ);
