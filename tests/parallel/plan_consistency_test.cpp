@@ -28,6 +28,11 @@ struct Case {
   std::string config;
   int gpus;
   size_t layouts;  // the plan's first distinct layouts to train (runners-up of 40)
+  // Settings of both runs. deepseek-tiny (MoE + MTP + group-limited routing) has head weights
+  // whose first-step gradient is ~1e-9: Adam's g / (|g| + 1e-8) turns the sharded sum's last-bit
+  // difference into 3.4e-5 of weight (measured at pp 2 x dp 2: losses and gradient norm equal to
+  // 3.7e-9 and 2.1e-9), so its runs take eps = 1e-6 (then 1.2e-6).
+  std::string settings = "";
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.config << " on " << c.gpus << " GPUs";
@@ -43,7 +48,7 @@ TEST_P(PlanConsistency, TheTopLayoutsTrainTheOneProcessRun) {
                                  /*with_stderr=*/false);
   ASSERT_EQ(plan.exit_code, 0) << plan.output;
   const auto j = nlohmann::json::parse(plan.output);
-  const std::string steps = " --quiet --set train.steps=" + std::to_string(kSteps);
+  const std::string steps = " --quiet --set train.steps=" + std::to_string(kSteps) + c.settings;
   const std::string reference = shared_run("train " + config + steps);
   std::set<std::vector<std::string>> tried;
   for (const auto& entry : j["ranked"]) {
@@ -69,7 +74,8 @@ INSTANTIATE_TEST_SUITE_P(Configs, PlanConsistency,
                          ::testing::Values(Case{"tiny.toml", 2, 8}, Case{"moe-tiny.toml", 2, 8},
                                            Case{"tiny.toml", 4, 40}, Case{"moe-tiny.toml", 4, 40},
                                            Case{"tiny.toml", 8, 8}, Case{"moe-tiny.toml", 8, 8},
-                                           Case{"deepseek-tiny.toml", 4, 8}),
+                                           Case{"deepseek-tiny.toml", 4, 8,
+                                                " --set optim.eps=1e-6"}),
                          [](const auto& info) {
                            std::string name;  // "moe-tiny.toml" on 4 GPUs: moetiny_4
                            for (char ch : info.param.config.substr(0, info.param.config.find('.')))
