@@ -48,6 +48,7 @@ const Exclusion kExcluded[] = {
     {"runs/demo-lc", "trains the demo model for up to 16 minutes (the llama.cpp check's run)"},
     {"--checkpoint brown ", "needs the demo's 10-minute trained model"},
     {"moe-brown.toml", "needs the demo's prepared Brown shards, and trains 2 ranks"},
+    {"deepseek-brown.toml", "needs the demo's prepared Brown shards, and trains 600 steps"},
     {"/tmp/moe_ref /tmp/moe_ep2", "compares the two moe-brown runs above"},
     {"bench-d512.toml --quiet", "trains a 4-rank pipeline of bench-d512"},
     {"runs/pipeline-bubble", "reads the traces of scripts/pipeline_bubble.sh"},
