@@ -1,11 +1,7 @@
 // See context_ring.h for the derivation.
 #include "plan/context_ring.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-
-#include "core/error.h"
 
 namespace trillion::plan {
 
@@ -13,24 +9,6 @@ RingBytes context_ring_bytes(int64_t cp, uint64_t block_bytes) {
   if (cp <= 1) return {};
   const uint64_t c = static_cast<uint64_t>(cp);
   return {(c - 1) * block_bytes, (2 * c - 1) * block_bytes};
-}
-
-CpMla parse_cp_mla(const std::string& name, const std::string& field) {
-  if (name == "auto") return CpMla::automatic;
-  if (name == "heads") return CpMla::heads;
-  if (name == "latent") return CpMla::latent;
-  throw Error(fmt::format("{} = \"{}\": expected \"auto\", \"heads\" or \"latent\"", field, name));
-}
-
-const char* cp_mla_name(CpMla choice) {
-  switch (choice) {
-    case CpMla::heads:
-      return "heads";
-    case CpMla::latent:
-      return "latent";
-    default:
-      return "auto";
-  }
 }
 
 namespace {
