@@ -75,9 +75,11 @@ plan::DocumentLengths parse_document_lengths(const std::string& text) {
 // sequence's prefill on the given GPUs (plan/prefill.h).
 int prefill(const std::string& model_name, const std::string& cluster, long gpus,
             const std::string& tokens_text, const std::string& layout_text,
-            const std::string& precision, int top, bool json) {
+            const std::string& precision, const std::string& linears, int top, bool json) {
   if (model_name.empty() || cluster.empty() || gpus == 0)
     throw Error("plan --prefill needs --model, --cluster and --gpus");
+  if (linears != "all" && linears != "ffn")
+    throw Error(fmt::format("--linears {}: all or ffn", linears));
   const plan::ModelSpec m = resolve_plan_model(model_name);
   const plan::Gpu gpu = plan::resolve_cluster(cluster);
   const double tokens = parse_count(tokens_text, "--prefill");
@@ -98,7 +100,7 @@ int prefill(const std::string& model_name, const std::string& cluster, long gpus
   const auto S = static_cast<int64_t>(tokens);
   const plan::PrefillSearch s = plan::search_prefill(
       m, gpu, gpus, S, precisions, f.tp ? fixed.tp : 0, f.cp ? fixed.cp : 0, f.pp ? fixed.pp : 0,
-      f.cp_comm ? (fixed.cp_all_gather ? 1 : 0) : -1, top);
+      f.cp_comm ? (fixed.cp_all_gather ? 1 : 0) : -1, top, linears == "ffn");
   if (!json) {
     std::cout << plan::format_prefill_text(m, gpu, gpus, S, s);
     return 0;
@@ -109,7 +111,8 @@ int prefill(const std::string& model_name, const std::string& cluster, long gpus
                             {"cp", e.layout.cp},
                             {"pp", e.layout.pp},
                             {"cp_comm", e.layout.cp_all_gather ? "allgather" : "ring"},
-                            {"precision", plan::precision_name(e.layout.precision)}}},
+                            {"precision", plan::precision_name(e.layout.precision)},
+                            {"linears", e.layout.low_precision_ffn_only ? "ffn" : "all"}}},
                           {"prefill_seconds", e.seconds},
                           {"seconds",
                            {{"gemm", e.gemm},
@@ -184,6 +187,11 @@ int plan_command(int argc, char** argv) {
   app.add_option("--prefill", prefill_text,
                  "plan inference prefill instead: time to first token for one sequence of this "
                  "many tokens (e.g. 1Mi) on --gpus GPUs; --layout may fix tp, cp, pp, cp_comm");
+  std::string linears = "all";
+  app.add_option("--linears", linears,
+                 "with --prefill and an 8- or 4-bit --precision: all linears in it, or ffn (the "
+                 "attention projections in bf16, Llama 3's FP8 inference)")
+      ->capture_default_str();
   app.add_option("--seq", seq, "sequence length (default: the model's)")
       ->check(CLI::Range(int64_t{1}, plan::kMaxSeqLen));
   app.add_option("--batch-tokens", batch_text,
@@ -301,7 +309,9 @@ int plan_command(int argc, char** argv) {
     return 0;
   }
   if (!prefill_text.empty())
-    return prefill(model_name, cluster, gpus, prefill_text, layout_text, precision, top, json);
+    return prefill(model_name, cluster, gpus, prefill_text, layout_text, precision, linears, top,
+                   json);
+  if (linears != "all") throw Error("--linears is a --prefill option");
   if (!compare.empty()) {
     const plan::PlanFile a = plan::resolve_plan(compare[0]), b = plan::resolve_plan(compare[1]);
     const plan::Plan pa = plan::make_plan(a.inputs), pb = plan::make_plan(b.inputs);

@@ -40,6 +40,16 @@ double flash_attention_forward_seconds(const Gpu& gpu, double flops, double quer
   return flops / (peak * fraction);
 }
 
+double flash_attention_inference_seconds(const Gpu& gpu, double flops, double query_len) {
+  if (gpu.attention_forward_efficiency <= 0)
+    return flash_attention_forward_seconds(gpu, flops, query_len);
+  if (flops <= 0) return 0;
+  const double peak = gpu.bf16_flops > 0 ? gpu.bf16_flops : gpu.fp16_flops;
+  const double fraction =
+      gpu.attention_forward_efficiency * query_len / (query_len + kAttentionBlock);
+  return flops / (peak * fraction);
+}
+
 double memory_seconds(const Gpu& gpu, double bytes) {
   return bytes / (gpu.hbm_bandwidth * gpu.memory_efficiency);
 }

@@ -56,6 +56,9 @@ GemmPasses linear_seconds(const Gpu& gpu, Precision p, double tokens, double out
 // the backward is 2.5x the forward (FlashAttention-2 §3.2: 5 matmuls instead of 2).
 double flash_attention_forward_seconds(const Gpu& gpu, double flops, double query_len);
 constexpr double kFlashBackwardRatio = 2.5;
+// The same for inference (prefill): at the part's measured forward-only efficiency where its
+// cluster file gives one (Gpu::attention_forward_efficiency), else as in training.
+double flash_attention_inference_seconds(const Gpu& gpu, double flops, double query_len);
 
 // Memory-bound work moving `bytes` through HBM.
 double memory_seconds(const Gpu& gpu, double bytes);

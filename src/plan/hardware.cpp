@@ -169,12 +169,13 @@ Gpu parse_cluster_toml(std::string_view text, std::string_view source) {
   Table eff(root["efficiency"].as_table(), "efficiency", source);
   g.gemm_efficiency = eff.number("gemm", 0.01);
   g.attention_efficiency = eff.number("attention", 0.01);
+  g.attention_forward_efficiency = eff.number("attention_forward", 0.01, false, 0);
   g.memory_efficiency = eff.number("memory", 0.01);
   g.collective_efficiency = eff.number("collective", 0.01);
   g.fp8_gemm_efficiency = eff.number("fp8_gemm", 0.01, false, 0);
   g.fp8_gemm_k_overhead = eff.number("fp8_gemm_k_overhead", 1, false, 0);
-  for (double f : {g.gemm_efficiency, g.attention_efficiency, g.memory_efficiency,
-                   g.collective_efficiency, g.fp8_gemm_efficiency})
+  for (double f : {g.gemm_efficiency, g.attention_efficiency, g.attention_forward_efficiency,
+                   g.memory_efficiency, g.collective_efficiency, g.fp8_gemm_efficiency})
     if (f > 1) throw Error(fmt::format("{}: [efficiency] fractions must be <= 1", source));
   eff.finish(g);
   Table net(root["network"].as_table(), "network", source);

@@ -44,6 +44,9 @@ struct Gpu {
   double fp8_gemm_efficiency = 0;  // 0: as gemm_efficiency
   double fp8_gemm_k_overhead = 0;  // 0: as the 16-bit kernels' (plan/efficiency.h kGemmKOverhead)
   double attention_efficiency = 0.5;   // FlashAttention forward + backward, of the 16-bit peak
+  // FlashAttention's forward alone (inference prefill), where a source gives it for this part
+  // (cluster file [efficiency] attention_forward); 0: as attention_efficiency.
+  double attention_forward_efficiency = 0;
   double memory_efficiency = 0.8;      // achievable fraction of HBM bandwidth (elementwise)
   double collective_efficiency = 0.8;  // NCCL bus bandwidth over link bandwidth
   // Where each figure comes from, by key (e.g. "price", "failures", "gemm").

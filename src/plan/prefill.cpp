@@ -25,28 +25,42 @@ struct LayerForward {
   double total() const { return gemm + attention + elementwise + tp + cp; }
 };
 
+double bytes_per_weight(Precision p) {
+  return p == Precision::kFp8 || p == Precision::kFp4 ? 1.0 : 2.0;
+}
+
 // One layer's forward for this rank's T = S/cp tokens.
 LayerForward layer_forward(const ModelSpec& m, const Gpu& gpu, int64_t S, const PrefillLayout& l,
                            bool moe) {
   const int t = l.tp;
   const double T = static_cast<double>(S) / l.cp, h = static_cast<double>(m.d_model),
                nh = static_cast<double>(m.n_heads);
-  const double e = l.precision == Precision::kFp8 || l.precision == Precision::kFp4 ? 1.0 : 2.0;
+  // The FFN's (and experts') GEMMs run in the layout's precision; the attention projections
+  // too unless only the FFN is quantised (then they stay in bf16).
+  const Precision ffn_p = l.precision;
+  const double e = bytes_per_weight(ffn_p);
+  const Precision attn_p = l.low_precision_ffn_only ? Precision::kBf16 : l.precision;
+  const double attn_e = bytes_per_weight(attn_p);
   LayerForward r;
   auto linear = [&](double out, double in) {
-    r.gemm += gemm_seconds(gpu, l.precision, T, out, in, 1, e);
+    r.gemm += gemm_seconds(gpu, ffn_p, T, out, in, 1, e);
+  };
+  auto attention_linear = [&](double out, double in) {
+    r.gemm += gemm_seconds(gpu, attn_p, T, out, in, 1, attn_e);
   };
   if (m.is_mla()) {
     const double q_in = m.q_lora_rank > 0 ? static_cast<double>(m.q_lora_rank) : h;
-    if (m.q_lora_rank > 0) linear(static_cast<double>(m.q_lora_rank), h);
-    linear(split(nh * m.qk_dim(), t), q_in);
-    linear(static_cast<double>(m.kv_lora_rank + m.qk_rope_dim), h);
-    linear(split(nh * (m.qk_nope_dim + m.v_head_dim), t), static_cast<double>(m.kv_lora_rank));
+    if (m.q_lora_rank > 0) attention_linear(static_cast<double>(m.q_lora_rank), h);
+    attention_linear(split(nh * m.qk_dim(), t), q_in);
+    attention_linear(static_cast<double>(m.kv_lora_rank + m.qk_rope_dim), h);
+    attention_linear(split(nh * (m.qk_nope_dim + m.v_head_dim), t),
+                     static_cast<double>(m.kv_lora_rank));
   } else {
-    linear(split(nh * m.head_dim, t) + 2 * split(static_cast<double>(m.n_kv_heads * m.head_dim), t),
-           h);
+    attention_linear(
+        split(nh * m.head_dim, t) + 2 * split(static_cast<double>(m.n_kv_heads * m.head_dim), t),
+        h);
   }
-  linear(h, split(nh * m.v_dim(), t));
+  attention_linear(h, split(nh * m.v_dim(), t));
   if (!moe) {
     const double f = split(static_cast<double>(m.ffn_hidden), t);
     linear(m.mlp == MlpKind::kSwiGlu ? 2 * f : f, h);
@@ -67,7 +81,7 @@ LayerForward layer_forward(const ModelSpec& m, const Gpu& gpu, int64_t S, const 
   // This rank's 1/cp of the causal attention (zigzag), its heads; forward only (a third of the
   // training count).
   const double flops = T * attention_flops_per_token_layer(m, S, AttentionFlops::kCausal) / 3 / t;
-  r.attention = flash_attention_forward_seconds(gpu, flops, T);
+  r.attention = flash_attention_inference_seconds(gpu, flops, T);
   // Elementwise: one pass over the layer's activations (norms, RoPE, SwiGLU, residuals).
   const std::vector<ActivationTerm> terms = block_terms(m, moe, static_cast<double>(S), {2, 4});
   r.elementwise =
@@ -90,8 +104,10 @@ LayerForward layer_forward(const ModelSpec& m, const Gpu& gpu, int64_t S, const 
 }  // namespace
 
 std::string PrefillLayout::to_string() const {
-  return fmt::format("tp={},cp={},pp={},cp_comm={},precision={}", tp, cp, pp,
-                     cp_all_gather ? "allgather" : "ring", precision_name(precision));
+  return fmt::format(
+      "tp={},cp={},pp={},cp_comm={},precision={}{}", tp, cp, pp,
+      cp_all_gather ? "allgather" : "ring", precision_name(precision),
+      low_precision_ffn_only && bytes_per_weight(precision) < 2 ? ",linears=ffn" : "");
 }
 
 PrefillEstimate estimate_prefill(const ModelSpec& m, const Gpu& gpu, int64_t S,
@@ -121,9 +137,12 @@ PrefillEstimate estimate_prefill(const ModelSpec& m, const Gpu& gpu, int64_t S,
   add(dense, L_dense);
   add(moe, L_moe);
   const double T = static_cast<double>(S) / l.cp, h = static_cast<double>(m.d_model);
-  const double e = l.precision == Precision::kFp8 || l.precision == Precision::kFp4 ? 1.0 : 2.0;
+  const double e = bytes_per_weight(l.precision);
+  // Embedding, head and attention weights stay in bf16 when only the FFN is quantised.
+  const Precision other_p = l.low_precision_ffn_only ? Precision::kBf16 : l.precision;
+  const double other_e = bytes_per_weight(other_p);
   // The first token's logits: the last position's final norm and head GEMM (vocabulary over TP).
-  r.head = gemm_seconds(gpu, l.precision, 1, split(static_cast<double>(m.vocab), l.tp), h, 1, e);
+  r.head = gemm_seconds(gpu, other_p, 1, split(static_cast<double>(m.vocab), l.tp), h, 1, other_e);
   if (l.pp > 1)
     r.pp_comm =
         (l.pp - 1) * p2p_seconds(link_cost(gpu, link_of(gpu, 2L * l.tp * l.cp)), T * h * 2.0);
@@ -139,9 +158,15 @@ PrefillEstimate estimate_prefill(const ModelSpec& m, const Gpu& gpu, int64_t S,
   const double layer_params =
       static_cast<double>(c.total - c.mtp - c.embedding - c.head) /  // inference: no MTP
       static_cast<double>(m.n_layers);
+  // The attention matrices (and norms) of a layer: bf16 when only the FFN is quantised.
+  const double attention_params = static_cast<double>(c.attention + c.norms);
   const double ends = l.pp == 1 ? static_cast<double>(c.embedding + c.head)
                                 : static_cast<double>(std::max(c.embedding, c.head));
-  r.weights = (layers * layer_params + ends) / l.tp * e;
+  r.weights = l.low_precision_ffn_only
+                  ? (layers * ((layer_params - attention_params) * e + attention_params * other_e) +
+                     ends * other_e) /
+                        l.tp
+                  : (layers * layer_params + ends) / l.tp * e;
   const double kv_per_token_layer =
       m.is_mla() ? 2.0 * (m.kv_lora_rank + m.qk_rope_dim)
                  : 2.0 * 2.0 * split(static_cast<double>(m.n_kv_heads), l.tp) * m.head_dim;
@@ -158,7 +183,8 @@ PrefillEstimate estimate_prefill(const ModelSpec& m, const Gpu& gpu, int64_t S,
 
 PrefillSearch search_prefill(const ModelSpec& m, const Gpu& gpu, long gpus, int64_t S,
                              const std::vector<Precision>& precisions, int fixed_tp, int fixed_cp,
-                             int fixed_pp, int fixed_cp_all_gather, int keep) {
+                             int fixed_pp, int fixed_cp_all_gather, int keep,
+                             bool low_precision_ffn_only) {
   PrefillSearch out;
   double closest = INFINITY;
   for (int tp = 1; tp <= gpu.nvlink_domain; ++tp) {
@@ -175,7 +201,8 @@ PrefillSearch search_prefill(const ModelSpec& m, const Gpu& gpu, long gpus, int6
         for (Precision p : precisions) {
           if (gpu.peak(p) <= 0) continue;
           ++out.considered;
-          const PrefillEstimate est = estimate_prefill(m, gpu, S, {tp, cp, pp, ag == 1, p});
+          const PrefillEstimate est =
+              estimate_prefill(m, gpu, S, {tp, cp, pp, ag == 1, p, low_precision_ffn_only});
           if (est.memory() > gpu.hbm_bytes) {
             ++out.too_big;
             if (est.memory() < closest) closest = est.memory(), out.closest = est;

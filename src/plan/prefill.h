@@ -35,7 +35,11 @@ struct PrefillLayout {
   int tp = 1, cp = 1, pp = 1;
   bool cp_all_gather = false;  // all-gather K/V before attention instead of the pass-KV ring
   Precision precision = Precision::kBf16;
-  std::string to_string() const;  // "tp=8,cp=16,pp=1,cp_comm=ring,precision=fp8"
+  // With an 8- or 4-bit precision: only the feed-forward (and expert) GEMMs and weights are in
+  // it, the attention projections stay in bf16 (Llama 3's FP8 inference, 2407.21783 §6.2, as
+  // Yang et al. run it: `plan --prefill --fp8-linears ffn`).
+  bool low_precision_ffn_only = false;
+  std::string to_string() const;  // "tp=8,cp=16,pp=1,cp_comm=ring,precision=fp8[,linears=ffn]"
 };
 
 struct PrefillEstimate {
@@ -62,11 +66,13 @@ struct PrefillSearch {
 
 // Every tp (divisor of the heads within the NVLink domain) x cp (power of two dividing the
 // tokens) x pp (divisor of the layers) using exactly `gpus` GPUs, with the fixed fields kept
-// (fixed_* > 0), both cp variants unless fixed, each precision; refuses what does not fit in
-// HBM. Throws Error naming the closest layout's bytes when nothing fits.
+// (fixed_* > 0), both cp variants unless fixed, each precision (8/4-bit ones on the FFN only
+// when low_precision_ffn_only); refuses what does not fit in HBM. Throws Error naming the
+// closest layout's bytes when nothing fits.
 PrefillSearch search_prefill(const ModelSpec& m, const Gpu& gpu, long gpus, int64_t tokens,
                              const std::vector<Precision>& precisions, int fixed_tp, int fixed_cp,
-                             int fixed_pp, int fixed_cp_all_gather /* -1: search */, int keep);
+                             int fixed_pp, int fixed_cp_all_gather /* -1: search */, int keep,
+                             bool low_precision_ffn_only = false);
 
 // The text report of a search: the best layout, its time and memory by part, the runners-up.
 std::string format_prefill_text(const ModelSpec& m, const Gpu& gpu, long gpus, int64_t tokens,
