@@ -228,7 +228,13 @@ int bench_allreduce(const AllReduceBenchOptions& o, bool json) {
     uint64_t sent = 0, sent_local = 0;
     const double measured = median(measure(a, o.sites > 1, &sent, o.reps));
     const double local = o.sites > 1 ? median(measure(a, false, &sent_local, o.reps)) : measured;
-    const plan::CollectiveCost model = plan::all_reduce_cost(kind_of(a), bytes, topo);
+    // plan/'s inter-node rate is per rank (a GPU cluster has a NIC per GPU); an emulated host has
+    // one NIC for its rpn ranks. A ring crosses each NIC once per direction, but hierarchical's
+    // middle phase sends from every rank of a host at once: they share the NIC.
+    plan::Topology link_topo = topo;
+    if (real_hosts && a == comm::AllReduceAlgorithm::hierarchical)
+      link_topo.inter.bytes_per_second /= rpn;
+    const plan::CollectiveCost model = plan::all_reduce_cost(kind_of(a), bytes, link_topo);
     if (r == 0) {
       if (json) {
         results.push_back({{"algorithm", comm::algorithm_name(a)},
