@@ -96,54 +96,57 @@ void RingAttention::for_pairs(int source, const DocumentMask& documents, RingPas
   }
 }
 
-void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv,
-                            const DocumentMask& documents) {
-  AttentionShape shape = shape_;
-  shape.documents = documents;
+void RingAttention::ring_forward(Tensor out, Tensor lse, const Tensor& qkv,
+                                 const AttentionShape& shape, const DocumentMask& documents,
+                                 const StepKeys& keys, const char* pass) {
   const int cp = ring_.size();
   be_.fill(out, 0.0);
   be_.fill(lse, -std::numeric_limits<double>::infinity());
-  be_.copy(kv_[0], kv_of(qkv));
   ++counters_.forward.calls;
   const uint64_t sent_before = ring_.bytes_sent();
   for (int step = 0; step < cp; ++step) {
     const Tensor& cur = kv_[step % 2];
     if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
     Timer t;
+    const Tensor& k = keys(step, cur);
     for_pairs(ring_.source_after(step), documents, counters_.forward,
-              [&](const AttentionSpan& q, const AttentionSpan& k) {
-                be_.flash_attention_block_forward(out, lse, qkv, cur, shape, q, k, blocks_);
+              [&](const AttentionSpan& qs, const AttentionSpan& ks) {
+                be_.flash_attention_block_forward(out, lse, qkv, k, shape, qs, ks, blocks_);
               });
     counters_.compute_seconds += t.seconds();
     counters_.wait_seconds += ring_.wait();
   }
   check_bytes(ring_.bytes_sent() - sent_before, plan::context_ring_bytes(cp, block_bytes()).forward,
-              "forward");
+              pass);
 }
 
-void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
-                             const Tensor& lse, const DocumentMask& documents) {
-  AttentionShape shape = shape_;
-  shape.documents = documents;
+const Tensor& RingAttention::ring_backward(
+    Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& lse,
+    const AttentionShape& shape, const DocumentMask& documents, const StepKeys& keys,
+    const std::function<const Tensor&(const Tensor& mine)>& grad_target,
+    const std::function<void(const Tensor& block, const Tensor& mine)>& fold, const char* pass) {
   const int cp = ring_.size();
   be_.fill(dqkv, 0.0);
-  be_.copy(kv_[0], kv_of(qkv));
   ++counters_.backward.calls;
   const uint64_t sent_before = ring_.bytes_sent();
   // dkv_[2] receives the accumulator arriving from the previous rank; dkv_[step % 2] is this
-  // step's (and, once sent, must stay untouched until the next wait).
+  // step's (and, once sent, must stay untouched until the next wait: it was last sent two steps
+  // ago, and that send is done).
   const Tensor& arriving = dkv_[2];
   for (int step = 0; step < cp; ++step) {
     const Tensor& cur = kv_[step % 2];
     const Tensor& mine = dkv_[step % 2];
     if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
-    be_.fill(mine, 0.0);
     Timer t;
+    const Tensor& k = keys(step, cur);
+    const Tensor& dk = grad_target(mine);
+    be_.fill(dk, 0.0);
     for_pairs(ring_.source_after(step), documents, counters_.backward,
-              [&](const AttentionSpan& q, const AttentionSpan& k) {
-                be_.flash_attention_block_backward(dqkv, mine, dout, out, qkv, cur, lse, shape, q,
-                                                   k, blocks_);
+              [&](const AttentionSpan& qs, const AttentionSpan& ks) {
+                be_.flash_attention_block_backward(dqkv, dk, dout, out, qkv, k, lse, shape, qs, ks,
+                                                   blocks_);
               });
+    fold(cur, mine);
     counters_.compute_seconds += t.seconds();
     // Both the next K/V block and the accumulator of this step's block (from the previous rank,
     // which held the same block one step earlier) have arrived after this wait.
@@ -152,10 +155,46 @@ void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out,
     start(mine, arriving, RingStream::dkv);
   }
   counters_.wait_seconds += ring_.wait();
-  // The accumulator arriving last is this rank's own block, with every rank's contribution.
-  be_.copy(kv_of(dqkv), arriving);
   check_bytes(ring_.bytes_sent() - sent_before,
-              plan::context_ring_bytes(cp, block_bytes()).backward, "backward");
+              plan::context_ring_bytes(cp, block_bytes()).backward, pass);
+  // The accumulator arriving last is this rank's own block, with every rank's contribution.
+  return arriving;
+}
+
+void RingAttention::forward(Tensor out, Tensor lse, const Tensor& qkv,
+                            const DocumentMask& documents) {
+  AttentionShape shape = shape_;
+  shape.documents = documents;
+  be_.copy(kv_[0], kv_of(qkv));
+  ring_forward(
+      out, lse, qkv, shape, documents,
+      [](int, const Tensor& block) -> const Tensor& { return block; }, "forward");
+}
+
+void RingAttention::backward(Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv,
+                             const Tensor& lse, const DocumentMask& documents) {
+  AttentionShape shape = shape_;
+  shape.documents = documents;
+  be_.copy(kv_[0], kv_of(qkv));
+  const Tensor& own = ring_backward(
+      dqkv, dout, out, qkv, lse, shape, documents,
+      [](int, const Tensor& block) -> const Tensor& { return block; },
+      [](const Tensor& mine) -> const Tensor& { return mine; }, [](const Tensor&, const Tensor&) {},
+      "backward");
+  be_.copy(kv_of(dqkv), own);
+}
+
+// The latent ring's K/V of a step: this rank's own K/V (already up-projected) at step 0, else the
+// arrived latent block up-projected with this rank's Wkv_b.
+RingAttention::StepKeys RingAttention::latent_keys(const Tensor& qkv, const LatentKeys& keys) {
+  return [this, &qkv, &keys](int step, const Tensor& block) -> const Tensor& {
+    if (step == 0) {
+      be_.copy(up_, kv_of(qkv));
+    } else {
+      keys.up(block, up_);
+    }
+    return up_;
+  };
 }
 
 void RingAttention::forward_latent(Tensor out, Tensor lse, const Tensor& qkv,
@@ -165,32 +204,10 @@ void RingAttention::forward_latent(Tensor out, Tensor lse, const Tensor& qkv,
                  "RingAttention::forward_latent: not built for this latent");
   AttentionShape shape = shape_;
   shape.documents = documents;
-  const int cp = ring_.size();
   const int64_t dc = ckv_norm.size(1);
-  be_.fill(out, 0.0);
-  be_.fill(lse, -std::numeric_limits<double>::infinity());
   be_.copy(kv_[0].columns(0, dc), ckv_norm);
   be_.copy(kv_[0].columns(dc, latent_), k_rope);
-  ++counters_.forward.calls;
-  const uint64_t sent_before = ring_.bytes_sent();
-  for (int step = 0; step < cp; ++step) {
-    const Tensor& cur = kv_[step % 2];
-    if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
-    Timer t;
-    if (step == 0) {
-      be_.copy(up_, kv_of(qkv));  // this rank's own K/V, already up-projected
-    } else {
-      keys.up(cur, up_);
-    }
-    for_pairs(ring_.source_after(step), documents, counters_.forward,
-              [&](const AttentionSpan& q, const AttentionSpan& k) {
-                be_.flash_attention_block_forward(out, lse, qkv, up_, shape, q, k, blocks_);
-              });
-    counters_.compute_seconds += t.seconds();
-    counters_.wait_seconds += ring_.wait();
-  }
-  check_bytes(ring_.bytes_sent() - sent_before, plan::context_ring_bytes(cp, block_bytes()).forward,
-              "forward (latent)");
+  ring_forward(out, lse, qkv, shape, documents, latent_keys(qkv, keys), "forward (latent)");
 }
 
 void RingAttention::backward_latent(Tensor dqkv, Tensor d_ckv_norm, Tensor d_k_rope,
@@ -201,43 +218,18 @@ void RingAttention::backward_latent(Tensor dqkv, Tensor d_ckv_norm, Tensor d_k_r
                  "RingAttention::backward_latent: not built for this latent");
   AttentionShape shape = shape_;
   shape.documents = documents;
-  const int cp = ring_.size();
   const int64_t dc = ckv_norm.size(1);
-  be_.fill(dqkv, 0.0);
   be_.copy(kv_[0].columns(0, dc), ckv_norm);
   be_.copy(kv_[0].columns(dc, latent_), k_rope);
-  ++counters_.backward.calls;
-  const uint64_t sent_before = ring_.bytes_sent();
-  const Tensor& arriving = dkv_[2];  // as in backward
-  for (int step = 0; step < cp; ++step) {
-    const Tensor& cur = kv_[step % 2];
-    const Tensor& mine = dkv_[step % 2];
-    if (step + 1 < cp) start(cur, kv_[(step + 1) % 2], RingStream::kv);
-    Timer t;
-    if (step == 0) {
-      be_.copy(up_, kv_of(qkv));
-    } else {
-      keys.up(cur, up_);
-    }
-    be_.fill(d_up_, 0.0);
-    for_pairs(ring_.source_after(step), documents, counters_.backward,
-              [&](const AttentionSpan& q, const AttentionSpan& k) {
-                be_.flash_attention_block_backward(dqkv, d_up_, dout, out, qkv, up_, lse, shape, q,
-                                                   k, blocks_);
-              });
-    // This rank's queries' share of the block's latent gradient (and of Wkv_b's wgrad). `mine`
-    // was last sent two steps ago, and that send is done.
-    keys.down(d_up_, cur, mine);
-    counters_.compute_seconds += t.seconds();
-    counters_.wait_seconds += ring_.wait();
-    if (step > 0) be_.add(mine, arriving);
-    start(mine, arriving, RingStream::dkv);
-  }
-  counters_.wait_seconds += ring_.wait();
-  be_.copy(d_ckv_norm, arriving.columns(0, dc));
-  be_.copy(d_k_rope, arriving.columns(dc, latent_));
-  check_bytes(ring_.bytes_sent() - sent_before,
-              plan::context_ring_bytes(cp, block_bytes()).backward, "backward (latent)");
+  // The up-projected block's dK/dV go to d_up_; this rank's queries' share of the block's latent
+  // gradient (and of Wkv_b's wgrad) is what travels.
+  const Tensor& own = ring_backward(
+      dqkv, dout, out, qkv, lse, shape, documents, latent_keys(qkv, keys),
+      [this](const Tensor&) -> const Tensor& { return d_up_; },
+      [this, &keys](const Tensor& block, const Tensor& mine) { keys.down(d_up_, block, mine); },
+      "backward (latent)");
+  be_.copy(d_ckv_norm, own.columns(0, dc));
+  be_.copy(d_k_rope, own.columns(dc, latent_));
 }
 
 void RingAttention::start(const Tensor& send, const Tensor& recv, RingStream stream) {

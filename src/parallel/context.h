@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "core/memory.h"
 #include "model/attention.h"
@@ -109,6 +110,21 @@ class RingAttention final : public ContextAttention {
   // visible key, counted into `counts` (the others as skipped).
   template <typename F>
   void for_pairs(int source, const DocumentMask& documents, RingPassCounts& counts, F&& f);
+  // The ring's two loops, shared by the per-head and the latent ring; kv_[0] holds this rank's
+  // block on entry. Each step sends the block it holds on while attending to it: `keys(step,
+  // block)` gives the K/V the attention reads (the block itself, or its up-projection). In
+  // backward, the block's dK/dV go into `grad_target(mine)` (zeroed here), `fold(block, mine)`
+  // turns them into the travelling accumulator `mine` (nothing to do when the target is mine),
+  // and the accumulator that arrives last — this rank's own block — is returned.
+  using StepKeys = std::function<const Tensor&(int step, const Tensor& block)>;
+  void ring_forward(Tensor out, Tensor lse, const Tensor& qkv, const AttentionShape& shape,
+                    const DocumentMask& documents, const StepKeys& keys, const char* pass);
+  const Tensor& ring_backward(
+      Tensor dqkv, const Tensor& dout, const Tensor& out, const Tensor& qkv, const Tensor& lse,
+      const AttentionShape& shape, const DocumentMask& documents, const StepKeys& keys,
+      const std::function<const Tensor&(const Tensor& mine)>& grad_target,
+      const std::function<void(const Tensor& block, const Tensor& mine)>& fold, const char* pass);
+  StepKeys latent_keys(const Tensor& qkv, const LatentKeys& keys);
 
   Backend& be_;
   CpRing ring_;
