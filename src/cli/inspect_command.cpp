@@ -135,7 +135,8 @@ int inspect_command(int argc, char** argv) {
       schedule::parse_schedule_kind(pc.schedule), static_cast<int>(pc.pp),
       static_cast<int>(cfg.train.grad_accum), static_cast<int>(pc.chunks));
   const int n_stages = sched.num_stages(0);
-  const std::vector<plan::StageUnits> partition = plan::partition_stages(mc.n_layers, n_stages);
+  const std::vector<plan::StageUnits> partition =
+      plan::engine_partition(mc.n_layers, n_stages, pc.stage_layers());
   std::vector<StageInfo> stages;
   for (int s = 0; s < n_stages; ++s) {
     const schedule::Placement& where = sched.path(0)[s];

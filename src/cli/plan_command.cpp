@@ -359,7 +359,8 @@ int plan_command(int argc, char** argv) {
       outer_bytes_per_element(parse_outer_precision(outer_precision, "--outer-precision"));
   in.scale_out = scale_out;
   // Planning an engine run config: only layouts the engine trains are searched, split evenly as
-  // the engine splits its stages (unless --layout asks otherwise, which the engine then refuses).
+  // the engine splits its stages by default (--layout partition=a/b/... plans the counts the
+  // engine then takes as parallel.partition; balanced it refuses).
   const int64_t planned_seq = seq > 0 ? seq : in.model.default_seq;
   const double planned_sequences =
       (in.batch_tokens > 0 ? in.batch_tokens : in.model.default_batch_tokens) /

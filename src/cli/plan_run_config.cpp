@@ -149,6 +149,7 @@ EngineLaunch engine_launch(const plan::Layout& l, const RunConfigModel& r, doubl
     set("parallel.pp", l.pp);
     set("parallel.schedule", schedule::schedule_kind_name(l.schedule));
     if (l.schedule == schedule::ScheduleKind::kInterleaved) set("parallel.chunks", l.chunks);
+    if (l.partition == plan::Partition::kExplicit) set("parallel.partition", l.partition_text());
   }
   if (l.cp > 1) set("parallel.cp", l.cp);
   if (l.ep > 1) set("parallel.ep", l.ep);
@@ -163,8 +164,8 @@ EngineLaunch engine_launch(const plan::Layout& l, const RunConfigModel& r, doubl
   set("train.grad_accum", global_micro > 0 && whole % global_micro == 0 ? whole / global_micro : 0);
   // Layout fields the engine has no key for, at a value other than what the engine does.
   const std::vector<std::pair<bool, std::string>> unmapped = {
-      {l.partition != plan::Partition::kEven,
-       "partition=" + l.partition_text() + " (the engine splits evenly)"},
+      {l.partition == plan::Partition::kBalanced,
+       "partition=balanced (the engine takes even or explicit counts: partition=a/b/...)"},
       {l.allocation != plan::Allocation::kSlots, "alloc=live (the engine allocates slots)"},
       {l.moment_bytes != 4, "bf16 Adam moments (the engine keeps fp32 moments)"},
       {l.fp8_activations(), "act=fp8 (no FP8 activation cache)"},

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "plan/stage_partition.h"
 
 namespace trillion::plan {
 
@@ -177,20 +178,11 @@ Layout parse_layout(const std::string& text, LayoutFields* fields, const std::st
       } else {
         // Layers per stage, "3/4/4/2": stage_partition checks them against the model.
         l.partition = Partition::kExplicit;
-        size_t start = 0;
-        while (start <= value.size()) {
-          const size_t slash = std::min(value.find('/', start), value.size());
-          const std::string item = value.substr(start, slash - start);
-          char* end = nullptr;
-          const long n = std::strtol(item.c_str(), &end, 10);
-          if (item.empty() || end != item.c_str() + item.size() || n < 0 || n > 1000000)
-            throw Error(fmt::format(
-                "{} partition={}: use even, balanced, or the layers of each stage separated by "
-                "'/' (e.g. partition=3/4/4/2)",
-                what, value));
-          l.stage_layers.push_back(static_cast<int>(n));
-          start = slash + 1;
-        }
+        if (!parse_stage_layer_counts(value, &l.stage_layers))
+          throw Error(fmt::format(
+              "{} partition={}: use even, balanced, or the layers of each stage separated by "
+              "'/' (e.g. partition=3/4/4/2)",
+              what, value));
       }
       f.partition = true;
     } else if (key == "alloc") {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -125,6 +126,39 @@ std::vector<StageUnits> partition_from_counts(int64_t n_layers, const std::vecto
   if (S < 1 || sum != n_layers)
     throw Error(fmt::format("{} stages hold {} layers in all; the model has {}", S, sum, n_layers));
   return from_counts(std::vector<int64_t>(counts.begin(), counts.end()));
+}
+
+bool parse_stage_layer_counts(const std::string& text, std::vector<int>* out) {
+  std::vector<int> counts;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t slash = std::min(text.find('/', start), text.size());
+    const std::string item = text.substr(start, slash - start);
+    char* end = nullptr;
+    const long n = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end != item.c_str() + item.size() || n < 0 || n > 1000000) return false;
+    counts.push_back(static_cast<int>(n));
+    start = slash + 1;
+  }
+  *out = std::move(counts);
+  return true;
+}
+
+std::vector<StageUnits> engine_partition(int64_t n_layers, int n_stages,
+                                         const std::vector<int>& counts) {
+  if (counts.empty()) return partition_stages(n_layers, n_stages);
+  if (static_cast<int>(counts.size()) != n_stages)
+    throw Error(
+        fmt::format("parallel.partition gives {} stages; this pipeline has {} (pp x "
+                    "chunks{}): give one layer count per stage",
+                    counts.size(), n_stages, n_stages > 1 ? ", in stage order" : ""));
+  for (size_t s = 0; s < counts.size(); ++s)
+    if (counts[s] < 1)
+      throw Error(
+          fmt::format("parallel.partition: stage {} holds no layer; every stage of the "
+                      "engine needs one (the embedding and head ride on the end stages)",
+                      s));
+  return partition_from_counts(n_layers, counts);
 }
 
 std::vector<int> stage_layer_counts(const std::vector<StageUnits>& stages) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace trillion::plan {
@@ -40,6 +41,16 @@ std::vector<StageUnits> partition_stages(int64_t n_layers, int n_stages,
 // every stage holds a layer, except that the first and the last stage (of several) may hold the
 // embedding or the head alone.
 std::vector<StageUnits> partition_from_counts(int64_t n_layers, const std::vector<int>& counts);
+
+// "3/4/4/2" as layer counts per stage; false (out untouched) unless it is whole numbers
+// separated by '/'. The callers name the setting in their own messages.
+bool parse_stage_layer_counts(const std::string& text, std::vector<int>* out);
+
+// The engine's split of n_layers over n_stages: the even split when `counts` is empty, else
+// those counts (parallel.partition), which must be n_stages of them, each stage holding a layer
+// (the engine has no embedding-only or head-only stage). Throws Error saying which.
+std::vector<StageUnits> engine_partition(int64_t n_layers, int n_stages,
+                                         const std::vector<int>& counts);
 
 // Layers per stage of a partition, in stage order.
 std::vector<int> stage_layer_counts(const std::vector<StageUnits>& stages);

@@ -81,6 +81,8 @@ plan::Layout layout_of(const RunConfig& c) {
              : l.schedule == schedule::ScheduleKind::kDualPipe    ? 2
              : l.schedule == schedule::ScheduleKind::kInterleaved ? static_cast<int>(pc.chunks)
                                                                   : 1;
+  l.stage_layers = pc.stage_layers();
+  if (!l.stage_layers.empty()) l.partition = plan::Partition::kExplicit;
   return l;
 }
 

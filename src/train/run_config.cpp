@@ -15,6 +15,7 @@
 #include "core/toml_depth.h"
 #include "data/file_io.h"
 #include "optim/streaming_schedule.h"
+#include "plan/stage_partition.h"
 #include "precision/recipe.h"
 #include "train/run_config_checks.h"
 #include "train/run_config_sections.h"
@@ -263,6 +264,17 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   return parse_run_config(text, path, overrides);
 }
 
+std::vector<int> ParallelConfig::stage_layers() const {
+  if (partition == "even") return {};
+  std::vector<int> counts;
+  if (!plan::parse_stage_layer_counts(partition, &counts))
+    throw Error(
+        fmt::format("parallel.partition = \"{}\": use \"even\" or the layers of each "
+                    "pipeline stage in stage order, separated by '/' (e.g. \"1/3\")",
+                    partition));
+  return counts;
+}
+
 std::string to_toml(const RunConfig& c) {
   const toml::table model = model_table(c.model);
   const TrainConfig& t = c.train;
@@ -321,6 +333,7 @@ std::string to_toml(const RunConfig& c) {
                        {"overlap", p.overlap},
                        {"schedule", p.schedule},
                        {"chunks", p.chunks},
+                       {"partition", p.partition},
                        {"split_backward", p.split_backward},
                        {"sp", p.sp},
                        {"expert_tp", p.expert_tp},

@@ -93,6 +93,10 @@ struct ParallelConfig {
   bool overlap = true;      // false: wait for each bucket at once (to measure what overlap hides)
   std::string schedule = "1f1b";  // gpipe | 1f1b | interleaved | zb-h1 | zb-h2 | dualpipe
   int64_t chunks = 1;             // model chunks per rank (interleaved: >= 2)
+  // Layers per pipeline stage: "even" (the first L mod S stages one more) or the counts in stage
+  // order, "1/3" (as `plan --layout partition=`; plan/stage_partition.h engine_partition).
+  std::string partition = "even";
+  std::vector<int> stage_layers() const;  // {} for even; throws Error naming the key
   bool split_backward = false;    // run every backward as separate B (dgrad) and W (wgrad) passes
   // Sequence parallelism with tp > 1 (Korthikanti et al. 2205.05198): norms and residual adds on
   // the rank's N/tp token rows, all-gather / reduce-scatter instead of all-reduces.

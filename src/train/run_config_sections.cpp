@@ -481,6 +481,7 @@ void read_parallel_section(const toml::table& root, const std::string& source, P
   p.read("overlap", pc.overlap);
   p.read("schedule", pc.schedule);
   p.read("chunks", pc.chunks);
+  p.read("partition", pc.partition);
   p.read("split_backward", pc.split_backward);
   p.read("sp", pc.sp);
   p.read("expert_tp", pc.expert_tp);
@@ -496,6 +497,7 @@ void read_parallel_section(const toml::table& root, const std::string& source, P
   at_least(source, "parallel.chunks", pc.chunks, 1);
   naming_source(source, "", [&] { parse_cp_split(pc.cp_split, "parallel.cp_split"); });
   naming_source(source, "", [&] { plan::parse_cp_mla(pc.cp_mla, "parallel.cp_mla"); });
+  naming_source(source, "", [&] { pc.stage_layers(); });
   naming_source(source, "parallel.schedule: ", [&] { schedule::parse_schedule_kind(pc.schedule); });
   if (pc.zero < 0 || pc.zero > 3) {
     throw Error(

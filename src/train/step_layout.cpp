@@ -185,6 +185,12 @@ schedule::Schedule schedule_of(const RunConfig& c) {
                     p, s.num_chunks / (kind == schedule::ScheduleKind::kDualPipe ? 2 : 1), stages,
                     c.model.n_layers));
   }
+  try {
+    plan::engine_partition(c.model.n_layers, stages, c.parallel.stage_layers());
+  } catch (const Error& e) {
+    throw Error(fmt::format("parallel.partition = \"{}\" for model.n_layers = {}: {}",
+                            c.parallel.partition, c.model.n_layers, e.what()));
+  }
   return s;
 }
 
@@ -225,8 +231,9 @@ bool RankStages::holds(int unit) const {
   return false;
 }
 
-RankStages rank_stages(const schedule::Schedule& s, int64_t n_layers, int rank) {
-  RankStages r{plan::partition_stages(n_layers, s.num_stages(0)),
+RankStages rank_stages(const schedule::Schedule& s, int64_t n_layers,
+                       const std::vector<int>& stage_layers, int rank) {
+  RankStages r{plan::engine_partition(n_layers, s.num_stages(0), stage_layers),
                std::vector<int>(s.num_chunks, -1)};
   for (const auto& path : s.paths) {
     for (int st = 0; st < static_cast<int>(path.size()); ++st) {

@@ -51,7 +51,9 @@ struct RankStages {
   const plan::StageUnits& of_chunk(int chunk) const { return partition[stage_of_chunk[chunk]]; }
   bool holds(int unit) const;  // whether one of this rank's stages holds `unit`
 };
-RankStages rank_stages(const schedule::Schedule& s, int64_t n_layers, int rank);
+// stage_layers: parallel.partition's counts ({} for the even split).
+RankStages rank_stages(const schedule::Schedule& s, int64_t n_layers,
+                       const std::vector<int>& stage_layers, int rank);
 
 // ZeRO stage, bucket size in elements, overlap and micro-batches per step; the rest is the
 // runner's to fill.

@@ -94,7 +94,8 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   // Each part needs the ones before it: the layer modules' attachments in ctx_, then the
   // parameters of the stages this pipeline rank holds, their models, their gradient reduction,
   // the executors that run the schedule over them, and the optimizer of what this rank owns.
-  const RankStages stages = rank_stages(schedule_, config_.model.n_layers, pp_.rank());
+  const RankStages stages =
+      rank_stages(schedule_, config_.model.n_layers, config_.parallel.stage_layers(), pp_.rank());
   attach_ring_attention();
   attach_experts();
   attach_precision();

@@ -78,9 +78,10 @@ double evaluate(StepRunner& runner, const DataShard& shard, int64_t batches, boo
 }
 
 // "pipeline: 1f1b, 2 rank(s) x 1 chunk(s); stage 0 (rank 0 chunk 0): embedding + layers 0-3; ..."
-// Uneven splits show here: the first L mod S stages hold one layer more.
-std::string describe_stages(const schedule::Schedule& s, const ModelConfig& mc) {
-  const auto partition = plan::partition_stages(mc.n_layers, s.num_stages(0));
+// Uneven splits show here: the first L mod S stages hold one layer more, or parallel.partition's.
+std::string describe_stages(const schedule::Schedule& s, const ModelConfig& mc,
+                            const std::vector<int>& stage_layers) {
+  const auto partition = plan::engine_partition(mc.n_layers, s.num_stages(0), stage_layers);
   std::string text = fmt::format("pipeline: {}, {} rank(s) x {} chunk(s)",
                                  schedule::schedule_kind_name(s.kind), s.num_ranks, s.num_chunks);
   for (size_t st = 0; st < partition.size(); ++st) {
@@ -217,7 +218,8 @@ void TrainingJob::report_start() {
       "memory plan per process: at least {}; {} available on this machine for "
       "{} process(es)",
       memory_plan.describe(), plan::format_bytes(available_memory_bytes()), local_process_count()));
-  if (runner.schedule().num_stages(0) > 1) dir.event(describe_stages(runner.schedule(), mc));
+  if (runner.schedule().num_stages(0) > 1)
+    dir.event(describe_stages(runner.schedule(), mc, config.parallel.stage_layers()));
   if (pc.allreduce != "mpi" || config.emulate.sites > 1) {
     dir.event(describe_mesh_options(mesh_options(config, world.size())));
   }

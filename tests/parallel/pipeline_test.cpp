@@ -7,8 +7,9 @@
 // or gradient per remote stage boundary and micro-batch, plus the loss and norm all-reduces)
 // exactly, on rank 0 from metrics.jsonl and on every rank from summary.json. An uneven split (8
 // layers on 3 stages) with a binding clip matches too (the norm is over all stages). And: the run
-// writes trace.json that `trillion schedule --from-trace` draws; layouts
-// that cannot run are refused by name; a rank killed mid-pipeline ends the job in one line.
+// writes trace.json that `trillion schedule --from-trace` draws; an explicit split
+// (parallel.partition) trains the same run with plan/'s memory; layouts that cannot run are
+// refused by name; a rank killed mid-pipeline ends the job in one line.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -380,6 +381,49 @@ TEST(PipelineLayout, UnevenSplitAndClippingOverAllStagesMatchOneProcess) {
       << events;
 }
 
+// parallel.partition: the stages hold the layer counts given (the planner's explicit splits,
+// `plan --layout partition=2/6`), train the one-process run, and every rank's activation bytes
+// are plan/'s for that split (summary.json's predicted == measured peak; the memory check).
+TEST(PipelineLayout, ExplicitPartitionMatchesOneProcessAndThePlannedMemory) {
+  const std::string ref = shared_run(kEnv + flags());
+  const struct {
+    std::string set, split;
+  } cases[] = {
+      {"--set parallel.pp=2 --set parallel.partition=2/6",
+       "stage 0 (rank 0 chunk 0): embedding + layers 0-1; stage 1 (rank 1 chunk 0): layers 2-7 + "
+       "head"},
+      {"--set parallel.pp=2 --set parallel.schedule=interleaved --set parallel.chunks=2 --set "
+       "parallel.partition=1/3/3/1",
+       "stage 0 (rank 0 chunk 0): embedding + layers 0-0; stage 1 (rank 1 chunk 0): layers 1-3; "
+       "stage 2 (rank 0 chunk 1): layers 4-6; stage 3 (rank 1 chunk 1): layers 7-7 + head"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.set);
+    const std::string run = fresh_dir("pipeline_explicit_partition");
+    const auto r =
+        run_trillion(kEnv + "launch -n 2 -- " + flags() + " --run-dir " + run + " " + c.set);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto cmp = run_trillion("compare " + ref + " " + run + " --tol 1e-5");
+    EXPECT_EQ(cmp.exit_code, 0) << cmp.output;
+    std::ifstream log(run + "/events.log");
+    const std::string events((std::istreambuf_iterator<char>(log)),
+                             std::istreambuf_iterator<char>());
+    EXPECT_NE(events.find(c.split), std::string::npos) << events;
+    const auto summary = read_json(run + "/summary.json");
+    ASSERT_EQ(summary["memory_per_rank"].size(), 2u);
+    std::vector<double> params;
+    for (const auto& rank : summary["memory_per_rank"]) {
+      EXPECT_EQ(rank["predicted"]["activations"].get<double>(),
+                rank["peak"]["activations"].get<double>());
+      params.push_back(rank["peak"]["parameters"].get<double>());
+    }
+    // 2 + embedding against 6 + head layers (the even split would hold 4 + 4).
+    if (c.set.find("2/6") != std::string::npos) {
+      EXPECT_LT(params[0], params[1]);
+    }
+  }
+}
+
 TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
   const std::string dir = fresh_dir("pipeline_refused");
   const std::pair<std::string, std::string> cases[] = {
@@ -391,6 +435,13 @@ TEST(PipelineLayout, ImpossibleLayoutsAreRefusedByName) {
        "interleaved needs micro-batches (3) to be a multiple of stages (2)"},
       {"--set parallel.pp=2 --set parallel.schedule=dualpipe --set train.grad_accum=2",
        "dualpipe needs an even number of stages and an even number of micro-batches >= 2 x"},
+      {"--set parallel.pp=2 --set model.n_layers=4 --set train.grad_accum=2 --set "
+       "parallel.partition=1/1/2",
+       "parallel.partition gives 3 stages; this pipeline has 2"},
+      {"--set parallel.pp=2 --set model.n_layers=4 --set train.grad_accum=2 --set "
+       "parallel.partition=1/2",
+       "2 stages hold 3 layers in all; the model has 4"},
+      {"--set parallel.pp=2 --set parallel.partition=1+1", "parallel.partition = \"1+1\": use"},
   };
   for (const auto& [set, expect] : cases) {
     const auto r = run_trillion(kEnv + "launch -n 2 -- train " + config_path("tiny.toml") +
