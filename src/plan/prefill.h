@@ -11,8 +11,8 @@
 // micro-batches to overlap), so pp splits the weights and the KV cache, never the time: S's
 // stages run in turn, plus a send of the [S/cp, h] activation between stages.
 //
-// Memory per GPU: the stage's weights in the layout's precision (2 bytes, FP8/FP4 1 byte) with TP
-// splitting what it divides; the KV cache of this rank's S/cp tokens for its stage's layers
+// Memory per GPU: the stage's weights in the layout's precision (2 bytes, FP8/FP4 1 byte; with
+// low_precision_ffn_only the FFN's alone, the rest in 2) with TP splitting what it divides; the KV cache of this rank's S/cp tokens for its stage's layers
 // (K and V of the kv heads, or MLA's latents, in 16 bits); workspace = one layer's forward
 // activations of S/cp tokens (every stored-activation term of plan/memory.h's block, none kept
 // beyond the layer) + the ring's K/V buffers + the GPU's fixed overhead.
