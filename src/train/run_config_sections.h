@@ -3,7 +3,8 @@
 // checking each value on its own. Invariants: a reader touches only its section's keys (and,
 // for [checkpoint], their old names in [train]); an unknown section or key is an Error naming it;
 // a rule that relates keys of two sections is not here but in run_config_checks.h's one list.
-// Brings toml++ (heavy to compile): included only by run_config.cpp and run_config_sections.cpp.
+// Brings toml++ (heavy to compile): included only by run_config.cpp and run_config_sections.cpp
+// (the [model] reader is run_config_model_section.cpp, through train/section_reader.h).
 #pragma once
 
 #include <toml++/toml.h>
