@@ -63,6 +63,34 @@ void BM_Attention(benchmark::State& state) {
 }
 BENCHMARK(BM_Attention)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The tiled (FlashAttention-2) kernels at bench-d512's shape; arg 0 forward, 1 backward. FLOPs in
+// the causal count of the tiles computed (the backend's attention_tile_flops), not the square.
+void BM_FlashAttention(benchmark::State& state) {
+  Fixture f;
+  AttentionShape s{8, 256, 8, 8, 64};
+  const int64_t N = s.B * s.T;
+  const bool backward = state.range(0) != 0;
+  Buffer qkv = f.take(N * s.qkv_width()), out = f.take(N * s.out_width());
+  Buffer lse = f.take(s.B * s.NH * s.T), dqkv = f.take(N * s.qkv_width());
+  const Tensor tq = qkv.view(0, {N, s.qkv_width()}), to = out.view(0, {N, s.out_width()});
+  const Tensor tl = lse.view(0, {s.B, s.NH, s.T});
+  f.be->flash_attention_forward(to, tl, tq, s, {});
+  // One forward's FLOPs over the tiles it computed (the forward counts them); the backward runs
+  // the same tiles with twice the products.
+  const double forward_flops = f.be->attention_tile_flops().computed_flops;
+  for (auto _ : state) {
+    if (backward) {
+      f.be->flash_attention_backward(dqkv.view(0, {N, s.qkv_width()}), to, to, tq, tl, s, {});
+    } else {
+      f.be->flash_attention_forward(to, tl, tq, s, {});
+    }
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter((backward ? 2.0 : 1.0) * forward_flops,
+                                                 benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+}
+BENCHMARK(BM_FlashAttention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_RmsNorm(benchmark::State& state) {
   Fixture f;
   const int64_t N = 2048, C = 512;

@@ -20,6 +20,7 @@
 #include <limits>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/tile_gemm.h"
 #include "backend/cpu/vec_exp.h"
 
 namespace trillion::cpu {
@@ -52,6 +53,76 @@ VisibleRange visible_range(const AttentionShape& s, int64_t b, int64_t qpos, int
   const int64_t lo = std::clamp<int64_t>(s.documents.first_key(b, qpos) - kpos0, 0, hi);
   return {lo, hi};
 }
+
+// Whether the tiles' products go through tile_gemm (fp32 on AVX-512) rather than BLAS.
+bool use_tile_gemm(DType dtype) {
+  return kTileGemm && dtype == DType::f32;
+}
+
+// dst[((b * heads + g) * width + d) * len + t] = src[(b * T + row0 + t) * ld + g * width + d]:
+// each (sequence, head)'s [len, width] columns as a row-major [width, len] matrix, so that the
+// tiles' products with K^T and V^T are plain row-major products.
+template <typename T>
+void transpose_heads(const T* src, int64_t ld, int64_t B, int64_t T_, int64_t row0, int64_t len,
+                     int64_t heads, int64_t width, T* dst, int nthreads) {
+#pragma omp parallel for collapse(2) num_threads(nthreads)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t g = 0; g < heads; ++g) {
+      const T* in = src + (b * T_ + row0) * ld + g * width;
+      T* out = dst + (b * heads + g) * width * len;
+      int64_t t0 = 0;
+#if defined(__AVX512F__)
+      if constexpr (std::is_same_v<T, float>) {
+        // 16 rows' element d in one gather (the masked form: GCC 12 warns that the plain one's
+        // pass-through register is uninitialised).
+        const __m512i rows16 = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(static_cast<int>(ld)));
+        for (; t0 + 16 <= len; t0 += 16) {
+          for (int64_t d = 0; d < width; ++d) {
+            _mm512_storeu_ps(out + d * len + t0,
+                             _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, rows16,
+                                                      in + t0 * ld + d, sizeof(float)));
+          }
+        }
+      }
+#endif
+      for (; t0 < len; t0 += 16) {
+        const int64_t t1 = std::min(len, t0 + 16);
+        for (int64_t d = 0; d < width; ++d) {
+          for (int64_t t = t0; t < t1; ++t) out[d * len + t] = in[t * ld + d];
+        }
+      }
+    }
+  }
+}
+
+// max(init, x[0], ..., x[n-1]). A plain max loop is one dependent chain of scalar maxes, which
+// GCC does not vectorise (NaN semantics; the forward's hottest line when it was one); 16
+// independent running maxima vectorise and give the same maximum.
+template <typename T>
+T row_max(const T* x, int64_t n, T init) {
+  T lanes[16];
+  for (T& v : lanes) v = init;
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    for (int j = 0; j < 16; ++j) lanes[j] = std::max(lanes[j], x[c + j]);
+  }
+  T mx = init;
+  for (const T v : lanes) mx = std::max(mx, v);
+  for (; c < n; ++c) mx = std::max(mx, x[c]);
+  return mx;
+}
+
+// C = alpha op(A) B (+ C when accumulate) for row-major B: tile_gemm where `fast`, else BLAS.
+template <typename T>
+void tile_product(bool fast, bool ta, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+                  int64_t lda, const T* B, int64_t ldb, bool accumulate, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (fast) return tile_gemm(ta, M, N, K, alpha, A, lda, B, ldb, C, ldc, accumulate);
+  }
+  blas_gemm<T>(ta, false, M, N, K, alpha, A, lda, B, ldb, accumulate ? T(1) : T(0), C, ldc);
+}
 }  // namespace
 
 void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Tensor& q,
@@ -75,7 +146,11 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
   const int64_t Br = bl.q, Bc = bl.kv, nq = (qs.len + Br - 1) / Br;
   const int nthreads = threads();
   const int64_t per_thread = Br * Bc + Br * VD + 2 * Br;
-  Tensor work = scratch(q.dtype(), nthreads * per_thread);
+  const bool fast = use_tile_gemm(q.dtype());
+  // K^T of every kv head. Sized by the buffer's T rows, not the span's, so the scratch of a ring
+  // attention block is that of a one-process run of the same local length (tests assert it).
+  const int64_t kt_size = fast ? s.B * s.KV * s.HD * s.T : 0;
+  Tensor work = scratch(q.dtype(), nthreads * per_thread + kt_size);
   dispatch(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pq = q.data<T>();
@@ -83,6 +158,8 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
     T* po = out.data<T>();
     T* pl = lse.data<T>();
     T* pw = work.data<T>();
+    T* pkt = pw + nthreads * per_thread;
+    if (fast) transpose_heads(pk, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, s.HD, pkt, nthreads);
     const int64_t group = s.NH / s.KV;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
     const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -101,6 +178,7 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
           const T* qp = pq + (b * s.T + qs.row + q0) * mq.ld + h * s.HD;
           const T* kbase = pk + (b * s.T + ks.row) * mk.ld + (h / group) * s.HD;
           const T* vbase = pk + (b * s.T + ks.row) * mk.ld + s.KV * s.HD + (h / group) * VD;
+          const T* ktbase = pkt + (b * s.KV + h / group) * s.HD * ks.len;  // [HD, ks.len]
           for (int64_t r = 0; r < rows; ++r) m[r] = neg_inf, l[r] = 0;
           for (int64_t i = 0; i < rows * VD; ++i) acc[i] = 0;
           // Key tiles holding a key at or before the tile's last query position.
@@ -113,16 +191,20 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
               continue;
             }
             computed += rows * cols;
-            blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld, mk.ld,
-                         T(0), S, Bc);
+            if (fast) {
+              tile_product<T>(true, false, rows, cols, s.HD, scale, qp, mq.ld, ktbase + k0, ks.len,
+                              false, S, Bc);
+            } else {
+              blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld,
+                           mk.ld, T(0), S, Bc);
+            }
             for (int64_t r = 0; r < rows; ++r) {
               T* sr = S + r * Bc;
               const auto [lo, hi] = visible_range(s, b, qpos0 + r, kpos0, cols);
               for (int64_t c = 0; c < lo; ++c) sr[c] = 0;
               for (int64_t c = hi; c < cols; ++c) sr[c] = 0;
               if (lo >= hi) continue;  // this row sees no key of the tile (all zeroed)
-              T mx = m[r];
-              for (int64_t c = lo; c < hi; ++c) mx = std::max(mx, sr[c]);
+              const T mx = row_max(sr + lo, hi - lo, m[r]);
               const T correction = exp_any<T>(m[r] - mx);
               T sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -132,8 +214,8 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
               T* ar = acc + r * VD;
               for (int64_t d = 0; d < VD; ++d) ar[d] *= correction;
             }
-            blas_gemm<T>(false, false, rows, VD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld, T(1),
-                         acc, VD);
+            tile_product<T>(fast, false, rows, VD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld,
+                            true, acc, VD);
           }
           for (int64_t r = 0; r < rows; ++r) {
             if (l[r] == T(0)) continue;  // no visible key in the block: (out, lse) unchanged
@@ -184,8 +266,13 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
                                                      dtype_size(q.dtype()), requested);
   const int64_t Br = bl.q, Bc = bl.kv;
   const int nthreads = threads();
-  const int64_t per_thread = 2 * Br * Bc + qs.len;
-  Tensor work = scratch(q.dtype(), nthreads * per_thread);
+  const int64_t per_thread = 2 * Br * Bc + s.T;  // D is qs.len <= T long; T: as kt_size
+  const bool fast = use_tile_gemm(q.dtype());
+  // K^T and V^T of every kv head, for the products with K^T (scores) and V^T (dP); sized by T
+  // as in the forward.
+  const int64_t kt_size = fast ? s.B * s.KV * s.HD * s.T : 0;
+  const int64_t vt_size = fast ? s.B * s.KV * VD * s.T : 0;
+  Tensor work = scratch(q.dtype(), nthreads * per_thread + kt_size + vt_size);
   dispatch(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pq = q.data<T>();
@@ -196,6 +283,12 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
     T* pdq = dq.data<T>();
     T* pdk = dkv.data<T>();
     T* pw = work.data<T>();
+    T* pkt = pw + nthreads * per_thread;
+    T* pvt = pkt + kt_size;
+    if (fast) {
+      transpose_heads(pk, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, s.HD, pkt, nthreads);
+      transpose_heads(pk + s.KV * s.HD, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, VD, pvt, nthreads);
+    }
     const int64_t group = s.NH / s.KV;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
 #pragma omp parallel for collapse(2) schedule(dynamic) num_threads(nthreads)
@@ -208,6 +301,8 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
         const T* v = pk + (b * s.T + ks.row) * mk.ld + s.KV * s.HD + g * VD;
         T* dk = pdk + (b * s.T + ks.row) * mdk.ld + g * s.HD;
         T* dv = pdk + (b * s.T + ks.row) * mdk.ld + s.KV * s.HD + g * VD;
+        const T* kt = pkt + (b * s.KV + g) * s.HD * ks.len;  // [HD, ks.len]
+        const T* vt = pvt + (b * s.KV + g) * VD * ks.len;    // [VD, ks.len]
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const int64_t qrow0 = b * s.T + qs.row;
           const T* qh = pq + qrow0 * mq.ld + h * s.HD;
@@ -228,8 +323,13 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
               const int64_t cols = std::min(Bc, ks.len - k0);
               const int64_t kpos0 = ks.position + k0;
               if (kpos0 + cols - 1 < first_key) continue;  // wholly before the documents
-              blas_gemm<T>(false, true, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
-                           k + k0 * mk.ld, mk.ld, T(0), P, Bc);
+              if (fast) {
+                tile_product<T>(true, false, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
+                                kt + k0, ks.len, false, P, Bc);
+              } else {
+                blas_gemm<T>(false, true, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
+                             k + k0 * mk.ld, mk.ld, T(0), P, Bc);
+              }
               for (int64_t r = 0; r < rows; ++r) {
                 const auto [lo, hi] = visible_range(s, b, qpos0 + r, kpos0, cols);
                 T* pr = P + r * Bc;
@@ -240,20 +340,25 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
                 for (int64_t c = hi; c < cols; ++c) pr[c] = 0;
               }
               // dV_j += P^T dO_i ; dP = dO_i V_j^T
-              blas_gemm<T>(true, false, cols, VD, rows, T(1), P, Bc, d_o + q0 * mg.ld, mg.ld, T(1),
-                           dv + k0 * mdk.ld, mdk.ld);
-              blas_gemm<T>(false, true, rows, cols, VD, T(1), d_o + q0 * mg.ld, mg.ld,
-                           v + k0 * mk.ld, mk.ld, T(0), dP, Bc);
+              tile_product<T>(fast, true, cols, VD, rows, T(1), P, Bc, d_o + q0 * mg.ld, mg.ld,
+                              true, dv + k0 * mdk.ld, mdk.ld);
+              if (fast) {
+                tile_product<T>(true, false, rows, cols, VD, T(1), d_o + q0 * mg.ld, mg.ld, vt + k0,
+                                ks.len, false, dP, Bc);
+              } else {
+                blas_gemm<T>(false, true, rows, cols, VD, T(1), d_o + q0 * mg.ld, mg.ld,
+                             v + k0 * mk.ld, mk.ld, T(0), dP, Bc);
+              }
               for (int64_t r = 0; r < rows; ++r) {
                 for (int64_t c = 0; c < cols; ++c) {
                   dP[r * Bc + c] = P[r * Bc + c] * (dP[r * Bc + c] - D[q0 + r]);
                 }
               }
               // dQ_i += scale dS K_j ; dK_j += scale dS^T Q_i
-              blas_gemm<T>(false, false, rows, s.HD, cols, scale, dP, Bc, k + k0 * mk.ld, mk.ld,
-                           T(1), dqh + q0 * mdq.ld, mdq.ld);
-              blas_gemm<T>(true, false, cols, s.HD, rows, scale, dP, Bc, qh + q0 * mq.ld, mq.ld,
-                           T(1), dk + k0 * mdk.ld, mdk.ld);
+              tile_product<T>(fast, false, rows, s.HD, cols, scale, dP, Bc, k + k0 * mk.ld, mk.ld,
+                              true, dqh + q0 * mdq.ld, mdq.ld);
+              tile_product<T>(fast, true, cols, s.HD, rows, scale, dP, Bc, qh + q0 * mq.ld, mq.ld,
+                              true, dk + k0 * mdk.ld, mdk.ld);
             }
           }
         }
