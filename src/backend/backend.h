@@ -154,6 +154,10 @@ class Backend {
   virtual const char* name() const = 0;
   virtual int threads() const = 0;
   virtual AttentionTileFlops attention_tile_flops() const { return {}; }
+  // Work a caller did outside the backend's ops (the bf16 recipe's oneDNN GEMMs and operand
+  // roundings, model/linear_gemm.cpp), reported so a profiler can show it under `group`; the
+  // strings are literals. Backends that do not profile ignore it.
+  virtual void record_external(const char* group, double seconds, double flops, double bytes) {}
 
 #define TRILLION_BACKEND_DECLARE_PURE(ret, name, group, params, args) virtual ret name params = 0;
   TRILLION_BACKEND_OPS(TRILLION_BACKEND_DECLARE_PURE)

@@ -28,6 +28,15 @@ auto ProfilingBackend::timed(const char* op, double flops, double bytes, F&& f) 
   }
 }
 
+void ProfilingBackend::record_external(const char* group, double seconds, double flops,
+                                       double bytes) {
+  OpProfile& p = ops_[group];
+  p.seconds += seconds;
+  ++p.calls;
+  p.flops += flops;
+  p.bytes += bytes;
+}
+
 namespace {
 
 // 2 * (every element of C, batch included) * K.

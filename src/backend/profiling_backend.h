@@ -28,6 +28,7 @@ class ProfilingBackend final : public Backend {
   const char* name() const override { return in_.name(); }
   int threads() const override { return in_.threads(); }
   AttentionTileFlops attention_tile_flops() const override { return in_.attention_tile_flops(); }
+  void record_external(const char* group, double seconds, double flops, double bytes) override;
   TRILLION_BACKEND_OVERRIDES
 
  private:

@@ -65,12 +65,15 @@ int bench_gemm(int64_t size, int reps, bool json) {
 }
 
 // Per op group of the profiled steps: time, share of the step, and how near the machine's limit
-// it runs: GEMMs and attention against the fp32 GEMM peak (they run fp32 BLAS or fp32 tiles; a
-// low-precision recipe's linear GEMMs also go through the `gemm` op after rounding), the
-// memory-bound ops against the memory bandwidth measured here. Time outside any backend op (the
-// recipe's rounding and quantisation, communication, bookkeeping) is "other".
+// it runs: GEMMs and attention against the fp32 GEMM peak (they run fp32 BLAS or fp32 tiles; an
+// emulated recipe's linear GEMMs also go through the `gemm` op after rounding), the bf16
+// recipe's oneDNN GEMMs ("linear bf16 (oneDNN)", reported by model/linear_gemm.cpp) against
+// the bf16 GEMM peak measured in the same run, the memory-bound ops (the recipe's "bf16
+// rounding" of GEMM operands included) against the memory bandwidth measured here. Time outside
+// all of these (fp8/fp4 quantisation, communication, bookkeeping) is "other".
+constexpr const char* kOnednnLinear = "linear bf16 (oneDNN)";
 nlohmann::json profile_json(const ProfilingBackend& profiler, int steps, double seconds,
-                            double fp32_peak_gflops, bool quiet) {
+                            double fp32_peak_gflops, double bf16_peak_gflops, bool quiet) {
   const double bandwidth = measure_memory_bandwidth();
   nlohmann::json ops;
   double inside = 0;
@@ -79,8 +82,16 @@ nlohmann::json profile_json(const ProfilingBackend& profiler, int steps, double 
     nlohmann::json o{{"seconds_per_step", p.seconds / steps},
                      {"fraction", p.seconds / seconds},
                      {"calls_per_step", p.calls / steps}};
+    if (p.flops > 0) o["flops_per_step"] = p.flops / steps;
+    if (p.bytes > 0) o["bytes_per_step"] = p.bytes / steps;
     std::string limit;
-    if (p.flops > 0) {
+    if (p.flops > 0 && op == kOnednnLinear && bf16_peak_gflops > 0) {
+      const double gflops = p.flops / p.seconds / 1e9;
+      o["gflops"] = gflops;
+      o["fraction_of_bf16_gemm_peak"] = gflops / bf16_peak_gflops;
+      limit = fmt::format("  {:7.1f} GFLOP/s  {:5.1f}% of the bf16 GEMM peak", gflops,
+                          100 * gflops / bf16_peak_gflops);
+    } else if (p.flops > 0) {
       const double gflops = p.flops / p.seconds / 1e9;
       o["gflops"] = gflops;
       o["fraction_of_fp32_gemm_peak"] = gflops / fp32_peak_gflops;
@@ -102,10 +113,14 @@ nlohmann::json profile_json(const ProfilingBackend& profiler, int steps, double 
   const double other = std::max(0.0, seconds - inside);
   ops["other"] = {{"seconds_per_step", other / steps}, {"fraction", other / seconds}};
   if (!quiet) {
-    std::printf("  %-20s %7.3f s/step %5.1f%%  (rounding, quantisation, communication, "
-                "bookkeeping)\n  peaks: fp32 GEMM %.1f GFLOP/s, memory bandwidth %.1f GB/s "
-                "(y += x, measured now)\n",
-                "other", other / steps, 100 * other / seconds, fp32_peak_gflops, bandwidth);
+    const std::string bf16_peak =
+        bf16_peak_gflops > 0 ? fmt::format(", bf16 GEMM {:.1f} GFLOP/s", bf16_peak_gflops) : "";
+    std::printf(
+        "  %-20s %7.3f s/step %5.1f%%  (quantisation, communication, bookkeeping)\n"
+        "  peaks: fp32 GEMM %.1f GFLOP/s%s, memory bandwidth %.1f GB/s (y += x, "
+        "measured now)\n",
+        "other", other / steps, 100 * other / seconds, fp32_peak_gflops, bf16_peak.c_str(),
+        bandwidth);
   }
   ops["memory_bandwidth_gbs"] = bandwidth;  // the reference of fraction_of_memory_bandwidth
   return ops;
@@ -251,7 +266,8 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   }
   if (!lead) return 0;
   if (profile) {
-    j["profile"] = profile_json(profiler, steps, seconds, peak.fp32_gflops(), json);
+    j["profile"] =
+        profile_json(profiler, steps, seconds, peak.fp32_gflops(), peak.onednn_bf16_gflops(), json);
   }
   // The recipe of the linear layers and its GEMM error on the w_gate_up forward shape.
   j["precision_recipe"] = cfg.precision.recipe;

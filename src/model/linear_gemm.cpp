@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/onednn_bf16.h"
+#include "core/timer.h"
 #include "model/parallel_context.h"
 #include "precision/scaled_gemm.h"
 
@@ -106,14 +107,17 @@ std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {
   return out;
 }
 
-void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
-                                       const Tensor& B, double alpha, double beta) const {
+void LinearPrecision::bf16_gemm_onednn(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb,
+                                       const Tensor& A, const Tensor& B, double alpha,
+                                       double beta) const {
   const int64_t M = C.size(0), N = C.size(1), K = ta ? A.size(0) : A.size(1);
   TRILLION_CHECK((tb ? B.size(1) : B.size(0)) == K && (ta ? A.size(1) : A.size(0)) == M &&
                      (tb ? B.size(0) : B.size(1)) == N,
                  fmt::format("linear_gemm shapes: C {} = op(A {}) op(B {}), trans {} {}",
                              C.shape_string(), A.shape_string(), B.shape_string(), ta, tb));
+  Timer rounding;
   const bf16* a = bf16_copy(A, operand_a);
+  double rounded = static_cast<double>(A.numel());
   const bf16* b = nullptr;
   int64_t ldb = B.size(1);
   const bf16* in_copy = pass == GemmPass::wgrad ? nullptr : weight_in_copy(B);
@@ -121,15 +125,22 @@ void LinearPrecision::bf16_gemm_onednn(GemmPass pass, Tensor C, bool ta, bool tb
     b = in_copy, ldb = B.stride(0);
   } else {
     b = bf16_copy(B, operand_b);
+    rounded += static_cast<double>(B.numel());
   }
+  // Each rounded element: 4 bytes read, 2 written.
+  be.record_external("bf16 rounding", rounding.seconds(), 0, 6 * rounded);
+  Timer product;
   onednn_bf16_gemm(ta, tb, M, N, K, a, A.size(1), b, ldb, static_cast<float>(alpha),
                    static_cast<float>(beta), C.data<float>(), C.stride(0));
+  be.record_external("linear bf16 (oneDNN)", product.seconds(),
+                     2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K),
+                     0);
 }
 
 void LinearPrecision::bf16_gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb,
                                 const Tensor& A, const Tensor& B, double alpha, double beta) const {
   if (onednn_bf16_available()) {
-    bf16_gemm_onednn(pass, C, ta, tb, A, B, alpha, beta);
+    bf16_gemm_onednn(be, pass, C, ta, tb, A, B, alpha, beta);
     return;
   }
   std::vector<float> a = rounded_to_bf16(A);

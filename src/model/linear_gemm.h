@@ -87,9 +87,10 @@ class LinearPrecision {
   // W's first element in the bf16 copy when W lies in the master buffer, else null.
   const bf16* weight_in_copy(const Tensor& W) const;
   // The bf16 recipe through oneDNN (backend/cpu/onednn_bf16.h): same operands, native bf16 dot
-  // products with fp32 accumulation.
-  void bf16_gemm_onednn(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
-                        const Tensor& B, double alpha, double beta) const;
+  // products with fp32 accumulation. Reports its operand roundings and the GEMM to
+  // be.record_external (what `bench step --profile` shows of them).
+  void bf16_gemm_onednn(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb,
+                        const Tensor& A, const Tensor& B, double alpha, double beta) const;
   // The bf16 recipe's GEMM (oneDNN where available, else the emulation).
   void bf16_gemm(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
                  const Tensor& B, double alpha, double beta) const;

@@ -59,6 +59,12 @@ void MfuPeak::measure(int64_t size, int reps) {
   }
 }
 
+double MfuPeak::onednn_bf16_gflops() const {
+  if (!onednn_bf16_available()) return 0;
+  if (recipe_.rounding == precision::Rounding::bf16 && mix_.recipe > 0) return recipe_peak_;
+  return mix_.bf16 > 0 ? bf16_ : 0;
+}
+
 void MfuPeak::set_measured(double fp32, double recipe, double bf16, int64_t step) {
   fp32_ = fp32, recipe_peak_ = recipe, bf16_ = bf16;
   last_measured_step_ = step;

@@ -56,6 +56,9 @@ class MfuPeak {
   double gflops(int processes = 1) const;
   // The fp32 GEMM's peak per process (what `bench gemm` measures).
   double fp32_gflops() const { return fp32_; }
+  // The measured peak per process of the bf16 GEMM on oneDNN where this run executes one (the
+  // bf16 recipe, or blocks a low-precision recipe keeps in bf16), else 0.
+  double onednn_bf16_gflops() const;
   // MFU of a step that reached `achieved` model GFLOP/s over `processes` processes; raises the
   // peak as the header says when the step beats it. Never more than 1.
   double mfu(double achieved, int processes, int64_t step);

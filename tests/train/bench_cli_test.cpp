@@ -41,6 +41,33 @@ TEST(BenchCli, StepJsonHasThePromisedFields) {
   }
 }
 
+// The bf16 recipe's profile names the work done outside the backend's ops: the linear layers'
+// oneDNN GEMMs with exactly their FLOPs (6 x the blocks' linear parameters x tokens: forward,
+// dgrad, wgrad) and the operand roundings with exactly their bytes (6 per element: 4 read, 2
+// written), so the profile no longer leaves the recipe's time in "other".
+TEST(BenchCli, Bf16ProfileCountsTheRecipeGemmsAndRoundings) {
+  const auto r = run_trillion("bench step " + config_path("tiny.toml") +
+                              " --steps 2 --gemm-size 256 --json --profile --set "
+                              "precision.recipe=bf16");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  if (j["recipe_gemm"] != "bf16 GEMM (oneDNN)") GTEST_SKIP() << "no native bf16 here: emulated";
+  // tiny.toml: d 32, 4 heads of 8 (2 kv heads), ffn 64, 2 layers, 4 x 32 tokens per step.
+  const int64_t tokens = 4 * 32, d = 32, qkv = (4 + 2 + 2) * 8, ffn = 64, layers = 2;
+  const int64_t linear_params = layers * (d * qkv + d * d + d * 2 * ffn + ffn * d);
+  const auto& linear = j["profile"]["linear bf16 (oneDNN)"];
+  EXPECT_EQ(linear["flops_per_step"].get<double>(), 6.0 * linear_params * tokens);
+  EXPECT_EQ(linear["calls_per_step"].get<int>(), 3 * 4 * layers);
+  EXPECT_GT(linear["fraction_of_bf16_gemm_peak"].get<double>(), 0.0);
+  // Rounded per step: the inputs X (forward, and wgrad again) and output gradients dY (dgrad,
+  // and wgrad again) of every linear layer, and its weight in forward and dgrad (the mixed
+  // precision store hands the layers widened fp32 weights).
+  const int64_t inputs = tokens * layers * (d + d + d + ffn);
+  const int64_t output_grads = tokens * layers * (qkv + d + 2 * ffn + d);
+  const int64_t elements = 2 * inputs + 2 * output_grads + 2 * linear_params;
+  EXPECT_EQ(j["profile"]["bf16 rounding"]["bytes_per_step"].get<double>(), 6.0 * elements);
+}
+
 // Under launch on a tp 2 mesh: rank 0 alone prints, the time inside tp collectives is a part of
 // the step, and the activation bytes are the tp/sp formula's.
 TEST(BenchCli, StepUnderLaunchWithTensorParallelism) {
