@@ -135,7 +135,9 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
   const precision::Recipe& recipe = precision::recipe_named(cfg.precision.recipe);
   const precision::Bf16Blocks bf16_blocks = precision::resolve_bf16_blocks(
       recipe, cfg.model.n_layers, cfg.precision.bf16_blocks);
-  MfuPeak peak(gemm_mix(cfg.model.spec(), cfg.model.seq_len, recipe, bf16_blocks), recipe);
+  MfuPeak peak(gemm_mix(cfg.model.spec(), cfg.model.seq_len, recipe, bf16_blocks,
+                        cfg.precision.head == "bf16"),
+               recipe);
   peak.measure(gemm_size, 3);
 
   // Under `trillion launch` the ranks form the config's mesh (dp, pp, cp, tp, ep) and step

@@ -65,8 +65,13 @@ precision::QuantizeOptions options_of(const OperandRule& rule, const Philox* rng
 }  // namespace
 
 LinearPrecision::LinearPrecision(const precision::Recipe& recipe, uint64_t seed,
-                                 precision::Bf16Blocks bf16_blocks, int64_t n_layers)
-    : recipe_(recipe), seed_(seed), bf16_blocks_(bf16_blocks), n_layers_(n_layers) {
+                                 precision::Bf16Blocks bf16_blocks, int64_t n_layers,
+                                 bool head_bf16)
+    : recipe_(recipe),
+      seed_(seed),
+      bf16_blocks_(bf16_blocks),
+      n_layers_(n_layers),
+      head_bf16_(head_bf16) {
   TRILLION_CHECK(bf16_blocks_.first + bf16_blocks_.last <= n_layers_,
                  "bf16 blocks beyond the model's layers");
   if (recipe_.rounding == precision::Rounding::block_scaled && recipe_.wgrad_hadamard > 0) {
@@ -147,6 +152,15 @@ void LinearPrecision::bf16_gemm(Backend& be, GemmPass pass, Tensor C, bool ta, b
   std::vector<float> b = pass == GemmPass::wgrad ? rounded_to_bf16(B) : weight_values(B);
   be.gemm(C, ta, tb, Tensor(a.data(), DType::f32, {A.size(0), A.size(1)}),
           Tensor(b.data(), DType::f32, {B.size(0), B.size(1)}), alpha, beta);
+}
+
+void LinearPrecision::head_gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb,
+                                const Tensor& A, const Tensor& B, double alpha, double beta) const {
+  if (head_bf16_ && C.dtype() == DType::f32) {
+    bf16_gemm(be, pass, C, ta, tb, A, B, alpha, beta);
+  } else {
+    be.gemm(C, ta, tb, A, B, alpha, beta);
+  }
 }
 
 void LinearPrecision::gemm(Backend& be, GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,

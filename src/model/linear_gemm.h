@@ -52,8 +52,10 @@ constexpr int64_t kNoLayer = -1;
 class LinearPrecision {
  public:
   // bf16_blocks: of a model of n_layers blocks, those whose GEMMs run the bf16 recipe.
+  // head_bf16: the output head's GEMMs run the bf16 recipe (head_gemm), else fp32.
   LinearPrecision(const precision::Recipe& recipe, uint64_t seed,
-                  precision::Bf16Blocks bf16_blocks = {}, int64_t n_layers = 0);
+                  precision::Bf16Blocks bf16_blocks = {}, int64_t n_layers = 0,
+                  bool head_bf16 = false);
   const precision::Recipe& recipe() const { return recipe_; }
   const precision::Bf16Blocks& bf16_blocks() const { return bf16_blocks_; }
   bool in_bf16(int64_t layer) const {
@@ -79,6 +81,11 @@ class LinearPrecision {
   // layer: the GEMM's global block index (kNoLayer: none; the recipe's format).
   void gemm(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
             const Tensor& B, double alpha, double beta, int64_t layer = kNoLayer);
+  // An output head GEMM: the bf16 recipe's GEMM where precision.head = "bf16", else the
+  // backend's fp32 GEMM exactly.
+  bool head_in_bf16() const { return head_bf16_; }
+  void head_gemm(Backend& be, precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                 const Tensor& B, double alpha, double beta) const;
 
  private:
   // The weight operand [rows, cols] as fp32 values of bf16 numbers (from the copy when it lies
@@ -99,6 +106,7 @@ class LinearPrecision {
   uint64_t seed_;
   precision::Bf16Blocks bf16_blocks_;
   int64_t n_layers_;
+  bool head_bf16_;
   std::optional<precision::RandomHadamard> wgrad_rht_;  // when recipe_.wgrad_hadamard > 0
   const Buffer* master_ = nullptr;
   Buffer copy_;  // bf16, same layout as *master_

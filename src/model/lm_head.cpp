@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/linear_gemm.h"
 #include "parallel/tensor_comm.h"
 
 namespace trillion {
@@ -23,6 +24,15 @@ LmHeadActivations LmHead::carve(Carver& kept) const {
   return a;
 }
 
+void LmHead::head_gemm(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                       const Tensor& B, double beta) {
+  if (ctx_.precision != nullptr && ctx_.precision->head_in_bf16()) {
+    ctx_.precision->head_gemm(be_, pass, C, ta, tb, A, B, 1.0, beta);
+  } else {
+    be_.gemm(C, ta, tb, A, B, 1.0, beta);
+  }
+}
+
 Tensor LmHead::carve_logits(Carver& workspace) const {
   return workspace.take({std::min(ctx_.shape.tokens(), kHeadRowBlock), ctx_.shape.vocab_rows});
 }
@@ -38,7 +48,7 @@ void LmHead::forward(const Tensor& x, const LmHeadWeights& w, const LmHeadActiva
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t r1 = std::min(N, r0 + R);
     Tensor logits = logits_.rows(0, r1 - r0);
-    be_.gemm(logits, false, true, in.rows(r0, r1), w.head, 1.0, 0.0);
+    head_gemm(precision::GemmPass::forward, logits, false, true, in.rows(r0, r1), w.head, 0.0);
     if (vocab_parallel) {
       be_.vocab_cross_entropy_forward(Tensor(stats_.data() + 3 * r0, DType::f64, {r1 - r0, 3}),
                                       logits, targets + r0, ctx_.tp_rank() * ctx_.shape.vocab_rows);
@@ -94,7 +104,7 @@ void LmHead::for_each_dlogits_block(const Tensor& normed, const Tensor& head, co
   for (int64_t r0 = 0; r0 < N; r0 += R) {
     const int64_t r1 = std::min(N, r0 + R);
     Tensor dlogits = logits_.rows(0, r1 - r0);
-    be_.gemm(dlogits, false, true, normed.rows(r0, r1), head, 1.0, 0.0);
+    head_gemm(precision::GemmPass::forward, dlogits, false, true, normed.rows(r0, r1), head, 0.0);
     logits_backward(dlogits, lse.rows(r0, r1), targets + r0, grad_scale);
     f(r0, r1, dlogits);
   }
@@ -105,11 +115,12 @@ void LmHead::backward(Tensor dx, Tensor d_normed, const LmHeadWeights& d, const 
                       double grad_scale) {
   const Tensor& in = gemm_input(a);
   const Tensor d_in = d_normed_target(d_normed);
-  for_each_dlogits_block(in, w.head, a.lse, targets, grad_scale,
-                         [&](int64_t r0, int64_t r1, const Tensor& dlogits) {
-                           be_.gemm(d_in.rows(r0, r1), false, false, dlogits, w.head, 1.0, 0.0);
-                           be_.gemm(d.head, true, false, dlogits, in.rows(r0, r1), 1.0, 1.0);
-                         });
+  for_each_dlogits_block(
+      in, w.head, a.lse, targets, grad_scale, [&](int64_t r0, int64_t r1, const Tensor& dlogits) {
+        head_gemm(precision::GemmPass::dgrad, d_in.rows(r0, r1), false, false, dlogits, w.head,
+                  0.0);
+        head_gemm(precision::GemmPass::wgrad, d.head, true, false, dlogits, in.rows(r0, r1), 1.0);
+      });
   reduce_d_normed(d_normed);
   be_.rmsnorm_backward_input(dx, d_normed, x, w.final_norm, a.rstd);
   be_.rmsnorm_backward_weight(d.final_norm, d_normed, x, a.rstd);
@@ -120,7 +131,8 @@ void LmHead::backward_input(Tensor dx, Tensor d_normed, const Tensor& x, const L
   const Tensor d_in = d_normed_target(d_normed);
   for_each_dlogits_block(gemm_input(a), w.head, a.lse, targets, grad_scale,
                          [&](int64_t r0, int64_t r1, const Tensor& dlogits) {
-                           be_.gemm(d_in.rows(r0, r1), false, false, dlogits, w.head, 1.0, 0.0);
+                           head_gemm(precision::GemmPass::dgrad, d_in.rows(r0, r1), false, false,
+                                     dlogits, w.head, 0.0);
                          });
   reduce_d_normed(d_normed);
   be_.rmsnorm_backward_input(dx, d_normed, x, w.final_norm, a.rstd);
@@ -131,10 +143,10 @@ void LmHead::backward_weight(const LmHeadWeights& d, const Tensor& d_normed, con
                              const int32_t* targets, double grad_scale) {
   // Same order of accumulation into each gradient as backward(), so results are bitwise equal.
   const Tensor& in = gemm_input(a);
-  for_each_dlogits_block(in, w.head, a.lse, targets, grad_scale,
-                         [&](int64_t r0, int64_t r1, const Tensor& dlogits) {
-                           be_.gemm(d.head, true, false, dlogits, in.rows(r0, r1), 1.0, 1.0);
-                         });
+  for_each_dlogits_block(
+      in, w.head, a.lse, targets, grad_scale, [&](int64_t r0, int64_t r1, const Tensor& dlogits) {
+        head_gemm(precision::GemmPass::wgrad, d.head, true, false, dlogits, in.rows(r0, r1), 1.0);
+      });
   be_.rmsnorm_backward_weight(d.final_norm, d_normed, x, a.rstd);
 }
 

@@ -20,6 +20,7 @@
 
 #include "model/carver.h"
 #include "model/parallel_context.h"
+#include "precision/recipe.h"
 
 namespace trillion {
 
@@ -64,6 +65,10 @@ class LmHead {
                        double grad_scale);
 
  private:
+  // A head GEMM: fp32 on the backend, or the bf16 recipe's GEMM under precision.head = "bf16"
+  // (LinearPrecision::head_gemm).
+  void head_gemm(precision::GemmPass pass, Tensor C, bool ta, bool tb, const Tensor& A,
+                 const Tensor& B, double beta);
   // Calls f(begin, end, dlogits) for each row block after computing its dlogits.
   template <typename F>
   void for_each_dlogits_block(const Tensor& normed, const Tensor& head, const Tensor& lse,

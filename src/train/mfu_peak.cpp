@@ -12,7 +12,7 @@
 namespace trillion {
 
 GemmMix gemm_mix(const plan::ModelSpec& model, int64_t seq_len, const precision::Recipe& recipe,
-                 const precision::Bf16Blocks& bf16_blocks) {
+                 const precision::Bf16Blocks& bf16_blocks, bool head_bf16) {
   const plan::ModelCounts c = plan::count_model(model);
   const double total =
       plan::model_flops_per_token(model, seq_len, plan::AttentionFlops::kCausal);
@@ -36,6 +36,10 @@ GemmMix gemm_mix(const plan::ModelSpec& model, int64_t seq_len, const precision:
   const double kept_share = model.n_layers > 0 ? static_cast<double>(kept) / model.n_layers : 0;
   mix.bf16 = linear * kept_share;
   mix.recipe = linear - mix.bf16;
+  if (head_bf16) {  // the head's GEMMs run the bf16 recipe's (LinearPrecision::head_gemm)
+    mix.fp32 -= head;
+    (recipe.rounding == precision::Rounding::bf16 ? mix.recipe : mix.bf16) += head;
+  }
   return mix;
 }
 
@@ -140,7 +144,7 @@ std::string MfuPeak::describe() const {
     what = "fp32 GEMM";
   } else {
     part(recipe_kind(), mix_.recipe, recipe_peak_);
-    part("bf16 GEMM of the blocks kept in bf16", mix_.bf16, bf16_);
+    part("bf16 GEMM outside the recipe (blocks kept in bf16, a bf16 head)", mix_.bf16, bf16_);
     part("fp32 GEMM", mix_.fp32, fp32_);
     what = parts;
   }

@@ -30,17 +30,18 @@ namespace trillion {
 
 // Model FLOPs per token by the kind of GEMM that runs them.
 struct GemmMix {
-  double fp32 = 0;    // attention scores, output head, router
-  double recipe = 0;  // the blocks' linear layers under the run's recipe
-  double bf16 = 0;    // the linear layers of blocks a low-precision recipe keeps in bf16
+  double fp32 = 0;    // attention scores, output head (unless precision.head = bf16), router
+  double recipe = 0;  // the blocks' linear layers under the run's recipe (a bf16 head: bf16's)
+  double bf16 = 0;    // blocks a low-precision recipe keeps in bf16; its bf16 head
   double total() const { return fp32 + recipe + bf16; }
 };
 
 // The mix of a model's model_flops_per_token (plan/model_spec.h) under `recipe` with
-// `bf16_blocks` kept in bf16. Blocks are weighted equally (a first-dense MoE model's dense and
-// MoE blocks differ a little; the re-measure rule above covers any error this makes).
+// `bf16_blocks` kept in bf16, the output head in bf16 where `head_bf16` (precision.head).
+// Blocks are weighted equally (a first-dense MoE model's dense and MoE blocks differ a little;
+// the re-measure rule above covers any error this makes).
 GemmMix gemm_mix(const plan::ModelSpec& model, int64_t seq_len, const precision::Recipe& recipe,
-                 const precision::Bf16Blocks& bf16_blocks);
+                 const precision::Bf16Blocks& bf16_blocks, bool head_bf16 = false);
 
 class MfuPeak {
  public:

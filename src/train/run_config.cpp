@@ -136,6 +136,7 @@ toml::table precision_table(const PrecisionConfig& p, int64_t n_layers) {
           precision::resolve_bf16_blocks(precision::recipe_named(p.recipe), n_layers, "")) {
     precision.insert("bf16_blocks", p.bf16_blocks);
   }
+  if (p.head != "fp32") precision.insert("head", p.head);
   return precision;
 }
 

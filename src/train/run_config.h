@@ -166,11 +166,16 @@ struct GuardConfig {
 // bf16_blocks: "first:N,last:M" or "none", the blocks whose linear layers run in bf16
 // (precision/bf16_blocks.h); empty (absent): the recipe's rule for model.n_layers. Parsing
 // validates it and writes it as "first:N,last:M".
+// head: the output head's GEMMs (forward, its recomputation in backward, dgrad, wgrad), "fp32"
+// (default: every recipe keeps the head in fp32, as DeepSeek-V3 does) or "bf16" (bf16 operands,
+// fp32 accumulation, the logits and the loss in fp32: Megatron-LM's and torchtitan's bf16
+// training), which needs a recipe other than fp32 (docs/precision.md, "The output head").
 struct PrecisionConfig {
   std::string recipe = "fp32";
   std::string grad_dtype = "fp32";
   int64_t wgrad_hadamard = -1;  // precision::kRecipeDefault until resolved
   std::string bf16_blocks;
+  std::string head = "fp32";
 };
 
 // [checkpoint]: when checkpoints are written (interval, keep; train.checkpoint_every and

@@ -381,6 +381,7 @@ void read_precision_section(const toml::table& root, const std::string& source,
   pc.wgrad_hadamard = precision::kRecipeDefault;
   pr.read("wgrad_hadamard", pc.wgrad_hadamard);
   pr.read("bf16_blocks", pc.bf16_blocks);
+  pr.read("head", pc.head);
   pr.reject_unknown();
   naming_source(source, "precision.recipe: ", [&] { precision::recipe_named(pc.recipe); });
   naming_source(source, "precision.", [&] {
@@ -389,6 +390,15 @@ void read_precision_section(const toml::table& root, const std::string& source,
   if (pc.grad_dtype != "fp32" && pc.grad_dtype != "bf16") {
     throw Error(fmt::format("{}: precision.grad_dtype = '{}': expected fp32 or bf16", source,
                             pc.grad_dtype));
+  }
+  if (pc.head != "fp32" && pc.head != "bf16") {
+    throw Error(fmt::format("{}: precision.head = '{}': expected fp32 or bf16", source, pc.head));
+  }
+  if (pc.head == "bf16" && pc.recipe == "fp32") {
+    throw Error(
+        fmt::format("{}: precision.head = 'bf16' needs a precision recipe (bf16, fp8, "
+                    "mxfp4 or nvfp4); recipe fp32 keeps every GEMM in fp32",
+                    source));
   }
 }
 

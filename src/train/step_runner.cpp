@@ -141,7 +141,7 @@ void StepRunner::attach_precision() {
   const precision::Recipe recipe = precision::recipe_with(p.recipe, p.wgrad_hadamard);
   precision_ = std::make_unique<LinearPrecision>(
       recipe, config_.train.seed, precision::resolve_bf16_blocks(recipe, n_layers, p.bf16_blocks),
-      n_layers);
+      n_layers, p.head == "bf16");
   ctx_.precision = precision_.get();
 }
 

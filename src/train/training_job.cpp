@@ -135,11 +135,12 @@ TrainingJob::TrainingJob(const RunConfig& config, const TrainOptions& options)
       start_step(resumed.step),
       mfu_flops(mfu_convention(config.model.spec(), config.model.seq_len)),
       counts(plan::count_model(config.model.spec())),
-      peak(gemm_mix(config.model.spec(), config.model.seq_len,
-                    precision::recipe_named(config.precision.recipe),
-                    precision::resolve_bf16_blocks(precision::recipe_named(config.precision.recipe),
-                                                   config.model.n_layers,
-                                                   config.precision.bf16_blocks)),
+      peak(gemm_mix(
+               config.model.spec(), config.model.seq_len,
+               precision::recipe_named(config.precision.recipe),
+               precision::resolve_bf16_blocks(precision::recipe_named(config.precision.recipe),
+                                              config.model.n_layers, config.precision.bf16_blocks),
+               config.precision.head == "bf16"),
            precision::recipe_named(config.precision.recipe)) {
   start_at_resumed_step();
 }

@@ -147,6 +147,14 @@ std::vector<Layout> layouts() {
   all.push_back({"bf16", "cp2_grad_bf16", 2, " --set parallel.cp=2", 1, bf16_grads});
   all.push_back({"bf16", "dp2_tp2_zero3_grad_bf16", 4,
                  " --set parallel.dp=2 --set parallel.tp=2 --set parallel.zero=3", 2, bf16_grads});
+  // The output head in bf16 (precision.head): vocabulary-parallel under tp, its weights from the
+  // ZeRO-3 store, in the last stage under pp; against one process with a bf16 head.
+  const std::string bf16_head = " --set precision.head=bf16";
+  all.push_back({"bf16", "tp2_head_bf16", 2, " --set parallel.tp=2", 2, bf16_head});
+  all.push_back({"bf16", "dp2_zero3_head_bf16", 2, " --set parallel.dp=2 --set parallel.zero=3", 1,
+                 bf16_head});
+  all.push_back({"bf16", "pp2_head_bf16", 2, " --set parallel.pp=2", 1, bf16_head});
+  all.push_back({"fp8", "tp2_head_bf16", 2, " --set parallel.tp=2", 2, bf16_head});
   return all;
 }
 

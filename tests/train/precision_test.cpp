@@ -103,6 +103,17 @@ TEST(PrecisionConfig, RecipesAreValidatedWithClearMessages) {
   EXPECT_EQ(parse_run_config(off, "r", {}).precision.wgrad_hadamard, 0);
   EXPECT_FALSE(has(to_toml(parse_run_config(model + "[precision]\nrecipe = \"nvfp4\"\n", "r", {})),
                    "wgrad_hadamard"));
+  // precision.head: fp32 (default, not written) or bf16, the latter with a recipe only.
+  EXPECT_EQ(parse_run_config(model, "run.toml", {}).precision.head, "fp32");
+  e = error_of(model + "[precision]\nrecipe = \"bf16\"\nhead = \"fp16\"\n");
+  EXPECT_TRUE(has(e, "run.toml: precision.head = 'fp16': expected fp32 or bf16")) << e;
+  e = error_of(model + "[precision]\nhead = \"bf16\"\n");
+  EXPECT_TRUE(has(e, "run.toml: precision.head = 'bf16' needs a precision recipe")) << e;
+  const std::string head = to_toml(
+      parse_run_config(model + "[precision]\nrecipe = \"fp8\"\nhead = \"bf16\"\n", "r", {}));
+  EXPECT_TRUE(has(head, "head = 'bf16'")) << head;
+  EXPECT_EQ(parse_run_config(head, "r", {}).precision.head, "bf16");
+  EXPECT_FALSE(has(to_toml(parse_run_config(model, "r", {})), "head ="));
   // The resolved config names the recipe (what a run directory records and --resume reads).
   EXPECT_TRUE(has(to_toml(parse_run_config(model + "[precision]\nrecipe = \"fp8\"\n", "r", {})),
                   "[precision]\ngrad_dtype = 'fp32'\nrecipe = 'fp8'"));
@@ -164,6 +175,30 @@ TEST(PrecisionRun, DefaultIsFp32BitForBitAndBf16ChangesTheNumbersSlightly) {
   const double b = read_json(bf16 + "/summary.json")["final_train_loss"];
   EXPECT_NE(a, b);
   EXPECT_LT(std::fabs(a - b), 0.01 * a);
+}
+
+// precision.head = "bf16": the output head's GEMMs round their operands to bf16 (fp32
+// accumulation), so the losses move off the fp32 head's by about bf16's rounding and no more:
+// 5 steps of tiny.toml under the bf16 recipe, every logged loss within 1e-2 relative and the
+// final one different.
+TEST(PrecisionRun, Bf16HeadChangesTheLossesByABf16Rounding) {
+  const std::string fp32_head = fresh_dir("prec_head_fp32"),
+                    bf16_head = fresh_dir("prec_head_bf16");
+  const std::string tiny = "train " + config_path("tiny.toml") +
+                           " --quiet --set train.steps=5 --set precision.recipe=bf16";
+  ASSERT_EQ(run_trillion(tiny + " --run-dir " + fp32_head).exit_code, 0);
+  ASSERT_EQ(run_trillion(tiny + " --run-dir " + bf16_head + " --set precision.head=bf16").exit_code,
+            0);
+  const auto a = read_metrics(fp32_head), b = read_metrics(bf16_head);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_FALSE(a.empty());
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double la = a[i]["loss"], lb = b[i]["loss"];
+    EXPECT_LT(std::fabs(la - lb), 1e-2 * la) << "step " << i;
+  }
+  const double fa = read_json(fp32_head + "/summary.json")["final_train_loss"];
+  const double fb = read_json(bf16_head + "/summary.json")["final_train_loss"];
+  EXPECT_NE(fa, fb);
 }
 
 // parameters (the compute copy), gradients and optimizer (fp32 master + two moments) per
@@ -285,6 +320,17 @@ TEST(MfuPeak, GemmMixSplitsTheModelFlopsByTheGemmThatRunsThem) {
   EXPECT_DOUBLE_EQ(nvfp4.bf16, linear / 2);
   EXPECT_DOUBLE_EQ(nvfp4.recipe, linear / 2);
   EXPECT_DOUBLE_EQ(nvfp4.total(), total);
+  // A bf16 head (precision.head): the head's 6 V C per token join the bf16 recipe's GEMM, or
+  // the bf16 GEMM beside a low-precision recipe.
+  const double head = 6.0 * spec.vocab * spec.d_model;
+  const GemmMix bf16_head =
+      gemm_mix(spec, cfg.model.seq_len, precision::recipe_named("bf16"), {}, true);
+  EXPECT_DOUBLE_EQ(bf16_head.recipe, linear + head);
+  EXPECT_DOUBLE_EQ(bf16_head.fp32, total - linear - head);
+  const GemmMix fp8_head =
+      gemm_mix(spec, cfg.model.seq_len, precision::recipe_named("fp8"), {}, true);
+  EXPECT_DOUBLE_EQ(fp8_head.recipe, linear);
+  EXPECT_DOUBLE_EQ(fp8_head.bf16, head);
 
   // The blend: F / sum(F_k / P_k), and a step that beats it raises it (MFU never above 1).
   MfuPeak peak(nvfp4, precision::recipe_named("nvfp4"));
