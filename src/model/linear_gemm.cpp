@@ -96,9 +96,10 @@ const bf16* LinearPrecision::weight_in_copy(const Tensor& W) const {
   const int64_t rows = W.size(0), cols = W.size(1), ld = W.stride(0);
   const float* w = W.data<float>();
   const float* base = master_ ? static_cast<const float*>(master_->raw()) : nullptr;
-  const bool in_master =
-      base != nullptr && w >= base && w + (rows - 1) * ld + cols <= base + master_->count();
-  return in_master ? static_cast<const bf16*>(copy_.raw()) + (w - base) : nullptr;
+  const int64_t extent = (rows - 1) * ld + cols;
+  const bool in_master = base != nullptr && w >= base && w + extent <= base + master_->count();
+  if (in_master) return static_cast<const bf16*>(copy_.raw()) + (w - base);
+  return weight_source_ ? weight_source_(w, extent) : nullptr;
 }
 
 std::vector<float> LinearPrecision::weight_values(const Tensor& W) const {

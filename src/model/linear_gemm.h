@@ -34,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -76,6 +77,11 @@ class LinearPrecision {
   }
   // Allocates the bf16 copy of `master` (the fp32 parameter buffer, which must outlive this).
   void attach_weights(const Buffer& master, MemoryTracker& tracker);
+  // Where a precision recipe's parameter store keeps the bf16 values of the fp32 weights it
+  // binds (parallel::ParameterStore::bf16_weights): the GEMMs read those instead of rounding
+  // the widened fp32 weights on every call (the same values: the widened copy is exact).
+  using WeightSource = std::function<const bf16*(const float* fp32, int64_t count)>;
+  void set_weight_source(WeightSource source) { weight_source_ = std::move(source); }
   void refresh_weights();  // copy = bf16(master)
 
   // layer: the GEMM's global block index (kNoLayer: none; the recipe's format).
@@ -91,7 +97,8 @@ class LinearPrecision {
   // The weight operand [rows, cols] as fp32 values of bf16 numbers (from the copy when it lies
   // in the master buffer).
   std::vector<float> weight_values(const Tensor& W) const;
-  // W's first element in the bf16 copy when W lies in the master buffer, else null.
+  // W's first element in the bf16 copy when W lies in the master buffer, or in the store's bf16
+  // values (weight_source_), else null.
   const bf16* weight_in_copy(const Tensor& W) const;
   // The bf16 recipe through oneDNN (backend/cpu/onednn_bf16.h): same operands, native bf16 dot
   // products with fp32 accumulation. Reports its operand roundings and the GEMM to
@@ -109,6 +116,7 @@ class LinearPrecision {
   bool head_bf16_;
   std::optional<precision::RandomHadamard> wgrad_rht_;  // when recipe_.wgrad_hadamard > 0
   const Buffer* master_ = nullptr;
+  WeightSource weight_source_;
   Buffer copy_;  // bf16, same layout as *master_
   int64_t step_ = 0, microbatch_ = 0, layer_ = 0;
   int64_t calls_[3] = {0, 0, 0};  // stochastic calls of the site, per GemmPass

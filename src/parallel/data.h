@@ -91,6 +91,10 @@ class DataParallel : public UnitHooks {
   // Full table-layout copies for checkpoints (every rank gets them), and loading them back.
   void gather_parameters(const Buffer& full) { params_store_->gather_full(full); }
   void load_parameters(const Buffer& full) { params_store_->load_full(full); }
+  // See ParameterStore::bf16_weights.
+  const bf16* bf16_weights(const float* fp32, int64_t count) const {
+    return params_store_->bf16_weights(fp32, count);
+  }
   void gather_state(const Buffer& state, const Buffer& full);
   void load_state(const Buffer& full, const Buffer& state);
   // What this rank writes to a sharded checkpoint, held here without any gather: its owned chunks

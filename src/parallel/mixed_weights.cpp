@@ -78,6 +78,20 @@ class MixedPrecisionWeights : public ParameterStore {
     g.pending = dp_.start_all_gather(copy_.view(b.shard_offset, {b.chunk}), g.gathered.flat());
   }
   void finish_step() override { refresh(); }
+  const bf16* bf16_weights(const float* fp32, int64_t count) const override {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      const Unit& g = units_[u];
+      if (!g.bound) continue;
+      const float* begin = static_cast<const float*>(g.widened.raw());
+      const int64_t size = static_cast<int64_t>(g.widened.count());
+      if (fp32 < begin || fp32 + count > begin + size) continue;
+      const bf16* source = stage_ == 3 ? static_cast<const bf16*>(g.gathered.raw())
+                                       : static_cast<const bf16*>(copy_.raw()) +
+                                             params_.unit_range(static_cast<int>(u)).begin;
+      return source + (fp32 - begin);
+    }
+    return nullptr;
+  }
 
   void init(uint64_t seed) override {
     // Initialise a full fp32 temporary (values keyed by tensor and element), keep the master.

@@ -72,6 +72,10 @@ class ParameterStore {
   virtual void init(uint64_t seed) = 0;
   virtual void gather_full(const Buffer& full) = 0;  // every rank gets the table layout
   virtual void load_full(const Buffer& full) = 0;
+  // The bf16 values of the bound fp32 weights [fp32, fp32 + count), laid out alike, where this
+  // store widened them from bf16 (a precision recipe's store), else null: the linear GEMMs read
+  // them instead of rounding the widened copy again (model/linear_gemm.h).
+  virtual const bf16* bf16_weights(const float* fp32, int64_t count) const { return nullptr; }
 };
 
 // One bucket's reduction in flight.

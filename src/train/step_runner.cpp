@@ -102,6 +102,7 @@ StepRunner::StepRunner(const RunConfig& config, Backend& backend, MemoryTracker&
   allocate_parameters(stages);
   build_stage_models(stages);
   build_data_parallel(stages);
+  connect_weight_source();
   build_tied_embedding(stages);
   build_executors();
   build_optimizer();
@@ -251,6 +252,16 @@ void StepRunner::build_data_parallel(const RankStages& stages) {
   if (config_.parallel.zero >= 2) expert_options.shard_host = parallel_.get();
   expert_parallel_ =
       std::make_unique<parallel::DataParallel>(*params_, experts, be_, tracker_, expert_options);
+}
+
+// A recipe's GEMMs read the bf16 weights the store widened (instead of rounding them again).
+void StepRunner::connect_weight_source() {
+  if (!precision_ || !recipe_weights_in_store(config_)) return;
+  precision_->set_weight_source([this](const float* fp32, int64_t count) -> const bf16* {
+    const bf16* dense = parallel_->bf16_weights(fp32, count);
+    if (dense != nullptr || !expert_parallel_) return dense;
+    return expert_parallel_->bf16_weights(fp32, count);
+  });
 }
 
 // Tied embeddings across pipeline ranks: the first and the last stage exchange the head's

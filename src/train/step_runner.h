@@ -226,6 +226,7 @@ class StepRunner {
   void allocate_parameters(const RankStages& stages);
   void build_stage_models(const RankStages& stages);
   void build_data_parallel(const RankStages& stages);
+  void connect_weight_source();
   void build_executors();
   void build_optimizer();
   SumAcrossRanks lamb_sums();

@@ -60,11 +60,11 @@ TEST(BenchCli, Bf16ProfileCountsTheRecipeGemmsAndRoundings) {
   EXPECT_EQ(linear["calls_per_step"].get<int>(), 3 * 4 * layers);
   EXPECT_GT(linear["fraction_of_bf16_gemm_peak"].get<double>(), 0.0);
   // Rounded per step: the inputs X (forward, and wgrad again) and output gradients dY (dgrad,
-  // and wgrad again) of every linear layer, and its weight in forward and dgrad (the mixed
-  // precision store hands the layers widened fp32 weights).
+  // and wgrad again) of every linear layer; never the weights, which the GEMMs read from the
+  // store's bf16 values (ParameterStore::bf16_weights).
   const int64_t inputs = tokens * layers * (d + d + d + ffn);
   const int64_t output_grads = tokens * layers * (qkv + d + 2 * ffn + d);
-  const int64_t elements = 2 * inputs + 2 * output_grads + 2 * linear_params;
+  const int64_t elements = 2 * inputs + 2 * output_grads;
   EXPECT_EQ(j["profile"]["bf16 rounding"]["bytes_per_step"].get<double>(), 6.0 * elements);
 }
 
