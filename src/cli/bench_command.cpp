@@ -246,6 +246,8 @@ int bench_step(const std::string& config_path, const std::vector<std::string>& o
                    {"peak_gflops", peak_gflops},
                    {"peak", peak.describe()},
                    {"fp32_gemm_peak_gflops", peak.fp32_gflops() * processes},
+                   // 0 where the run executes no oneDNN bf16 GEMM.
+                   {"bf16_gemm_peak_gflops", peak.onednn_bf16_gflops() * processes},
                    {"recipe_gemm", peak.recipe_kind()},
                    {"mfu", mfu},
                    // On a shared machine the fastest step is the least disturbed one.
