@@ -63,11 +63,14 @@ void BM_Attention(benchmark::State& state) {
 }
 BENCHMARK(BM_Attention)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The tiled (FlashAttention-2) kernels at bench-d512's shape; arg 0 forward, 1 backward. FLOPs in
-// the causal count of the tiles computed (the backend's attention_tile_flops), not the square.
+// The tiled (FlashAttention-2) kernels; args: 0 forward or 1 backward, then the shape: 256 is
+// bench-d512's (8 sequences of 256, 8 heads of 64), 1024 bench-gpt2-small's (2 sequences of
+// 1024, 12 heads of 64). FLOPs in the causal count of the tiles computed (the backend's
+// attention_tile_flops), not the square.
 void BM_FlashAttention(benchmark::State& state) {
   Fixture f;
-  AttentionShape s{8, 256, 8, 8, 64};
+  const int64_t T = state.range(1);
+  AttentionShape s = T == 256 ? AttentionShape{8, 256, 8, 8, 64} : AttentionShape{2, T, 12, 12, 64};
   const int64_t N = s.B * s.T;
   const bool backward = state.range(0) != 0;
   Buffer qkv = f.take(N * s.qkv_width()), out = f.take(N * s.out_width());
@@ -89,7 +92,13 @@ void BM_FlashAttention(benchmark::State& state) {
                                                  benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_FlashAttention)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_FlashAttention)
+    ->Args({0, 256})
+    ->Args({1, 256})
+    ->Args({0, 1024})
+    ->Args({1, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_RmsNorm(benchmark::State& state) {
   Fixture f;

@@ -64,6 +64,8 @@ std::vector<Case> cases() {
   v.push_back({{1, 70, 8, 1, 16}, {8, 32}});
   v.push_back({{2, 129, 2, 2, 32}, {0, 0}});
   v.push_back({{1, 300, 4, 4, 8}, {64, 64}});
+  // T >= 512: the fp32 kernels pack V and K per head (cpu_flash_block.cpp's kPackFrom).
+  v.push_back({{1, 530, 2, 1, 16}, {64, 48}});
   Philox rng(9, "shapes");
   for (int i = 0; i < 6; ++i) {
     const int64_t kv = 1 + rng.below(4 * i, 3), group = 1 + rng.below(4 * i + 1, 3);

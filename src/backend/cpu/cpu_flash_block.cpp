@@ -59,17 +59,25 @@ bool use_tile_gemm(DType dtype) {
   return kTileGemm && dtype == DType::f32;
 }
 
-// dst[((b * heads + g) * width + d) * len + t] = src[(b * T + row0 + t) * ld + g * width + d]:
-// each (sequence, head)'s [len, width] columns as a row-major [width, len] matrix, so that the
-// tiles' products with K^T and V^T are plain row-major products.
+// The row stride of a transposed head [width, len]: len rounded up to 16, and 16 more where
+// that is a multiple of 4 KiB (at len 1024 every row of a tile fell into one L1 set).
+int64_t transposed_ld(int64_t len) {
+  const int64_t ld = (len + 15) / 16 * 16;
+  return ld % 1024 == 0 ? ld + 16 : ld;
+}
+
+// dst[((b * heads + g) * width + d) * ldt + t] = src[(b * T + row0 + t) * ld + g * width + d],
+// ldt = transposed_ld(T): each (sequence, head)'s [len, width] columns as a row-major
+// [width, len] matrix, so that the tiles' products with K^T and V^T are plain row-major products.
 template <typename T>
 void transpose_heads(const T* src, int64_t ld, int64_t B, int64_t T_, int64_t row0, int64_t len,
                      int64_t heads, int64_t width, T* dst, int nthreads) {
+  const int64_t ldt = transposed_ld(T_);
 #pragma omp parallel for collapse(2) num_threads(nthreads)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t g = 0; g < heads; ++g) {
       const T* in = src + (b * T_ + row0) * ld + g * width;
-      T* out = dst + (b * heads + g) * width * len;
+      T* out = dst + (b * heads + g) * width * ldt;
       int64_t t0 = 0;
 #if defined(__AVX512F__)
       if constexpr (std::is_same_v<T, float>) {
@@ -80,7 +88,7 @@ void transpose_heads(const T* src, int64_t ld, int64_t B, int64_t T_, int64_t ro
             _mm512_set1_epi32(static_cast<int>(ld)));
         for (; t0 + 16 <= len; t0 += 16) {
           for (int64_t d = 0; d < width; ++d) {
-            _mm512_storeu_ps(out + d * len + t0,
+            _mm512_storeu_ps(out + d * ldt + t0,
                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), 0xFFFF, rows16,
                                                       in + t0 * ld + d, sizeof(float)));
           }
@@ -90,9 +98,28 @@ void transpose_heads(const T* src, int64_t ld, int64_t B, int64_t T_, int64_t ro
       for (; t0 < len; t0 += 16) {
         const int64_t t1 = std::min(len, t0 + 16);
         for (int64_t d = 0; d < width; ++d) {
-          for (int64_t t = t0; t < t1; ++t) out[d * len + t] = in[t * ld + d];
+          for (int64_t t = t0; t < t1; ++t) out[d * ldt + t] = in[t * ld + d];
         }
       }
+    }
+  }
+}
+
+// dst[((b * heads + g) * T + t) * width + d] = src[(b * T + row0 + t) * ld + g * width + d]:
+// each (sequence, head)'s [len, width] columns as a contiguous [len, width] matrix: the forward's
+// P V reads V, and the backward's dQ += dS K reads K, without the qkv buffer's long row stride.
+// The pass is O(T) against the tiles' O(T^2): from kPackFrom rows on it pays (T = 1024: forward
+// -10%, backward -5%), at T = 256 it cost 4-8% of the forward.
+constexpr int64_t kPackFrom = 512;
+template <typename T>
+void pack_heads(const T* src, int64_t ld, int64_t B, int64_t T_, int64_t row0, int64_t len,
+                int64_t heads, int64_t width, T* dst, int nthreads) {
+#pragma omp parallel for collapse(2) num_threads(nthreads)
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t g = 0; g < heads; ++g) {
+      const T* in = src + (b * T_ + row0) * ld + g * width;
+      T* out = dst + (b * heads + g) * T_ * width;
+      for (int64_t t = 0; t < len; ++t) std::copy_n(in + t * ld, width, out + t * width);
     }
   }
 }
@@ -147,10 +174,13 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
   const int nthreads = threads();
   const int64_t per_thread = Br * Bc + Br * VD + 2 * Br;
   const bool fast = use_tile_gemm(q.dtype());
-  // K^T of every kv head. Sized by the buffer's T rows, not the span's, so the scratch of a ring
-  // attention block is that of a one-process run of the same local length (tests assert it).
-  const int64_t kt_size = fast ? s.B * s.KV * s.HD * s.T : 0;
-  Tensor work = scratch(q.dtype(), nthreads * per_thread + kt_size);
+  // K^T and V of every kv head, packed. Sized by the buffer's T rows, not the span's, so the
+  // scratch of a ring attention block is that of a one-process run of the same local length
+  // (tests assert it).
+  const int64_t kt_size = fast ? s.B * s.KV * s.HD * transposed_ld(s.T) : 0;
+  const bool pack = fast && s.T >= kPackFrom;
+  const int64_t v_size = pack ? s.B * s.KV * VD * s.T : 0;
+  Tensor work = scratch(q.dtype(), nthreads * per_thread + kt_size + v_size);
   dispatch(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pq = q.data<T>();
@@ -159,7 +189,13 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
     T* pl = lse.data<T>();
     T* pw = work.data<T>();
     T* pkt = pw + nthreads * per_thread;
-    if (fast) transpose_heads(pk, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, s.HD, pkt, nthreads);
+    T* pv = pkt + kt_size;
+    const int64_t ldt = transposed_ld(s.T);
+    if (fast) {
+      transpose_heads(pk, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, s.HD, pkt, nthreads);
+      if (pack)
+        pack_heads(pk + s.KV * s.HD, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, VD, pv, nthreads);
+    }
     const int64_t group = s.NH / s.KV;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
     const T neg_inf = -std::numeric_limits<T>::infinity();
@@ -178,7 +214,8 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
           const T* qp = pq + (b * s.T + qs.row + q0) * mq.ld + h * s.HD;
           const T* kbase = pk + (b * s.T + ks.row) * mk.ld + (h / group) * s.HD;
           const T* vbase = pk + (b * s.T + ks.row) * mk.ld + s.KV * s.HD + (h / group) * VD;
-          const T* ktbase = pkt + (b * s.KV + h / group) * s.HD * ks.len;  // [HD, ks.len]
+          const T* ktbase = pkt + (b * s.KV + h / group) * s.HD * ldt;  // [HD, ks.len], ld ldt
+          const T* vpacked = pv + (b * s.KV + h / group) * s.T * VD;    // [ks.len, VD]
           for (int64_t r = 0; r < rows; ++r) m[r] = neg_inf, l[r] = 0;
           for (int64_t i = 0; i < rows * VD; ++i) acc[i] = 0;
           // Key tiles holding a key at or before the tile's last query position.
@@ -192,7 +229,7 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
             }
             computed += rows * cols;
             if (fast) {
-              tile_product<T>(true, false, rows, cols, s.HD, scale, qp, mq.ld, ktbase + k0, ks.len,
+              tile_product<T>(true, false, rows, cols, s.HD, scale, qp, mq.ld, ktbase + k0, ldt,
                               false, S, Bc);
             } else {
               blas_gemm<T>(false, true, rows, cols, s.HD, scale, qp, mq.ld, kbase + k0 * mk.ld,
@@ -214,8 +251,13 @@ void CpuBackend::flash_attention_block_forward(Tensor out, Tensor lse, const Ten
               T* ar = acc + r * VD;
               for (int64_t d = 0; d < VD; ++d) ar[d] *= correction;
             }
-            tile_product<T>(fast, false, rows, VD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld,
-                            true, acc, VD);
+            if (pack) {
+              tile_product<T>(true, false, rows, VD, cols, T(1), S, Bc, vpacked + k0 * VD, VD, true,
+                              acc, VD);
+            } else {
+              tile_product<T>(fast, false, rows, VD, cols, T(1), S, Bc, vbase + k0 * mk.ld, mk.ld,
+                              true, acc, VD);
+            }
           }
           for (int64_t r = 0; r < rows; ++r) {
             if (l[r] == T(0)) continue;  // no visible key in the block: (out, lse) unchanged
@@ -270,9 +312,11 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
   const bool fast = use_tile_gemm(q.dtype());
   // K^T and V^T of every kv head, for the products with K^T (scores) and V^T (dP); sized by T
   // as in the forward.
-  const int64_t kt_size = fast ? s.B * s.KV * s.HD * s.T : 0;
-  const int64_t vt_size = fast ? s.B * s.KV * VD * s.T : 0;
-  Tensor work = scratch(q.dtype(), nthreads * per_thread + kt_size + vt_size);
+  const int64_t kt_size = fast ? s.B * s.KV * s.HD * transposed_ld(s.T) : 0;
+  const int64_t vt_size = fast ? s.B * s.KV * VD * transposed_ld(s.T) : 0;
+  const bool pack = fast && s.T >= kPackFrom;
+  const int64_t k_size = pack ? s.B * s.KV * s.HD * s.T : 0;  // K packed, for dQ += dS K
+  Tensor work = scratch(q.dtype(), nthreads * per_thread + kt_size + vt_size + k_size);
   dispatch(q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pq = q.data<T>();
@@ -285,9 +329,12 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
     T* pw = work.data<T>();
     T* pkt = pw + nthreads * per_thread;
     T* pvt = pkt + kt_size;
+    T* pkp = pvt + vt_size;
+    const int64_t ldt = transposed_ld(s.T);
     if (fast) {
       transpose_heads(pk, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, s.HD, pkt, nthreads);
       transpose_heads(pk + s.KV * s.HD, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, VD, pvt, nthreads);
+      if (pack) pack_heads(pk, mk.ld, s.B, s.T, ks.row, ks.len, s.KV, s.HD, pkp, nthreads);
     }
     const int64_t group = s.NH / s.KV;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(s.HD)));
@@ -301,8 +348,9 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
         const T* v = pk + (b * s.T + ks.row) * mk.ld + s.KV * s.HD + g * VD;
         T* dk = pdk + (b * s.T + ks.row) * mdk.ld + g * s.HD;
         T* dv = pdk + (b * s.T + ks.row) * mdk.ld + s.KV * s.HD + g * VD;
-        const T* kt = pkt + (b * s.KV + g) * s.HD * ks.len;  // [HD, ks.len]
-        const T* vt = pvt + (b * s.KV + g) * VD * ks.len;    // [VD, ks.len]
+        const T* kt = pkt + (b * s.KV + g) * s.HD * ldt;       // [HD, ks.len], ld ldt
+        const T* vt = pvt + (b * s.KV + g) * VD * ldt;         // [VD, ks.len], ld ldt
+        const T* kpacked = pkp + (b * s.KV + g) * s.T * s.HD;  // [ks.len, HD]
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const int64_t qrow0 = b * s.T + qs.row;
           const T* qh = pq + qrow0 * mq.ld + h * s.HD;
@@ -325,7 +373,7 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
               if (kpos0 + cols - 1 < first_key) continue;  // wholly before the documents
               if (fast) {
                 tile_product<T>(true, false, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
-                                kt + k0, ks.len, false, P, Bc);
+                                kt + k0, ldt, false, P, Bc);
               } else {
                 blas_gemm<T>(false, true, rows, cols, s.HD, scale, qh + q0 * mq.ld, mq.ld,
                              k + k0 * mk.ld, mk.ld, T(0), P, Bc);
@@ -344,7 +392,7 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
                               true, dv + k0 * mdk.ld, mdk.ld);
               if (fast) {
                 tile_product<T>(true, false, rows, cols, VD, T(1), d_o + q0 * mg.ld, mg.ld, vt + k0,
-                                ks.len, false, dP, Bc);
+                                ldt, false, dP, Bc);
               } else {
                 blas_gemm<T>(false, true, rows, cols, VD, T(1), d_o + q0 * mg.ld, mg.ld,
                              v + k0 * mk.ld, mk.ld, T(0), dP, Bc);
@@ -355,8 +403,13 @@ void CpuBackend::flash_attention_block_backward(Tensor dq, Tensor dkv, const Ten
                 }
               }
               // dQ_i += scale dS K_j ; dK_j += scale dS^T Q_i
-              tile_product<T>(fast, false, rows, s.HD, cols, scale, dP, Bc, k + k0 * mk.ld, mk.ld,
-                              true, dqh + q0 * mdq.ld, mdq.ld);
+              if (pack) {
+                tile_product<T>(true, false, rows, s.HD, cols, scale, dP, Bc, kpacked + k0 * s.HD,
+                                s.HD, true, dqh + q0 * mdq.ld, mdq.ld);
+              } else {
+                tile_product<T>(fast, false, rows, s.HD, cols, scale, dP, Bc, k + k0 * mk.ld, mk.ld,
+                                true, dqh + q0 * mdq.ld, mdq.ld);
+              }
               tile_product<T>(fast, true, cols, s.HD, rows, scale, dP, Bc, qh + q0 * mq.ld, mq.ld,
                               true, dk + k0 * mdk.ld, mdk.ld);
             }
