@@ -85,18 +85,14 @@ nlohmann::json profile_json(const ProfilingBackend& profiler, int steps, double 
     if (p.flops > 0) o["flops_per_step"] = p.flops / steps;
     if (p.bytes > 0) o["bytes_per_step"] = p.bytes / steps;
     std::string limit;
-    if (p.flops > 0 && op == kOnednnLinear && bf16_peak_gflops > 0) {
+    if (p.flops > 0) {
+      const bool bf16 = op == kOnednnLinear && bf16_peak_gflops > 0;
       const double gflops = p.flops / p.seconds / 1e9;
+      const double peak = bf16 ? bf16_peak_gflops : fp32_peak_gflops;
       o["gflops"] = gflops;
-      o["fraction_of_bf16_gemm_peak"] = gflops / bf16_peak_gflops;
-      limit = fmt::format("  {:7.1f} GFLOP/s  {:5.1f}% of the bf16 GEMM peak", gflops,
-                          100 * gflops / bf16_peak_gflops);
-    } else if (p.flops > 0) {
-      const double gflops = p.flops / p.seconds / 1e9;
-      o["gflops"] = gflops;
-      o["fraction_of_fp32_gemm_peak"] = gflops / fp32_peak_gflops;
-      limit = fmt::format("  {:7.1f} GFLOP/s  {:5.1f}% of the fp32 GEMM peak", gflops,
-                          100 * gflops / fp32_peak_gflops);
+      o[bf16 ? "fraction_of_bf16_gemm_peak" : "fraction_of_fp32_gemm_peak"] = gflops / peak;
+      limit = fmt::format("  {:7.1f} GFLOP/s  {:5.1f}% of the {} GEMM peak", gflops,
+                          100 * gflops / peak, bf16 ? "bf16" : "fp32");
     } else if (p.bytes > 0) {
       const double gbs = p.bytes / p.seconds / 1e9;
       o["gbytes_per_s"] = gbs;

@@ -86,31 +86,14 @@ inline void gemm(int64_t M, int64_t N, int64_t K, float alpha, const float* A, i
   for (int64_t j = 0; j < N; j += 64) {
     const int64_t n = std::min<int64_t>(64, N - j), V = (n + 15) / 16;
     const __mmask16 last = static_cast<__mmask16>((1u << (n - 16 * (V - 1))) - 1);
-    int64_t i = 0;
-    for (; i + 6 <= M; i += 6) {
-      rows<6, AT>(V, K, alpha, A + i * row_step, lda, B + j, ldb, C + i * ldc + j, ldc, accumulate,
-                  last);
-    }
-    const float* a = A + i * row_step;
-    float* c = C + i * ldc + j;
-    switch (M - i) {
-      case 5:
-        rows<5, AT>(V, K, alpha, a, lda, B + j, ldb, c, ldc, accumulate, last);
-        break;
-      case 4:
-        rows<4, AT>(V, K, alpha, a, lda, B + j, ldb, c, ldc, accumulate, last);
-        break;
-      case 3:
-        rows<3, AT>(V, K, alpha, a, lda, B + j, ldb, c, ldc, accumulate, last);
-        break;
-      case 2:
-        rows<2, AT>(V, K, alpha, a, lda, B + j, ldb, c, ldc, accumulate, last);
-        break;
-      case 1:
-        rows<1, AT>(V, K, alpha, a, lda, B + j, ldb, c, ldc, accumulate, last);
-        break;
-      default:
-        break;
+    // Rows in blocks of 6, then one block of the 1-5 rows left.
+    using RowBlock = void (*)(int64_t, int64_t, float, const float*, int64_t, const float*, int64_t,
+                              float*, int64_t, bool, __mmask16);
+    constexpr RowBlock kRows[7] = {nullptr,     rows<1, AT>, rows<2, AT>, rows<3, AT>,
+                                   rows<4, AT>, rows<5, AT>, rows<6, AT>};
+    for (int64_t i = 0; i < M; i += 6) {
+      kRows[std::min<int64_t>(6, M - i)](V, K, alpha, A + i * row_step, lda, B + j, ldb,
+                                         C + i * ldc + j, ldc, accumulate, last);
     }
   }
 }
